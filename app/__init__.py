@@ -1,0 +1,1 @@
+"""The web: REST API under /api and the Gradio UI at /. Never imports torch or worker code."""

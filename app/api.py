@@ -1,0 +1,99 @@
+"""The REST API of DESIGN.md, under /api (plus /healthz)."""
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import FileResponse
+
+from app.artifacts import ARTIFACT_KINDS, artifact_zip
+from app.job_submission import cancel_job, submit_job
+from app.job_views import job_config, job_run_folder, job_to_dict, read_job_log_tail
+from tunedeck import job_store, metric_store
+from tunedeck.db.engine import Database
+from tunedeck.db.models import Job
+from tunedeck.job_spec import JobSpec
+
+router = APIRouter()
+
+
+def _database(request: Request) -> Database:
+    return request.app.state.database
+
+
+def _load_job(request: Request, job_id: int) -> Job:
+    with _database(request).transaction() as session:
+        try:
+            return job_store.get_job(session=session, job_id=job_id)
+        except job_store.JobNotFound as error:
+            raise HTTPException(status_code=404, detail=str(error)) from error
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.post("/api/jobs", status_code=201)
+def create_job(spec: JobSpec, request: Request) -> dict[str, Any]:
+    job = submit_job(database=_database(request), celery_app=request.app.state.celery_app,
+                     spec=spec)
+    return job_to_dict(job)
+
+
+@router.get("/api/jobs")
+def list_jobs(request: Request, limit: int = Query(200, ge=1, le=1000)) -> list[dict[str, Any]]:
+    with _database(request).transaction() as session:
+        return [job_to_dict(job) for job in job_store.list_jobs(session=session, limit=limit)]
+
+
+@router.get("/api/jobs/{job_id}")
+def get_job(job_id: int, request: Request) -> dict[str, Any]:
+    return job_to_dict(_load_job(request, job_id))
+
+
+@router.get("/api/jobs/{job_id}/metrics")
+def get_job_metrics(job_id: int, request: Request) -> dict[str, list[dict[str, Any]]]:
+    _load_job(request, job_id)
+    with _database(request).transaction() as session:
+        return metric_store.read_job_metrics(session=session, job_id=job_id)
+
+
+@router.get("/api/jobs/{job_id}/events")
+def get_job_events(job_id: int, request: Request) -> list[dict[str, Any]]:
+    _load_job(request, job_id)
+    with _database(request).transaction() as session:
+        events = job_store.list_job_events(session=session, job_id=job_id)
+        return [{"time": event.time.isoformat(), "kind": event.kind, "message": event.message}
+                for event in events]
+
+
+@router.get("/api/jobs/{job_id}/logs")
+def get_job_logs(job_id: int, request: Request,
+                 lines: int = Query(100, ge=1, le=5000)) -> dict[str, list[str]]:
+    return {"lines": read_job_log_tail(_load_job(request, job_id), lines)}
+
+
+@router.post("/api/jobs/{job_id}/cancel", status_code=202)
+def cancel(job_id: int, request: Request) -> dict[str, Any]:
+    _load_job(request, job_id)
+    return job_to_dict(cancel_job(database=_database(request), job_id=job_id))
+
+
+@router.get("/api/jobs/{job_id}/config")
+def get_job_config(job_id: int, request: Request) -> dict[str, Any]:
+    return job_config(_load_job(request, job_id))
+
+
+@router.get("/api/jobs/{job_id}/artifacts/{kind}")
+def download_artifact(job_id: int, kind: str, request: Request) -> FileResponse:
+    if kind not in ARTIFACT_KINDS:
+        raise HTTPException(status_code=404, detail=f"no artifact {kind!r}; expected merged or adapter")
+    job = _load_job(request, job_id)
+    run = job_run_folder(job)
+    zip_path = artifact_zip(run, kind) if run is not None else None
+    if zip_path is None:
+        raise HTTPException(status_code=404,
+                            detail=f"job {job_id} has no {kind} artifact (status {job.status})")
+    return FileResponse(zip_path, media_type="application/zip",
+                        filename=f"job-{job_id}-{kind}.zip")

@@ -1,0 +1,30 @@
+"""The web application: FastAPI with the REST API, and the Gradio UI mounted at /."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+from fastapi import FastAPI  # noqa: E402
+
+from app.api import router  # noqa: E402
+from tunedeck.broker import make_celery  # noqa: E402
+from tunedeck.db.engine import Database  # noqa: E402
+from tunedeck.settings import Settings, load_settings  # noqa: E402
+
+
+def create_app(settings: Settings | None = None, *, with_ui: bool = True) -> FastAPI:
+    settings = settings or load_settings()
+    api = FastAPI(title="TuneDeck", version="0.1.0")
+    api.state.settings = settings
+    api.state.database = Database(settings.resolved_database_url)
+    api.state.celery_app = make_celery(settings)
+    api.include_router(router)
+    if with_ui:
+        import gradio as gr
+
+        from app.ui.build_ui import build_ui
+
+        blocks = build_ui(database=api.state.database, celery_app=api.state.celery_app)
+        api = gr.mount_gradio_app(api, blocks, path="/")
+    return api

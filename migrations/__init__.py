@@ -1,0 +1,1 @@
+"""Alembic migrations; `tunedeck migrate` runs them (see tunedeck/migrate.py)."""

@@ -1,0 +1,61 @@
+"""Golden tests: the generated DeepSpeed JSON, FSDP settings and torchrun argv.
+
+Set UPDATE_GOLDEN=1 to rewrite the golden files after an intended change, then review the diff.
+"""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tunedeck.backend_config import build_torchrun_argv, fsdp_settings, zero2_config
+from tunedeck.job_spec import JobSpec
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+
+SPECS = {
+    "zero2_lora_bf16": JobSpec(max_steps=30, num_gpus=2),
+    "zero2_offload_fp16": JobSpec(max_steps=30, num_gpus=4, precision="fp16", grad_accum=8,
+                                  zero2={"offload_optimizer": True, "overlap_comm": False}),
+    "fsdp_lora_bf16": JobSpec(max_steps=30, num_gpus=2, backend="fsdp"),
+    "fsdp_full_fp32_offload": JobSpec(max_steps=10, backend="fsdp", method="full",
+                                      precision="fp32", fsdp={"cpu_offload": True,
+                                                              "activation_checkpointing": True}),
+}
+
+
+def generated(name: str) -> dict:
+    spec = SPECS[name]
+    config = zero2_config(spec) if spec.backend == "zero2" else fsdp_settings(spec)
+    return {"config": config, "argv": build_torchrun_argv(spec, "/runs/job-1")}
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_generated_config_matches_golden(name):
+    path = GOLDEN / f"{name}.json"
+    actual = generated(name)
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(json.dumps(actual, indent=2, sort_keys=True) + "\n")
+    assert actual == json.loads(path.read_text())
+
+
+def test_zero2_batch_arithmetic_and_offload():
+    config = zero2_config(SPECS["zero2_offload_fp16"])
+    assert config["train_batch_size"] == 4 * 8 * 4
+    assert config["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+    assert config["fp16"]["loss_scale"] == 0 and "bf16" not in config
+    assert config["optimizer"]["params"]["torch_adam"] is False
+
+
+def test_fsdp_keeps_fp32_master_weights_and_reduces_in_fp32():
+    precision = fsdp_settings(SPECS["fsdp_lora_bf16"])["mixed_precision"]
+    assert precision == {"param_dtype": "bfloat16", "reduce_dtype": "float32",
+                         "master_weights_dtype": "float32"}
+
+
+def test_argv_is_a_list_with_the_run_dir_as_one_item():
+    spec = JobSpec(max_steps=1, num_gpus=3)
+    argv = build_torchrun_argv(spec, "/runs/a dir; rm -rf ~", torchrun="/venv/bin/torchrun")
+    assert argv[0] == "/venv/bin/torchrun"
+    assert argv[-2:] == ["--run-dir", "/runs/a dir; rm -rf ~"]
+    assert argv[argv.index("--nproc_per_node") + 1] == "3"

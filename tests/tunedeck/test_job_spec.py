@@ -1,0 +1,83 @@
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from tunedeck.job_spec import JobSpec, format_validation_error, load_spec_file, parse_spec_text
+
+REPO = Path(__file__).resolve().parents[2]
+
+DESIGN_EXAMPLE = """
+name: arithmetic-lora
+model: builtin:tiny-llama
+dataset: builtin:arithmetic
+method: lora
+backend: zero2
+num_gpus: 2
+num_nodes: 1
+max_steps: 30
+learning_rate: 2.0e-4
+micro_batch_size: 4
+grad_accum: 1
+seq_len: 256
+precision: bf16
+lora: {r: 16, alpha: 32, dropout: 0.05, target_modules: all-linear}
+zero2: {offload_optimizer: false, overlap_comm: true, contiguous_gradients: true}
+fsdp: {cpu_offload: false, activation_checkpointing: false}
+"""
+
+
+def errors_of(data: dict) -> str:
+    with pytest.raises(ValidationError) as caught:
+        JobSpec.model_validate(data)
+    return format_validation_error(caught.value)
+
+
+def test_design_example_loads_from_yaml_and_json():
+    spec = parse_spec_text(DESIGN_EXAMPLE)
+    assert spec.num_gpus == 2 and spec.lora.r == 16 and spec.backend == "zero2"
+    assert parse_spec_text(json.dumps(spec.model_dump(mode="json"))) == spec
+
+
+def test_unknown_keys_are_rejected_with_their_name():
+    assert "optimiser: Extra inputs are not permitted" in errors_of({"max_steps": 1, "optimiser": "sgd"})
+    assert "zero2.stage: Extra inputs" in errors_of({"max_steps": 1, "zero2": {"stage": 3}})
+
+
+@pytest.mark.parametrize("data, field", [
+    ({"max_steps": 0}, "max_steps"),
+    ({"max_steps": 5, "method": "dpo"}, "method"),
+    ({"max_steps": 5, "backend": "zero3"}, "backend"),
+    ({"max_steps": 5, "precision": "int8"}, "precision"),
+    ({"max_steps": 5, "num_gpus": 0}, "num_gpus"),
+    ({"max_steps": 5, "learning_rate": -1}, "learning_rate"),
+    ({"max_steps": 5, "lora": {"r": 0}}, "lora.r"),
+    ({"max_steps": 5, "seq_len": "long"}, "seq_len"),
+    ({"max_steps": 5, "num_nodes": 2}, "num_nodes"),
+    ({"max_steps": 5, "method": "qlora"}, "method"),
+])
+def test_bad_values_name_their_field(data, field):
+    assert errors_of(data).startswith(f"{field}: ")
+
+
+def test_steps_or_epochs_exactly_one():
+    assert "max_steps or epochs" in errors_of({})
+    assert "not both" in errors_of({"max_steps": 3, "epochs": 1})
+    assert JobSpec(epochs=0.5).epochs == 0.5
+
+
+def test_spec_is_frozen():
+    spec = JobSpec(max_steps=3)
+    with pytest.raises(ValidationError):
+        spec.max_steps = 4
+
+
+def test_not_a_mapping_is_a_clear_error():
+    with pytest.raises(ValueError, match="expected a mapping"):
+        parse_spec_text("- just\n- a list\n")
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_spec_in_the_repo_is_valid(path):
+    assert load_spec_file(path).model is not None

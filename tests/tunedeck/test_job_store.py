@@ -1,0 +1,103 @@
+"""The store and its state machine, on SQLite and (marked) PostgreSQL."""
+import pytest
+
+from tunedeck import job_store, metric_store
+from tunedeck.job_spec import JobSpec
+from tunedeck.job_states import ALLOWED_TRANSITIONS, FINISHED_STATUSES, InvalidTransition
+
+SPEC = JobSpec(name="store-test", max_steps=3)
+
+
+def new_job(database) -> int:
+    with database.transaction() as session:
+        return job_store.create_job(session=session, spec=SPEC).id
+
+
+def test_created_job_is_queued_with_spec_stored_unchanged(database):
+    job_id = new_job(database)
+    with database.transaction() as session:
+        job = job_store.get_job(session=session, job_id=job_id)
+        assert job.status == "queued" and job.name == "store-test"
+        assert JobSpec.model_validate(job.spec) == SPEC
+        assert [e.message for e in job_store.list_job_events(session=session, job_id=job_id)] == ["queued"]
+
+
+def test_happy_path_and_finished_jobs_never_change(database):
+    job_id = new_job(database)
+    with database.transaction() as session:
+        job_store.mark_job_running(session=session, job_id=job_id, run_dir="/r", worker_host="h")
+        job_store.mark_job_succeeded(session=session, job_id=job_id)
+    for change in (lambda s: job_store.mark_job_failed(session=s, job_id=job_id, error="x"),
+                   lambda s: job_store.mark_job_running(session=s, job_id=job_id, run_dir="/r", worker_host="h"),
+                   lambda s: job_store.mark_job_cancelled(session=s, job_id=job_id)):
+        with pytest.raises(InvalidTransition, match="is succeeded"):
+            with database.transaction() as session:
+                change(session)
+    with database.transaction() as session:
+        job = job_store.get_job(session=session, job_id=job_id)
+        assert job.status == "succeeded" and job.finished_at is not None and job.error is None
+
+
+def test_a_job_is_claimed_once(database):
+    job_id = new_job(database)
+    with database.transaction() as session:
+        job_store.mark_job_running(session=session, job_id=job_id, run_dir="/r", worker_host="a")
+    with pytest.raises(InvalidTransition):
+        with database.transaction() as session:
+            job_store.mark_job_running(session=session, job_id=job_id, run_dir="/r", worker_host="b")
+
+
+def test_failure_keeps_its_error_text(database):
+    job_id = new_job(database)
+    with database.transaction() as session:
+        job_store.mark_job_running(session=session, job_id=job_id, run_dir="/r", worker_host="h")
+        job_store.mark_job_failed(session=session, job_id=job_id, error="dataset /x.jsonl: no such file")
+    with database.transaction() as session:
+        assert job_store.get_job(session=session, job_id=job_id).error == "dataset /x.jsonl: no such file"
+
+
+def test_cancel_queued_ends_at_once_and_running_sets_the_flag(database):
+    queued_id, running_id = new_job(database), new_job(database)
+    with database.transaction() as session:
+        job_store.mark_job_running(session=session, job_id=running_id, run_dir="/r", worker_host="h")
+    with database.transaction() as session:
+        assert job_store.request_cancel(session=session, job_id=queued_id).status == "cancelled"
+        running = job_store.request_cancel(session=session, job_id=running_id)
+        assert running.status == "running" and running.cancel_requested
+        assert job_store.is_cancel_requested(session=session, job_id=running_id)
+        assert not job_store.is_cancel_requested(session=session, job_id=queued_id)
+
+
+def test_missing_job_is_a_named_error(database):
+    with pytest.raises(job_store.JobNotFound, match="job 999 does not exist"):
+        with database.transaction() as session:
+            job_store.get_job(session=session, job_id=999)
+
+
+def test_state_machine_table_is_closed():
+    for status in FINISHED_STATUSES:
+        assert ALLOWED_TRANSITIONS[status] == frozenset()
+    assert set(ALLOWED_TRANSITIONS) == {"queued", "running", "succeeded", "failed", "cancelled"}
+
+
+def test_metric_points_are_idempotent_and_read_back_as_series(database):
+    job_id = new_job(database)
+    events = [
+        (0, {"kind": "step", "rank": 0, "time": 1.0, "step": 1, "loss": 2.5, "learning_rate": 1e-3,
+             "grad_norm": 0.7, "tokens_per_second": 100.0, "step_seconds": 0.1, "tokens": 10}),
+        (1, {"kind": "memory", "rank": 0, "time": 1.0, "step": 1, "host": "h", "device": "cpu",
+             "allocated_mb": None, "reserved_mb": None, "peak_mb": None, "rss_mb": 300.0}),
+        (0, {"kind": "step", "rank": 1, "time": 1.0, "step": 1, "loss": 2.5}),
+        (1, {"kind": "memory", "rank": 1, "time": 1.1, "step": 1, "rss_mb": 310.0}),
+    ]
+    with database.transaction() as session:
+        metric_store.add_metric_points(session=session, job_id=job_id, events=events)
+    with database.transaction() as session:  # a re-read of the same lines adds nothing
+        metric_store.add_metric_points(session=session, job_id=job_id, events=events)
+    with database.transaction() as session:
+        metrics = metric_store.read_job_metrics(session=session, job_id=job_id)
+        assert metric_store.count_metric_points(session=session, job_id=job_id) == 4
+        assert metric_store.latest_step_summary(session=session, job_id=job_id)["loss"] == 2.5
+    assert [row["step"] for row in metrics["train"]] == [1]
+    assert metrics["train"][0]["tokens_per_second"] == 100.0
+    assert [(row["rank"], row["rss_mb"]) for row in metrics["memory"]] == [(0, 300.0), (1, 310.0)]

@@ -1,0 +1,112 @@
+"""Pure generators: the DeepSpeed ZeRO-2 config, the FSDP settings and the torchrun argv.
+
+Each is a function of the job spec alone (no I/O, no environment), so the form's preview,
+the API's `/config`, the run folder and the trainer all see the same bytes.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tunedeck.job_spec import JobSpec
+
+# DeepSpeed's own default bucket sizes (elements); issue #3 makes them spec knobs.
+DEFAULT_BUCKET_ELEMENTS = 500_000_000
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPSILON = 1e-8
+MAX_GRAD_NORM = 1.0
+
+TORCH_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def zero2_config(spec: JobSpec) -> dict[str, Any]:
+    """The DeepSpeed JSON for a ZeRO-2 run of this spec."""
+    zero_optimization: dict[str, Any] = {
+        "stage": 2,
+        "overlap_comm": spec.zero2.overlap_comm,
+        "contiguous_gradients": spec.zero2.contiguous_gradients,
+        "reduce_scatter": True,
+        "reduce_bucket_size": DEFAULT_BUCKET_ELEMENTS,
+        "allgather_bucket_size": DEFAULT_BUCKET_ELEMENTS,
+    }
+    if spec.zero2.offload_optimizer:
+        zero_optimization["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    return {
+        "train_micro_batch_size_per_gpu": spec.micro_batch_size,
+        "gradient_accumulation_steps": spec.grad_accum,
+        "train_batch_size": spec.micro_batch_size * spec.grad_accum * spec.world_size,
+        "gradient_clipping": MAX_GRAD_NORM,
+        "zero_optimization": zero_optimization,
+        **_deepspeed_precision(spec.precision),
+        "optimizer": {
+            "type": "AdamW",
+            "params": {
+                "lr": spec.learning_rate,
+                "betas": list(ADAM_BETAS),
+                "eps": ADAM_EPSILON,
+                "weight_decay": 0.0,
+                # With offload DeepSpeed must step its own CPU Adam; otherwise torch's
+                # AdamW runs on any accelerator without compiling FusedAdam first.
+                "torch_adam": not spec.zero2.offload_optimizer,
+            },
+        },
+        # The trainer sets the learning rate each step from one schedule for both backends.
+        "steps_per_print": 1_000_000_000,
+        "wall_clock_breakdown": False,
+    }
+
+
+def _deepspeed_precision(precision: str) -> dict[str, Any]:
+    if precision == "bf16":
+        return {"bf16": {"enabled": True}}
+    if precision == "fp16":
+        # loss_scale 0 selects dynamic loss scaling.
+        return {"fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}}
+    return {}
+
+
+def fsdp_settings(spec: JobSpec) -> dict[str, Any]:
+    """How the trainer applies FSDP2 `fully_shard`, as plain data the preview can show."""
+    return {
+        "api": "fully_shard (FSDP2)",
+        "wrap": ["each decoder layer", "root module"],
+        "reshard_after_forward": True,
+        "mixed_precision": {
+            "param_dtype": TORCH_DTYPE_NAMES[spec.precision],
+            # Gradients are reduced and master weights kept in fp32: a bf16-only run can
+            # fail to converge where DeepSpeed (fp32 masters) converges.
+            "reduce_dtype": "float32",
+            "master_weights_dtype": "float32",
+        },
+        "cpu_offload": spec.fsdp.cpu_offload,
+        "activation_checkpointing": spec.fsdp.activation_checkpointing,
+        "gradient_clipping": MAX_GRAD_NORM,
+        "micro_batch_size": spec.micro_batch_size,
+        "gradient_accumulation_steps": spec.grad_accum,
+        "optimizer": {
+            "type": "AdamW",
+            "lr": spec.learning_rate,
+            "betas": list(ADAM_BETAS),
+            "eps": ADAM_EPSILON,
+            "weight_decay": 0.0,
+        },
+    }
+
+
+def backend_config(spec: JobSpec) -> dict[str, Any]:
+    return zero2_config(spec) if spec.backend == "zero2" else fsdp_settings(spec)
+
+
+def build_torchrun_argv(spec: JobSpec, run_dir: str, *, torchrun: str = "torchrun") -> list[str]:
+    """The exact launch command; `torchrun` may be an absolute path to the worker's own."""
+    return [
+        torchrun,
+        "--standalone",
+        "--nnodes",
+        str(spec.num_nodes),
+        "--nproc_per_node",
+        str(spec.num_gpus),
+        "-m",
+        "trainer",
+        "--run-dir",
+        str(run_dir),
+    ]

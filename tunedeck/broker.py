@@ -1,0 +1,58 @@
+"""The Celery app both sides share: the web sends task names, the worker registers them.
+
+Default broker: kombu's server-less filesystem transport in a folder under TUNEDECK_HOME,
+so one host needs no server; Redis (or any Celery broker) when TUNEDECK_BROKER_URL says so.
+The broker only carries job ids; the database is the record of what must run.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tunedeck.settings import Settings
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+RUN_JOB_TASK = "tunedeck.run_job"
+JOBS_QUEUE = "tunedeck.jobs"
+
+
+def make_celery(settings: Settings) -> "Celery":
+    from celery import Celery
+
+    app = Celery("tunedeck", broker=settings.resolved_broker_url)
+    app.conf.update(
+        task_default_queue=JOBS_QUEUE,
+        task_ignore_result=True,
+        result_backend=None,
+        # Jobs run for hours: take one at a time, acknowledge on receipt. The job row (not a
+        # redelivered message) says whether a job still has to run.
+        worker_prefetch_multiplier=1,
+        task_acks_late=False,
+        worker_enable_remote_control=False,
+        worker_send_task_events=False,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+    )
+    if settings.uses_embedded_broker:
+        app.conf.broker_transport_options = _filesystem_transport_options(settings)
+    return app
+
+
+def _filesystem_transport_options(settings: Settings) -> dict:
+    queue_folder = settings.broker_folder / "queue"
+    control_folder = settings.broker_folder / "control"
+    for folder in (queue_folder, control_folder):
+        folder.mkdir(parents=True, exist_ok=True)
+    return {
+        "data_folder_in": str(queue_folder),
+        "data_folder_out": str(queue_folder),
+        "control_folder": str(control_folder),
+        "store_processed": False,
+        "polling_interval": 0.2,
+    }
+
+
+def enqueue_job(celery_app: "Celery", job_id: int) -> None:
+    """Send the job id (never the spec) by task name; call only after the row is committed."""
+    celery_app.send_task(RUN_JOB_TASK, args=[job_id], queue=JOBS_QUEUE)

@@ -1,0 +1,146 @@
+"""`tunedeck`: up, web, worker, migrate, submit, render (see DESIGN.md's command table)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _build_parser()
+    arguments = parser.parse_args(argv)
+    if not getattr(arguments, "handler", None):
+        parser.print_help()
+        return 2
+    return arguments.handler(arguments) or 0
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tunedeck", description=__doc__)
+    commands = parser.add_subparsers(title="commands")
+
+    up = commands.add_parser("up", help="one host: migrate, then run web and a worker")
+    _add_listen_options(up)
+    up.set_defaults(handler=_run_up)
+
+    web = commands.add_parser("web", help="the web service (REST API and UI)")
+    _add_listen_options(web)
+    web.set_defaults(handler=_run_web)
+
+    worker = commands.add_parser("worker", help="a Celery worker for this host's GPUs")
+    worker.add_argument("--concurrency", type=int, default=None, help="jobs at once")
+    worker.set_defaults(handler=_run_worker)
+
+    migrate = commands.add_parser("migrate", help="alembic upgrade head on the database")
+    migrate.set_defaults(handler=_run_migrate)
+
+    submit = commands.add_parser("submit", help="submit SPEC.yaml to a running server")
+    submit.add_argument("spec", type=Path)
+    submit.add_argument("--server", default=None, help="default http://TUNEDECK_HOST:PORT")
+    submit.set_defaults(handler=_run_submit)
+
+    render = commands.add_parser("render", help="write the backend config and launch command")
+    render.add_argument("spec", type=Path)
+    render.add_argument("--out", type=Path, required=True)
+    render.set_defaults(handler=_run_render)
+    return parser
+
+
+def _add_listen_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default=None, help="default TUNEDECK_HOST or 127.0.0.1")
+    parser.add_argument("--port", type=int, default=None, help="default TUNEDECK_PORT or 7860")
+
+
+def _settings_with(arguments: argparse.Namespace):
+    from tunedeck.settings import Settings
+
+    overrides = {key: getattr(arguments, key) for key in ("host", "port")
+                 if getattr(arguments, key, None) is not None}
+    return Settings(**overrides)
+
+
+def _run_up(arguments: argparse.Namespace) -> int:
+    from tunedeck.services import run_web_and_worker
+
+    return run_web_and_worker(_settings_with(arguments))
+
+
+def _run_web(arguments: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.main import create_app
+
+    settings = _settings_with(arguments)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
+                log_level="warning")
+    return 0
+
+
+def _run_worker(arguments: argparse.Namespace) -> int:
+    from tunedeck.services import run_worker
+
+    return run_worker(concurrency=arguments.concurrency)
+
+
+def _run_migrate(_arguments: argparse.Namespace) -> int:
+    from tunedeck.migrate import upgrade_database
+    from tunedeck.settings import load_settings
+
+    upgrade_database(load_settings().resolved_database_url)
+    print("database is at the latest migration")
+    return 0
+
+
+def _load_spec_or_exit(path: Path):
+    from pydantic import ValidationError
+
+    from tunedeck.job_spec import format_validation_error, load_spec_file
+
+    try:
+        return load_spec_file(path)
+    except OSError as error:
+        sys.exit(f"{path}: {error.strerror}")
+    except (ValidationError, ValueError) as error:
+        sys.exit(f"{path}: invalid job spec\n{format_validation_error(error)}")
+
+
+def _run_submit(arguments: argparse.Namespace) -> int:
+    import httpx
+
+    from tunedeck.settings import load_settings
+
+    spec = _load_spec_or_exit(arguments.spec)
+    settings = load_settings()
+    server = arguments.server or f"http://{settings.host}:{settings.port}"
+    try:
+        response = httpx.post(f"{server}/api/jobs", json=spec.model_dump(mode="json"), timeout=30)
+    except httpx.HTTPError as error:
+        sys.exit(f"cannot reach TuneDeck at {server}: {error}")
+    if response.status_code != 201:
+        sys.exit(f"server refused the job ({response.status_code}): {response.text}")
+    print(response.json()["id"])
+    return 0
+
+
+def _run_render(arguments: argparse.Namespace) -> int:
+    from tunedeck.backend_config import backend_config, build_torchrun_argv
+    from tunedeck.run_folder import RunFolder, write_json
+
+    spec = _load_spec_or_exit(arguments.spec)
+    run = RunFolder(arguments.out.resolve())
+    config_file = run.backend_config_file(spec.backend)
+    argv = build_torchrun_argv(spec, str(run.path))
+    write_json(run.spec_file, spec.model_dump(mode="json"))
+    write_json(config_file, backend_config(spec))
+    write_json(run.launch_file, {"argv": argv, "env": {}, "cwd": str(run.path)})
+    print(f"wrote {run.spec_file}, {config_file} and {run.launch_file}")
+    print(" ".join(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The database layer: models and engine. Only the web and the worker import it."""

@@ -1,0 +1,72 @@
+"""SQLAlchemy 2 models: jobs, their metric points and their events.
+
+The job row is the only job state. Alembic migrations in `migrations/` create these tables.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String,
+                        Text, UniqueConstraint)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    run_dir: Mapped[str | None] = mapped_column(String(1000), nullable=True)
+    worker_host: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    launcher_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utc_now, onupdate=utc_now
+    )
+
+
+class MetricPoint(Base):
+    """One event line of a rank's metrics file; (job, rank, seq) makes re-ingest idempotent."""
+
+    __tablename__ = "metric_points"
+    __table_args__ = (
+        UniqueConstraint("job_id", "rank", "seq", name="uq_metric_points_job_rank_seq"),
+        Index("ix_metric_points_job_kind_time", "job_id", "kind", "time"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+    rank: Mapped[int] = mapped_column(Integer)
+    seq: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    time: Mapped[float] = mapped_column(Float)
+    values: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class JobEvent(Base):
+    """What happened to a job, in words: status changes, notices, errors."""
+
+    __tablename__ = "job_events"
+    __table_args__ = (Index("ix_job_events_job_time", "job_id", "time"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    time: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    kind: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str] = mapped_column(Text)

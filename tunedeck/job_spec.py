@@ -1,0 +1,134 @@
+"""The job spec: the one typed description of what to train.
+
+The form builds it, the API validates it, the database stores it unchanged, the worker
+writes it as `spec.json`, and the trainer reads only that. Unknown keys are an error.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Method = Literal["lora", "qlora", "full"]
+Backend = Literal["zero2", "fsdp"]
+Precision = Literal["bf16", "fp16", "fp32"]
+
+METHODS: tuple[str, ...] = Method.__args__
+BACKENDS: tuple[str, ...] = Backend.__args__
+PRECISIONS: tuple[str, ...] = Precision.__args__
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LoraSettings(StrictModel):
+    r: int = Field(16, ge=1, le=1024)
+    alpha: float = Field(32, gt=0, le=4096)
+    dropout: float = Field(0.05, ge=0, lt=1)
+    # "all-linear" is peft's own shorthand for every linear layer but the output head.
+    target_modules: Literal["all-linear"] | list[str] = "all-linear"
+
+
+class Zero2Settings(StrictModel):
+    offload_optimizer: bool = False
+    overlap_comm: bool = True
+    contiguous_gradients: bool = True
+
+
+class FsdpSettings(StrictModel):
+    cpu_offload: bool = False
+    activation_checkpointing: bool = False
+
+
+class JobSpec(StrictModel):
+    name: str | None = Field(None, max_length=200)
+    model: str = Field("builtin:tiny-llama", min_length=1, max_length=1000)
+    dataset: str = Field("builtin:arithmetic", min_length=1, max_length=1000)
+    method: Method = "lora"
+    backend: Backend = "zero2"
+    num_gpus: int = Field(1, ge=1, le=64)
+    num_nodes: int = Field(1, ge=1, le=64)
+    max_steps: int | None = Field(None, ge=1, le=10_000_000)
+    epochs: float | None = Field(None, gt=0, le=10_000)
+    learning_rate: float = Field(2.0e-4, gt=0, le=1.0)
+    warmup_steps: int = Field(0, ge=0, le=1_000_000)
+    micro_batch_size: int = Field(4, ge=1, le=4096)
+    grad_accum: int = Field(1, ge=1, le=4096)
+    seq_len: int = Field(256, ge=8, le=1_048_576)
+    precision: Precision = "bf16"
+    seed: int = Field(42, ge=0, le=2**31 - 1)
+    lora: LoraSettings = LoraSettings()
+    zero2: Zero2Settings = Zero2Settings()
+    fsdp: FsdpSettings = FsdpSettings()
+
+    @model_validator(mode="after")
+    def _one_training_length(self) -> "JobSpec":
+        if self.max_steps is None and self.epochs is None:
+            raise ValueError("set max_steps or epochs (one of them)")
+        if self.max_steps is not None and self.epochs is not None:
+            raise ValueError("set max_steps or epochs, not both")
+        return self
+
+    @field_validator("method")
+    @classmethod
+    def _supported_method(cls, method: str) -> str:
+        if method == "qlora":
+            raise ValueError(
+                "qlora is not available yet in this TuneDeck version; "
+                "choose lora (same adapter on a full-precision base) or full"
+            )
+        return method
+
+    @field_validator("num_nodes")
+    @classmethod
+    def _single_node(cls, num_nodes: int) -> int:
+        if num_nodes != 1:
+            raise ValueError("jobs across several nodes are not available yet; use 1")
+        return num_nodes
+
+    @property
+    def world_size(self) -> int:
+        return self.num_gpus * self.num_nodes
+
+    @property
+    def display_name(self) -> str:
+        return self.name or f"{self.method}-{self.backend}"
+
+
+def parse_spec_text(text: str, *, source: str = "spec") -> JobSpec:
+    """YAML or JSON text to a JobSpec (JSON is YAML, so one parser reads both)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ValueError(f"{source}: not valid YAML or JSON: {error}") from error
+    if not isinstance(data, dict):
+        raise ValueError(f"{source}: expected a mapping of spec keys, got {type(data).__name__}")
+    return JobSpec.model_validate(data)
+
+
+def load_spec_file(path: str | Path) -> JobSpec:
+    path = Path(path)
+    return parse_spec_text(path.read_text(encoding="utf-8"), source=str(path))
+
+
+def spec_to_json(spec: JobSpec) -> str:
+    return json.dumps(spec.model_dump(mode="json"), indent=2, sort_keys=True)
+
+
+def format_validation_error(error: Exception) -> str:
+    """One line per problem, each naming its field, for the form and the CLI."""
+    from pydantic import ValidationError
+
+    if not isinstance(error, ValidationError):
+        return str(error)
+    lines = []
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "spec"
+        message = item["msg"].removeprefix("Value error, ")
+        lines.append(f"{field}: {message}")
+    return "\n".join(lines)

@@ -1,0 +1,30 @@
+"""The job state machine: the only transitions a job row may take."""
+from __future__ import annotations
+
+QUEUED = "queued"
+RUNNING = "running"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+CANCELLED = "cancelled"
+
+STATUSES = (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED)
+FINISHED_STATUSES = frozenset({SUCCEEDED, FAILED, CANCELLED})
+
+ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
+    QUEUED: frozenset({RUNNING, FAILED, CANCELLED}),
+    RUNNING: frozenset({SUCCEEDED, FAILED, CANCELLED}),
+    SUCCEEDED: frozenset(),
+    FAILED: frozenset(),
+    CANCELLED: frozenset(),
+}
+
+
+def sources_of(target: str) -> list[str]:
+    """The statuses from which `target` may be reached."""
+    return [source for source, targets in ALLOWED_TRANSITIONS.items() if target in targets]
+
+
+class InvalidTransition(Exception):
+    def __init__(self, job_id: int, current: str, target: str):
+        super().__init__(f"job {job_id} is {current}; it cannot become {target}")
+        self.job_id, self.current, self.target = job_id, current, target

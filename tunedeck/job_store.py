@@ -1,0 +1,124 @@
+"""Named functions that read and change job rows; the only writers of job state.
+
+Every status change is one conditional UPDATE (WHERE status IN allowed sources), so two
+processes racing for the same job cannot both win, on SQLite and PostgreSQL alike.
+The caller owns the transaction.
+"""
+from __future__ import annotations
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from tunedeck.db.models import Job, JobEvent, utc_now
+from tunedeck.job_spec import JobSpec
+from tunedeck.job_states import (CANCELLED, FAILED, FINISHED_STATUSES, QUEUED, RUNNING, SUCCEEDED,
+                                 InvalidTransition, sources_of)
+
+
+class JobNotFound(Exception):
+    def __init__(self, job_id: int):
+        super().__init__(f"job {job_id} does not exist")
+        self.job_id = job_id
+
+
+def create_job(*, session: Session, spec: JobSpec) -> Job:
+    job = Job(name=spec.display_name, status=QUEUED, spec=spec.model_dump(mode="json"))
+    session.add(job)
+    session.flush()
+    add_job_event(session=session, job_id=job.id, kind="status", message="queued")
+    return job
+
+
+def get_job(*, session: Session, job_id: int) -> Job:
+    job = session.get(Job, job_id, populate_existing=True)
+    if job is None:
+        raise JobNotFound(job_id)
+    return job
+
+
+def list_jobs(*, session: Session, limit: int = 200) -> list[Job]:
+    return list(session.scalars(select(Job).order_by(Job.id.desc()).limit(limit)))
+
+
+def list_queued_job_ids(*, session: Session) -> list[int]:
+    return list(session.scalars(select(Job.id).where(Job.status == QUEUED).order_by(Job.id)))
+
+
+def add_job_event(*, session: Session, job_id: int, kind: str, message: str) -> None:
+    session.add(JobEvent(job_id=job_id, kind=kind, message=message))
+
+
+def list_job_events(*, session: Session, job_id: int, limit: int = 200) -> list[JobEvent]:
+    query = select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id.desc())
+    return list(reversed(list(session.scalars(query.limit(limit)))))
+
+
+def _transition(*, session: Session, job_id: int, target: str, **values) -> Job:
+    result = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status.in_(sources_of(target)))
+        .values(status=target, updated_at=utc_now(), **values)
+        .execution_options(synchronize_session=False)
+    )
+    job = get_job(session=session, job_id=job_id)
+    if result.rowcount != 1:
+        raise InvalidTransition(job_id, job.status, target)
+    add_job_event(session=session, job_id=job_id, kind="status", message=_status_message(job))
+    return job
+
+
+def _status_message(job: Job) -> str:
+    return f"{job.status}: {job.error}" if job.error else job.status
+
+
+def mark_job_running(*, session: Session, job_id: int, run_dir: str, worker_host: str) -> Job:
+    """Claim a queued job; raises InvalidTransition when someone else already did."""
+    return _transition(session=session, job_id=job_id, target=RUNNING, run_dir=run_dir,
+                       worker_host=worker_host, started_at=utc_now())
+
+
+def record_launcher_pid(*, session: Session, job_id: int, launcher_pid: int) -> None:
+    session.execute(update(Job).where(Job.id == job_id).values(launcher_pid=launcher_pid))
+
+
+def mark_job_succeeded(*, session: Session, job_id: int) -> Job:
+    return _transition(session=session, job_id=job_id, target=SUCCEEDED, finished_at=utc_now())
+
+
+def mark_job_failed(*, session: Session, job_id: int, error: str) -> Job:
+    return _transition(session=session, job_id=job_id, target=FAILED, error=error,
+                       finished_at=utc_now())
+
+
+def mark_job_cancelled(*, session: Session, job_id: int) -> Job:
+    return _transition(session=session, job_id=job_id, target=CANCELLED, finished_at=utc_now())
+
+
+def request_cancel(*, session: Session, job_id: int) -> Job:
+    """Cancel: a queued job ends at once; a running one gets the flag its worker obeys."""
+    job = get_job(session=session, job_id=job_id)
+    if job.status in FINISHED_STATUSES:
+        return job
+    if job.status == QUEUED:
+        try:
+            return mark_job_cancelled(session=session, job_id=job_id)
+        except InvalidTransition:
+            job = get_job(session=session, job_id=job_id)  # a worker claimed it meanwhile
+    if job.status == RUNNING and not job.cancel_requested:
+        session.execute(update(Job).where(Job.id == job_id).values(cancel_requested=True))
+        add_job_event(session=session, job_id=job_id, kind="status", message="cancel requested")
+    return get_job(session=session, job_id=job_id)
+
+
+def is_cancel_requested(*, session: Session, job_id: int) -> bool:
+    flag = session.scalar(select(Job.cancel_requested).where(Job.id == job_id))
+    return bool(flag)
+
+
+__all__ = [
+    "JobNotFound", "InvalidTransition", "create_job", "get_job", "list_jobs",
+    "list_queued_job_ids", "add_job_event", "list_job_events", "mark_job_running",
+    "record_launcher_pid", "mark_job_succeeded", "mark_job_failed", "mark_job_cancelled",
+    "request_cancel", "is_cancel_requested", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED",
+    "CANCELLED",
+]

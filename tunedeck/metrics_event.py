@@ -1,0 +1,40 @@
+"""The one schema of a metric line in `metrics/rank-<K>.jsonl`.
+
+Each line is a JSON object with `kind` and `time` (Unix seconds) and `rank`:
+- kind "step":   step, loss, learning_rate, grad_norm, tokens_per_second, step_seconds,
+                 tokens (this step, all ranks)
+- kind "memory": step, host, device, allocated_mb, reserved_mb, peak_mb, rss_mb
+- kind "notice": level ("info" | "error"), message
+Writer (trainer) and reader (worker) both import this module.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+STEP = "step"
+MEMORY = "memory"
+NOTICE = "notice"
+KINDS = (STEP, MEMORY, NOTICE)
+
+STEP_FIELDS = ("step", "loss", "learning_rate", "grad_norm", "tokens_per_second",
+               "step_seconds", "tokens")
+MEMORY_FIELDS = ("step", "host", "device", "allocated_mb", "reserved_mb", "peak_mb", "rss_mb")
+NOTICE_FIELDS = ("level", "message")
+
+
+def encode_event(kind: str, *, rank: int, time: float, **fields: Any) -> str:
+    return json.dumps({"kind": kind, "rank": rank, "time": time, **fields}) + "\n"
+
+
+def decode_event(line: str) -> dict[str, Any] | None:
+    """A parsed event, or None for a line that is not one (a torn or foreign line)."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(event, dict) or event.get("kind") not in KINDS:
+        return None
+    if not isinstance(event.get("rank"), int) or not isinstance(event.get("time"), (int, float)):
+        return None
+    return event

@@ -1,0 +1,94 @@
+"""The run folder's names, spelled once: the worker writes it, the trainer reads it."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SPEC_FILE = "spec.json"
+DEEPSPEED_CONFIG_FILE = "deepspeed.json"
+FSDP_CONFIG_FILE = "fsdp.json"
+LAUNCH_FILE = "launch.json"
+METRICS_DIR = "metrics"
+LOGS_DIR = "logs"
+LAUNCHER_LOG_FILE = "torchrun.log"
+CHECKPOINTS_DIR = "checkpoints"
+ADAPTER_DIR = "adapter"
+MERGED_DIR = "merged"
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    path: Path
+
+    @property
+    def spec_file(self) -> Path:
+        return self.path / SPEC_FILE
+
+    def backend_config_file(self, backend: str) -> Path:
+        return self.path / (DEEPSPEED_CONFIG_FILE if backend == "zero2" else FSDP_CONFIG_FILE)
+
+    @property
+    def launch_file(self) -> Path:
+        return self.path / LAUNCH_FILE
+
+    @property
+    def metrics_dir(self) -> Path:
+        return self.path / METRICS_DIR
+
+    def rank_metrics_file(self, rank: int) -> Path:
+        return self.metrics_dir / f"rank-{rank}.jsonl"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.path / LOGS_DIR
+
+    @property
+    def launcher_log_file(self) -> Path:
+        return self.logs_dir / LAUNCHER_LOG_FILE
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.path / CHECKPOINTS_DIR
+
+    @property
+    def adapter_dir(self) -> Path:
+        return self.path / ADAPTER_DIR
+
+    @property
+    def merged_dir(self) -> Path:
+        return self.path / MERGED_DIR
+
+    def rank_metrics_files(self) -> list[tuple[int, Path]]:
+        """(rank, path) for every rank file present, by rank."""
+        found = []
+        for path in self.metrics_dir.glob("rank-*.jsonl"):
+            rank_text = path.stem.removeprefix("rank-")
+            if rank_text.isdigit():
+                found.append((int(rank_text), path))
+        return sorted(found)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write atomically so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    partial.replace(path)
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def write_run_folder(
+    run: RunFolder, *, spec_json: dict[str, Any], backend: str, backend_config: dict[str, Any],
+    launch: dict[str, Any],
+) -> None:
+    """The worker's one place that lays out a run before launch."""
+    for folder in (run.path, run.metrics_dir, run.logs_dir, run.checkpoints_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+    write_json(run.spec_file, spec_json)
+    write_json(run.backend_config_file(backend), backend_config)
+    write_json(run.launch_file, launch)

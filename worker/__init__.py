@@ -1,0 +1,1 @@
+"""The Celery worker of a GPU host: claims jobs, launches torchrun, streams metrics."""

@@ -1,0 +1,185 @@
+"""Runs one job: claim the row, check inputs, write the run folder, launch torchrun,
+stream its metrics into the database, obey cancel, and record how it ended.
+
+Plain functions of a job id, a Settings and a Database: the Celery task only calls `run_job`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tunedeck import job_store, metric_store, metrics_event
+from tunedeck.backend_config import backend_config, build_torchrun_argv
+from tunedeck.db.engine import Database
+from tunedeck.job_spec import JobSpec
+from tunedeck.job_states import InvalidTransition
+from tunedeck.run_folder import RunFolder, write_run_folder
+from tunedeck.settings import Settings
+from worker.input_check import find_input_problems
+from worker.metrics_tail import MetricsTail
+from worker.process_group import kill_process_group, start_process_group, stop_process_group
+
+log = logging.getLogger(__name__)
+LOG_TAIL_LINES = 30
+
+
+@dataclass
+class JobOutcome:
+    status: str
+    error: str | None = None
+
+
+@dataclass
+class Supervision:
+    """What the worker learned while the job ran."""
+
+    cancelled: bool = False
+    error_notices: list[tuple[float, int, str]] = field(default_factory=list)
+
+
+def run_job(job_id: int, *, settings: Settings, database: Database) -> str:
+    """Run a queued job to its end; returns its final status (or its current one if it
+    was not ours to run: already claimed, cancelled, or finished)."""
+    run = RunFolder(settings.run_dir_for(job_id))
+    try:
+        with database.transaction() as session:
+            job = job_store.mark_job_running(session=session, job_id=job_id, run_dir=str(run.path),
+                                             worker_host=socket.gethostname())
+            spec = JobSpec.model_validate(job.spec)
+    except (InvalidTransition, job_store.JobNotFound) as reason:
+        log.info("not running job %s: %s", job_id, reason)
+        return getattr(reason, "current", "missing")
+    outcome = _launch_and_supervise(job_id, spec, run, settings=settings, database=database)
+    _record_outcome(job_id, outcome, database=database)
+    return outcome.status
+
+
+def _launch_and_supervise(job_id: int, spec: JobSpec, run: RunFolder, *, settings: Settings,
+                          database: Database) -> JobOutcome:
+    problems = find_input_problems(spec)
+    if problems:
+        return JobOutcome("failed", "\n".join(problems))
+    try:
+        argv, env = _prepare_run_folder(spec, run, settings)
+        # The worker's own folder, so relative model and dataset paths mean what the check saw.
+        process = start_process_group(argv, cwd=Path.cwd(), env=env, log_file=run.launcher_log_file)
+    except OSError as error:
+        return JobOutcome("failed", f"could not start torchrun: {error}")
+    with database.transaction() as session:
+        job_store.record_launcher_pid(session=session, job_id=job_id, launcher_pid=process.pid)
+    try:
+        supervision = _supervise(job_id, process, run, settings=settings, database=database)
+    finally:
+        kill_process_group(process)  # nothing of the job outlives its supervision
+    return _judge(process.returncode, supervision, run)
+
+
+def _prepare_run_folder(spec: JobSpec, run: RunFolder, settings: Settings):
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    if not Path(torchrun).exists():
+        torchrun = shutil.which("torchrun") or "torchrun"
+    argv = build_torchrun_argv(spec, str(run.path), torchrun=torchrun)
+    launch_env = _launch_environment(spec, settings)
+    write_run_folder(run, spec_json=spec.model_dump(mode="json"), backend=spec.backend,
+                     backend_config=backend_config(spec),
+                     launch={"argv": argv, "env": launch_env, "cwd": str(Path.cwd())})
+    return argv, {**_inherited_environment(), **launch_env}
+
+
+def _launch_environment(spec: JobSpec, settings: Settings) -> dict[str, str]:
+    """What TuneDeck sets for the ranks; recorded in launch.json, so never a secret."""
+    threads_per_rank = max(1, (os.cpu_count() or 1) // spec.num_gpus)
+    return {
+        "TUNEDECK_HOME": str(settings.home_dir),
+        "TORCH_EXTENSIONS_DIR": str(settings.torch_extensions_dir),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads_per_rank)),
+        "PYTHONUNBUFFERED": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+
+
+def _inherited_environment() -> dict[str, str]:
+    # Ranks need PATH, CUDA_* and the like, but not our database or broker credentials.
+    return {key: value for key, value in os.environ.items() if not key.startswith("TUNEDECK_")}
+
+
+def _supervise(job_id: int, process, run: RunFolder, *, settings: Settings,
+               database: Database) -> Supervision:
+    tail = MetricsTail(run)
+    supervision = Supervision()
+    while True:
+        finished = process.poll() is not None
+        _ingest(job_id, tail, supervision, database=database)
+        if finished:
+            return supervision
+        with database.transaction() as session:
+            cancel_requested = job_store.is_cancel_requested(session=session, job_id=job_id)
+        if cancel_requested:
+            supervision.cancelled = True
+            stop_process_group(process, grace_seconds=settings.cancel_grace_seconds)
+            _ingest(job_id, tail, supervision, database=database)
+            return supervision
+        time.sleep(settings.poll_seconds)
+
+
+def _ingest(job_id: int, tail: MetricsTail, supervision: Supervision, *,
+            database: Database) -> None:
+    events = tail.read_new_events()
+    if not events:
+        return
+    with database.transaction() as session:
+        metric_store.add_metric_points(session=session, job_id=job_id, events=events)
+        for _seq, event in events:
+            if event["kind"] != metrics_event.NOTICE:
+                continue
+            _record_notice(job_id, event, supervision, session=session)
+
+
+def _record_notice(job_id: int, event: dict, supervision: Supervision, *, session) -> None:
+    message = str(event.get("message", ""))
+    if event.get("level") == "error":
+        supervision.error_notices.append((event["time"], event["rank"], message))
+        job_store.add_job_event(session=session, job_id=job_id, kind="error",
+                                message=f"rank {event['rank']}: {message}")
+    elif event["rank"] == 0:
+        job_store.add_job_event(session=session, job_id=job_id, kind="notice", message=message)
+
+
+def _judge(returncode: int | None, supervision: Supervision, run: RunFolder) -> JobOutcome:
+    if supervision.cancelled:
+        return JobOutcome("cancelled")
+    if returncode == 0 and run.merged_dir.is_dir():
+        return JobOutcome("succeeded")
+    if supervision.error_notices:
+        _time, rank, message = min(supervision.error_notices)  # the rank that failed first
+        return JobOutcome("failed", f"rank {rank}: {message}")
+    if returncode == 0:
+        return JobOutcome("failed", "the trainer exited without writing merged/")
+    return JobOutcome("failed", f"torchrun exited with code {returncode}\n" + read_log_tail(run))
+
+
+def read_log_tail(run: RunFolder, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = run.launcher_log_file.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _record_outcome(job_id: int, outcome: JobOutcome, *, database: Database) -> None:
+    with database.transaction() as session:
+        try:
+            if outcome.status == "succeeded":
+                job_store.mark_job_succeeded(session=session, job_id=job_id)
+            elif outcome.status == "cancelled":
+                job_store.mark_job_cancelled(session=session, job_id=job_id)
+            else:
+                job_store.mark_job_failed(session=session, job_id=job_id, error=outcome.error or "")
+        except InvalidTransition as reason:
+            log.warning("job %s: %s", job_id, reason)
