@@ -30,14 +30,30 @@ def start_process_group(argv: list[str], *, cwd: Path, env: dict[str, str],
         )
 
 
+def live_group_members(pgid: int) -> list[int]:
+    """Pids in the process group that are not zombies (an orphaned zombie may never be
+    reaped when PID 1 is not a real init, and it holds no resources anyway)."""
+    members = []
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            stat = stat_file.read_text()
+        except OSError:
+            continue
+        # Fields after the parenthesised command: state, ppid, pgrp, ...
+        state, _ppid, group = stat[stat.rfind(")") + 2:].split(" ", 3)[:3]
+        if int(group) == pgid and state != "Z":
+            members.append(int(stat_file.parent.name))
+    return members
+
+
 def group_is_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+    if not Path("/proc/self/stat").exists():  # not Linux: ask the kernel directly
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
         return True
-    return True
+    return bool(live_group_members(pgid))
 
 
 def stop_process_group(process: subprocess.Popen, *, grace_seconds: float) -> None:

@@ -1,0 +1,108 @@
+"""The whole path through the real `tunedeck up`: HTTP submit, Celery worker, real torchrun
+with 2 CPU ranks, metrics in the database, merged weights downloaded and loaded."""
+from __future__ import annotations
+
+import io
+import time
+import zipfile
+
+import pytest
+
+from tests.servers import running_tunedeck
+
+pytestmark = [pytest.mark.torchrun]
+
+LORA_JOB = {"name": "e2e-lora", "model": "builtin:tiny-llama", "dataset": "builtin:arithmetic",
+            "method": "lora", "backend": "zero2", "num_gpus": 2, "max_steps": 12,
+            "learning_rate": 5e-3, "micro_batch_size": 8, "seq_len": 64, "precision": "bf16",
+            "lora": {"r": 8, "alpha": 16, "dropout": 0.0}}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with running_tunedeck(tmp_path_factory.mktemp("up")) as server:
+        yield server
+
+
+def test_submit_train_download_and_load_merged_weights(server, tmp_path):
+    job_id = server.submit(LORA_JOB)
+    job = server.wait_for(job_id, {"succeeded", "failed", "cancelled"})
+    assert job["status"] == "succeeded", job["error"]
+
+    metrics = server.http.get(f"/api/jobs/{job_id}/metrics").json()
+    assert [row["step"] for row in metrics["train"]] == list(range(1, 13))
+    assert {row["rank"] for row in metrics["memory"]} == {0, 1}
+    config = server.http.get(f"/api/jobs/{job_id}/config").json()
+    assert config["source"] == "run folder"
+    assert config["config"]["zero_optimization"]["stage"] == 2
+
+    merged = _download(server, job_id, "merged", tmp_path)
+    adapter = _download(server, job_id, "adapter", tmp_path)
+    assert (merged / "config.json").is_file() and list(merged.glob("*.safetensors"))
+    assert (adapter / "adapter_config.json").is_file()
+    _assert_merged_loads_and_matches_adapter(merged, adapter)
+
+
+def _download(server, job_id: int, kind: str, tmp_path):
+    response = server.http.get(f"/api/jobs/{job_id}/artifacts/{kind}")
+    assert response.status_code == 200 and response.headers["content-type"] == "application/zip"
+    zipfile.ZipFile(io.BytesIO(response.content)).extractall(tmp_path)
+    return tmp_path / kind
+
+
+def _assert_merged_loads_and_matches_adapter(merged, adapter):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(merged)
+    inputs = tokenizer("What is 12 + 7?", return_tensors="pt")
+    merged_model = AutoModelForCausalLM.from_pretrained(merged).eval()
+    base = AutoModelForCausalLM.from_pretrained(merged)  # any base: only the adapter's delta differs
+    with torch.no_grad():
+        merged_logits = merged_model(**inputs).logits
+    assert torch.isfinite(merged_logits).all()
+    assert PeftModel.from_pretrained(base, adapter) is not None
+
+
+def test_missing_dataset_fails_at_once_naming_the_path(server):
+    job_id = server.submit({**LORA_JOB, "dataset": "/nonexistent/train.jsonl"})
+    job = server.wait_for(job_id, {"failed", "succeeded"}, timeout_seconds=60)
+    assert job["status"] == "failed"
+    assert "/nonexistent/train.jsonl" in job["error"] and "no such file" in job["error"]
+    assert server.http.get("/healthz").status_code == 200
+
+
+def test_cancel_leaves_no_process_of_the_job(server):
+    job_id = server.submit({**LORA_JOB, "name": "e2e-cancel", "max_steps": 100000,
+                            "backend": "fsdp"})
+    _wait_for_first_step(server, job_id)
+    processes = _job_processes(server, job_id)
+    assert len(processes) == 3  # torchrun and two ranks
+    assert server.http.post(f"/api/jobs/{job_id}/cancel").status_code == 202
+    job = server.wait_for(job_id, {"cancelled", "failed", "succeeded"}, timeout_seconds=60)
+    assert job["status"] == "cancelled"
+    assert _job_processes(server, job_id) == []
+    assert server.http.post(f"/api/jobs/{job_id}/cancel").json()["status"] == "cancelled"
+
+
+def _wait_for_first_step(server, job_id: int, timeout_seconds: float = 180) -> None:
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        if server.http.get(f"/api/jobs/{job_id}/metrics").json()["train"]:
+            return
+        assert server.job(job_id)["status"] in ("queued", "running"), server.job(job_id)
+        time.sleep(0.5)
+    raise AssertionError("no training step reached the database")
+
+
+def _job_processes(server, job_id: int) -> list[int]:
+    """Every live process whose command line names the job's run folder (torchrun, ranks)."""
+    import psutil
+
+    run_dir = str(server.home.resolve() / "runs" / f"job-{job_id}")
+    found = []
+    for process in psutil.process_iter(["pid", "cmdline", "status"]):
+        if process.info["status"] != psutil.STATUS_ZOMBIE and run_dir in (process.info["cmdline"] or []):
+            found.append(process.info["pid"])
+    return found

@@ -1,0 +1,103 @@
+"""Starting and stopping a real `tunedeck up` for end-to-end and browser tests."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+
+from worker.process_group import live_group_members
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class RunningServer:
+    def __init__(self, process: subprocess.Popen, base_url: str, home: Path):
+        self.process, self.base_url, self.home = process, base_url, home
+        self.http = httpx.Client(base_url=base_url, timeout=60)
+
+    def submit(self, spec: dict) -> int:
+        response = self.http.post("/api/jobs", json=spec)
+        assert response.status_code == 201, response.text
+        return response.json()["id"]
+
+    def job(self, job_id: int) -> dict:
+        return self.http.get(f"/api/jobs/{job_id}").json()
+
+    def wait_for(self, job_id: int, statuses: set[str], timeout_seconds: float = 300) -> dict:
+        deadline = time.monotonic() + timeout_seconds
+        while time.monotonic() < deadline:
+            job = self.job(job_id)
+            if job["status"] in statuses:
+                return job
+            assert self.process.poll() is None, "tunedeck up exited"
+            time.sleep(0.5)
+        raise AssertionError(f"job {job_id} still {self.job(job_id)['status']} after "
+                             f"{timeout_seconds}s; log: {self.log_tail(job_id)}")
+
+    def log_tail(self, job_id: int) -> list[str]:
+        return self.http.get(f"/api/jobs/{job_id}/logs", params={"lines": 40}).json()["lines"]
+
+
+@contextmanager
+def running_tunedeck(home: Path, *, extra_env: dict[str, str] | None = None,
+                     startup_seconds: float = 120) -> Iterator[RunningServer]:
+    """`tunedeck up` on a free port with its own TUNEDECK_HOME; everything of it is gone after."""
+    port = free_port()
+    env = {**os.environ, "TUNEDECK_HOME": str(home), "GRADIO_ANALYTICS_ENABLED": "False",
+           "OMP_NUM_THREADS": "1", **(extra_env or {})}
+    home.mkdir(parents=True, exist_ok=True)
+    log = (home / "up.log").open("ab")
+    process = subprocess.Popen([sys.executable, "-m", "tunedeck.cli", "up", "--port", str(port)],
+                               cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    server = RunningServer(process, f"http://127.0.0.1:{port}", home)
+    try:
+        _wait_until_healthy(server, startup_seconds)
+        yield server
+    finally:
+        _stop(process)
+        log.close()
+
+
+def _wait_until_healthy(server: RunningServer, timeout_seconds: float) -> None:
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise AssertionError("tunedeck up exited: " + (server.home / "up.log").read_text()[-3000:])
+        try:
+            if server.http.get("/healthz").status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError("tunedeck up did not answer /healthz in time")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            pass
+    for pid in live_group_members(process.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if process.poll() is None:
+        process.wait(timeout=10)
