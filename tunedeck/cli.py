@@ -113,7 +113,7 @@ def _run_submit(arguments: argparse.Namespace) -> int:
 
     from tunedeck.settings import load_settings
 
-    spec = _load_spec_or_exit(arguments.spec)
+    spec = _with_absolute_local_paths(_load_spec_or_exit(arguments.spec))
     settings = load_settings()
     server = arguments.server or f"http://{settings.host}:{settings.port}"
     try:
@@ -124,6 +124,16 @@ def _run_submit(arguments: argparse.Namespace) -> int:
         sys.exit(f"server refused the job ({response.status_code}): {response.text}")
     print(response.json()["id"])
     return 0
+
+
+def _with_absolute_local_paths(spec):
+    """A path that exists here means this folder, not the worker's; say so explicitly."""
+    changes = {}
+    for field in ("model", "dataset"):
+        value = getattr(spec, field)
+        if not value.startswith("builtin:") and Path(value).expanduser().exists():
+            changes[field] = str(Path(value).expanduser().resolve())
+    return spec.model_copy(update=changes) if changes else spec
 
 
 def _run_render(arguments: argparse.Namespace) -> int:
