@@ -60,11 +60,13 @@ def test_pure_modules_import_no_heavy_library_at_module_level(module):
     assert not hits(module_level_imports(REPO / module), HEAVY), module
 
 
-def test_the_web_app_loads_without_torch():
-    code = ("import sys; from app.main import create_app; create_app(with_ui=True); "
+def test_the_web_app_loads_without_torch(tmp_path):
+    code = ("import sys; from app.main import create_app; from tunedeck.migrate import "
+            "upgrade_database; from tunedeck.settings import load_settings; "
+            "upgrade_database(load_settings().resolved_database_url); create_app(with_ui=True); "
             "bad = [m for m in ('torch', 'deepspeed', 'worker.tasks') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                            env={"TUNEDECK_HOME": "/tmp/tunedeck-import-test",
+                            env={"TUNEDECK_HOME": str(tmp_path),
                                  "GRADIO_ANALYTICS_ENABLED": "False", "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stdout + result.stderr

@@ -23,7 +23,7 @@ from tunedeck.run_folder import RunFolder, write_run_folder
 from tunedeck.settings import Settings
 from worker.input_check import find_input_problems
 from worker.metrics_tail import MetricsTail
-from worker.process_group import kill_process_group, start_process_group, stop_process_group
+from worker.process_group import JobProcesses, start_process_group
 
 log = logging.getLogger(__name__)
 LOG_TAIL_LINES = 30
@@ -73,10 +73,11 @@ def _launch_and_supervise(job_id: int, spec: JobSpec, run: RunFolder, *, setting
         return JobOutcome("failed", f"could not start torchrun: {error}")
     with database.transaction() as session:
         job_store.record_launcher_pid(session=session, job_id=job_id, launcher_pid=process.pid)
+    processes = JobProcesses(process)
     try:
-        supervision = _supervise(job_id, process, run, settings=settings, database=database)
+        supervision = _supervise(job_id, processes, run, settings=settings, database=database)
     finally:
-        kill_process_group(process)  # nothing of the job outlives its supervision
+        processes.kill()  # nothing of the job outlives its supervision
     return _judge(process.returncode, supervision, run)
 
 
@@ -109,12 +110,13 @@ def _inherited_environment() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if not key.startswith("TUNEDECK_")}
 
 
-def _supervise(job_id: int, process, run: RunFolder, *, settings: Settings,
+def _supervise(job_id: int, processes: JobProcesses, run: RunFolder, *, settings: Settings,
                database: Database) -> Supervision:
     tail = MetricsTail(run)
     supervision = Supervision()
     while True:
-        finished = process.poll() is not None
+        finished = processes.launcher.poll() is not None
+        processes.refresh()
         _ingest(job_id, tail, supervision, database=database)
         if finished:
             return supervision
@@ -122,7 +124,7 @@ def _supervise(job_id: int, process, run: RunFolder, *, settings: Settings,
             cancel_requested = job_store.is_cancel_requested(session=session, job_id=job_id)
         if cancel_requested:
             supervision.cancelled = True
-            stop_process_group(process, grace_seconds=settings.cancel_grace_seconds)
+            processes.stop(grace_seconds=settings.cancel_grace_seconds)
             _ingest(job_id, tail, supervision, database=database)
             return supervision
         time.sleep(settings.poll_seconds)

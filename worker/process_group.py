@@ -1,4 +1,8 @@
-"""Launching torchrun in its own process group, and making sure none of it outlives us."""
+"""Launching torchrun in its own session, and making sure none of the job outlives it.
+
+torchrun starts each rank in a session of its own, so the launcher's process group alone
+does not reach the ranks: `JobProcesses` also remembers every descendant it has seen.
+"""
 from __future__ import annotations
 
 import ctypes
@@ -7,6 +11,8 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+
+import psutil
 
 PR_SET_PDEATHSIG = 1
 
@@ -47,39 +53,61 @@ def live_group_members(pgid: int) -> list[int]:
 
 
 def group_is_alive(pgid: int) -> bool:
-    if not Path("/proc/self/stat").exists():  # not Linux: ask the kernel directly
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        return True
     return bool(live_group_members(pgid))
 
 
-def stop_process_group(process: subprocess.Popen, *, grace_seconds: float) -> None:
-    """SIGTERM the whole group, SIGKILL what is left after the grace period."""
-    pgid = process.pid  # start_new_session made the launcher its group's leader
-    _signal_group(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_seconds
-    while time.monotonic() < deadline and (process.poll() is None or group_is_alive(pgid)):
-        time.sleep(0.1)
-    kill_process_group(process)
+class JobProcesses:
+    """The launcher and every descendant seen so far (ranks, their helpers)."""
 
+    def __init__(self, launcher: subprocess.Popen):
+        self.launcher = launcher
+        self._known: dict[int, psutil.Process] = {}
+        self.refresh()
 
-def kill_process_group(process: subprocess.Popen) -> None:
-    """SIGKILL every process left in the group and reap the launcher."""
-    pgid = process.pid
-    for _ in range(50):
-        if not group_is_alive(pgid):
-            break
-        _signal_group(pgid, signal.SIGKILL)
-        time.sleep(0.1)
-    if process.poll() is None:
-        process.wait(timeout=10)
+    def refresh(self) -> None:
+        try:
+            found = [psutil.Process(self.launcher.pid), *psutil.Process(self.launcher.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        for process in found:
+            self._known.setdefault(process.pid, process)
 
+    def alive_pids(self) -> list[int]:
+        alive = set(live_group_members(self.launcher.pid))
+        for pid, process in self._known.items():
+            try:  # is_running also guards against a reused pid
+                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                    alive.add(pid)
+            except psutil.NoSuchProcess:
+                pass
+        return sorted(alive)
 
-def _signal_group(pgid: int, signal_number: int) -> None:
-    try:
-        os.killpg(pgid, signal_number)
-    except (ProcessLookupError, PermissionError):
-        pass
+    def stop(self, *, grace_seconds: float) -> None:
+        """SIGTERM the group and every rank, SIGKILL what is left after the grace period."""
+        self.refresh()
+        self._signal_all(signal.SIGTERM)
+        deadline = time.monotonic() + grace_seconds
+        while time.monotonic() < deadline and (self.launcher.poll() is None or self.alive_pids()):
+            time.sleep(0.1)
+        self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL everything of the job that is still alive and reap the launcher."""
+        for _ in range(50):
+            if not self.alive_pids():
+                break
+            self._signal_all(signal.SIGKILL)
+            time.sleep(0.1)
+        if self.launcher.poll() is None:
+            self.launcher.wait(timeout=10)
+
+    def _signal_all(self, signal_number: int) -> None:
+        try:
+            os.killpg(self.launcher.pid, signal_number)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for pid in self.alive_pids():
+            try:
+                self._known[pid].send_signal(signal_number) if pid in self._known else os.kill(pid, signal_number)
+            except (psutil.NoSuchProcess, ProcessLookupError, PermissionError):
+                pass

@@ -1,7 +1,7 @@
-"""The launcher's process group: stopped whole on cancel, and gone when the worker dies.
+"""The job's processes: stopped whole on cancel, and gone when the worker dies.
 
-A small fake launcher stands in for torchrun: it starts a grandchild (a "rank") and either
-honours SIGTERM or ignores it.
+A small fake launcher stands in for torchrun: like torchrun it starts its "rank" in a
+session of its own, and it either forwards SIGTERM to it or ignores SIGTERM altogether.
 """
 import os
 import signal
@@ -10,72 +10,87 @@ import sys
 import textwrap
 import time
 
-from worker.process_group import (group_is_alive, live_group_members as live_members,
-                                  start_process_group, stop_process_group)
+import psutil
+
+from worker.process_group import JobProcesses, start_process_group
 
 FAKE_LAUNCHER = textwrap.dedent("""
     import signal, subprocess, sys, time
     rank = subprocess.Popen([sys.executable, "-c",
-        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"],
+        start_new_session=True)
     def forward(*_):  # like torchrun: pass SIGTERM on to the ranks, then leave
         rank.kill()
         sys.exit(0)
     signal.signal(signal.SIGTERM, signal.SIG_IGN if sys.argv[1] == "ignore-term" else forward)
-    print("rank", rank.pid, flush=True)
+    print(rank.pid, flush=True)
     time.sleep(600)
 """)
 
 
-def wait_for_members(pgid: int, count: int) -> None:
-    deadline = time.monotonic() + 20
-    while len(live_members(pgid)) < count and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(live_members(pgid)) >= count
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def launch(tmp_path, mode: str):
     script = tmp_path / "launcher.py"
     script.write_text(FAKE_LAUNCHER)
-    return start_process_group([sys.executable, str(script), mode], cwd=tmp_path,
-                               env=dict(os.environ), log_file=tmp_path / "logs" / "launcher.log")
+    log = tmp_path / "logs" / "launcher.log"
+    process = start_process_group([sys.executable, str(script), mode], cwd=tmp_path,
+                                  env=dict(os.environ), log_file=log)
+    return process, wait_for_rank_pid(log)
 
 
-def test_stop_takes_down_a_launcher_that_honours_sigterm_and_its_ranks(tmp_path):
-    process = launch(tmp_path, "honour-term")
-    wait_for_members(process.pid, 2)
-    stop_process_group(process, grace_seconds=5)
-    assert live_members(process.pid) == [] and not group_is_alive(process.pid)
+def wait_for_rank_pid(log) -> int:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if log.exists() and log.read_text().strip():
+            return int(log.read_text().split()[0])
+        time.sleep(0.05)
+    raise AssertionError("the fake launcher never started its rank")
+
+
+def test_stop_takes_down_the_launcher_and_a_rank_in_its_own_session(tmp_path):
+    process, rank_pid = launch(tmp_path, "forward-term")
+    processes = JobProcesses(process)
+    assert set(processes.alive_pids()) == {process.pid, rank_pid}
+    processes.stop(grace_seconds=5)
+    assert processes.alive_pids() == [] and not alive(rank_pid)
 
 
 def test_stop_kills_what_ignores_sigterm_after_the_grace_period(tmp_path):
-    process = launch(tmp_path, "ignore-term")
-    wait_for_members(process.pid, 2)
+    process, rank_pid = launch(tmp_path, "ignore-term")
+    processes = JobProcesses(process)
     started = time.monotonic()
-    stop_process_group(process, grace_seconds=1)
-    assert live_members(process.pid) == []
+    processes.stop(grace_seconds=1)
+    assert processes.alive_pids() == [] and not alive(rank_pid) and process.returncode is not None
     assert time.monotonic() - started < 10
 
 
-def test_the_group_dies_when_the_worker_is_killed(tmp_path):
-    """A stand-in worker launches the group, then is SIGKILLed: nothing of the job remains."""
+def test_the_job_dies_when_the_worker_is_killed(tmp_path):
+    """A stand-in worker launches the job, then is SIGKILLed: nothing of the job remains."""
     script = tmp_path / "launcher.py"
     script.write_text(FAKE_LAUNCHER)
+    log = tmp_path / "launcher.log"
     worker_code = textwrap.dedent(f"""
         import os, sys, time
         from pathlib import Path
         from worker.process_group import start_process_group
-        p = start_process_group([sys.executable, {str(script)!r}, "honour-term"], cwd=Path("."),
-                                env=dict(os.environ), log_file=Path({str(tmp_path / 'w.log')!r}))
+        p = start_process_group([sys.executable, {str(script)!r}, "forward-term"], cwd=Path("."),
+                                env=dict(os.environ), log_file=Path({str(log)!r}))
         print(p.pid, flush=True)
         time.sleep(600)
     """)
     worker = subprocess.Popen([sys.executable, "-c", worker_code], stdout=subprocess.PIPE, text=True)
-    pgid = int(worker.stdout.readline())
-    wait_for_members(pgid, 2)
+    launcher_pid = int(worker.stdout.readline())
+    rank_pid = wait_for_rank_pid(log)
     worker.send_signal(signal.SIGKILL)
     worker.wait()
     deadline = time.monotonic() + 20
-    while live_members(pgid) and time.monotonic() < deadline:
+    while (alive(launcher_pid) or alive(rank_pid)) and time.monotonic() < deadline:
         time.sleep(0.1)
     # The kernel sent the launcher SIGTERM (PR_SET_PDEATHSIG), and it took its rank along.
-    assert live_members(pgid) == []
+    assert not alive(launcher_pid) and not alive(rank_pid)

@@ -1,0 +1,135 @@
+"""Fixtures for the trainer's tests: one built-in model cache for the whole session, and a
+helper that lays out a real run folder and launches real torchrun CPU ranks on it."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tunedeck.backend_config import backend_config, build_torchrun_argv
+from tunedeck.job_spec import JobSpec
+from tunedeck.metrics_event import decode_event
+from tunedeck.run_folder import RunFolder, write_run_folder
+
+RANKS = 2
+RUN_TIMEOUT_SECONDS = 300
+# Small and fast on a 2-core CPU, while the loss still falls clearly.
+BASE_SPEC = {
+    "model": "builtin:tiny-llama", "dataset": "builtin:arithmetic", "num_gpus": RANKS,
+    "max_steps": 36, "learning_rate": 5e-3, "micro_batch_size": 4, "seq_len": 64,
+    "precision": "bf16",
+}
+
+
+@pytest.fixture(scope="session")
+def tunedeck_home(tmp_path_factory) -> Path:
+    """One `$TUNEDECK_HOME` per session, so the built-in model is generated once."""
+    home = tmp_path_factory.mktemp("tunedeck-home")
+    previous = os.environ.get("TUNEDECK_HOME")
+    os.environ["TUNEDECK_HOME"] = str(home)
+    yield home
+    if previous is None:
+        os.environ.pop("TUNEDECK_HOME", None)
+    else:
+        os.environ["TUNEDECK_HOME"] = previous
+
+
+@pytest.fixture(scope="session")
+def builtin_model_dir(tunedeck_home) -> Path:
+    from trainer.builtin_model import ensure_builtin_model
+
+    return ensure_builtin_model(tunedeck_home)
+
+
+@pytest.fixture(scope="session")
+def builtin_tokenizer(builtin_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(builtin_model_dir)
+
+
+@dataclass
+class TrainerRun:
+    run: RunFolder
+    ranks: int
+    returncode: int
+    output: str
+    seconds: float
+
+    def events(self, rank: int) -> list[dict]:
+        lines = self.run.rank_metrics_file(rank).read_text(encoding="utf-8").splitlines()
+        return [event for event in map(decode_event, lines) if event is not None]
+
+    def events_of_kind(self, rank: int, kind: str) -> list[dict]:
+        return [event for event in self.events(rank) if event["kind"] == kind]
+
+
+def write_run(run_dir: Path, **spec_overrides) -> RunFolder:
+    """The run folder exactly as the worker lays it out, with the real generated config."""
+    spec = JobSpec.model_validate({**BASE_SPEC, **spec_overrides})
+    run = RunFolder(run_dir)
+    write_run_folder(
+        run, spec_json=spec.model_dump(mode="json"), backend=spec.backend,
+        backend_config=backend_config(spec),
+        launch={"argv": build_torchrun_argv(spec, str(run_dir)), "environment": {}},
+    )
+    return run
+
+
+def torchrun_command(run: RunFolder, *extra_arguments: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc_per_node", str(RANKS), "-m", "trainer", "--run-dir", str(run.path),
+            *extra_arguments]
+
+
+def trainer_environment(tunedeck_home: Path) -> dict[str, str]:
+    return {
+        **os.environ, "OMP_NUM_THREADS": "1", "TUNEDECK_HOME": str(tunedeck_home),
+        "TORCH_EXTENSIONS_DIR": str(Path.home() / ".cache" / "tunedeck" / "torch_extensions"),
+    }
+
+
+def launch_trainer(run: RunFolder, tunedeck_home: Path, *extra_arguments: str) -> TrainerRun:
+    import time
+
+    started = time.monotonic()
+    completed = subprocess.run(torchrun_command(run, *extra_arguments), env=trainer_environment(tunedeck_home),
+                               cwd=run.path, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS)
+    return TrainerRun(run=run, ranks=RANKS, returncode=completed.returncode,
+                      output=(completed.stdout + completed.stderr)[-6000:],
+                      seconds=time.monotonic() - started)
+
+
+@pytest.fixture
+def run_trainer(tmp_path, tunedeck_home, builtin_model_dir):
+    """run_trainer(*arguments, **spec_overrides) -> TrainerRun, after a real 2-rank launch."""
+    def run_it(*extra_arguments: str, **spec_overrides) -> TrainerRun:
+        run = write_run(tmp_path / "run", **spec_overrides)
+        return launch_trainer(run, tunedeck_home, *extra_arguments)
+
+    return run_it
+
+
+@pytest.fixture
+def start_trainer(tmp_path, tunedeck_home, builtin_model_dir):
+    """start_trainer(**spec_overrides) -> (RunFolder, Popen): a launch left running, in its
+    own session as the worker starts it; killed at teardown if still alive."""
+    launched = []
+
+    def start(**spec_overrides):
+        run = write_run(tmp_path / "run", **spec_overrides)
+        launcher = subprocess.Popen(torchrun_command(run), env=trainer_environment(tunedeck_home),
+                                    cwd=run.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    start_new_session=True)
+        launched.append(launcher)
+        return run, launcher
+
+    yield start
+    for launcher in launched:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()

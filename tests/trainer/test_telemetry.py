@@ -1,0 +1,34 @@
+import torch
+
+from tunedeck.metrics_event import MEMORY_FIELDS, NOTICE_FIELDS, STEP_FIELDS, decode_event
+from trainer.telemetry import FileTelemetry, NullTelemetry, open_telemetry
+
+
+def test_file_telemetry_writes_schema_events(tmp_path):
+    path = tmp_path / "metrics" / "rank-1.jsonl"
+    telemetry = open_telemetry(enabled=True, path=path, rank=1, device=torch.device("cpu"))
+    assert isinstance(telemetry, FileTelemetry)
+    telemetry.notice("loading model")
+    telemetry.step(step=1, loss=2.5, learning_rate=1e-3, grad_norm=0.5, tokens_per_second=100.0,
+                   step_seconds=0.2, tokens=20)
+    telemetry.memory(step=1)
+    # Flushed line by line: a reader sees every event before close().
+    notice, step, memory = [decode_event(line) for line in path.read_text().splitlines()]
+    telemetry.close()
+    assert notice["kind"] == "notice" and set(NOTICE_FIELDS) <= notice.keys()
+    assert notice["level"] == "info" and notice["rank"] == 1
+    assert step["kind"] == "step" and set(STEP_FIELDS) <= step.keys() and step["tokens"] == 20
+    assert memory["kind"] == "memory" and set(MEMORY_FIELDS) <= memory.keys()
+    assert memory["device"] == "cpu" and memory["allocated_mb"] is None and memory["rss_mb"] > 0
+
+
+def test_metrics_off_writes_nothing(tmp_path):
+    path = tmp_path / "metrics" / "rank-0.jsonl"
+    telemetry = open_telemetry(enabled=False, path=path, rank=0, device=torch.device("cpu"))
+    assert isinstance(telemetry, NullTelemetry)
+    telemetry.notice("x", level="error")
+    telemetry.step(step=1, loss=1.0, learning_rate=1.0, grad_norm=1.0, tokens_per_second=1.0,
+                   step_seconds=1.0, tokens=1)
+    telemetry.memory(step=1)
+    telemetry.close()
+    assert not path.parent.exists()

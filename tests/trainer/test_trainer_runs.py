@@ -1,0 +1,115 @@
+"""Real runs: `python -m trainer` under torchrun with 2 CPU ranks on the built-in model."""
+import signal
+import time
+from statistics import mean
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.torchrun
+
+LORA_STEPS = 36
+
+
+def sample_input_ids() -> torch.Tensor:
+    return torch.randint(0, 300, (2, 16), generator=torch.Generator().manual_seed(0))
+
+
+def assert_rank_files_report_every_step(result, steps: int) -> list[float]:
+    """Both ranks' files hold one step and one memory event per step; returns rank 0's losses."""
+    assert [rank for rank, _ in result.run.rank_metrics_files()] == list(range(result.ranks))
+    losses_by_rank = []
+    for rank in range(result.ranks):
+        step_events = result.events_of_kind(rank, "step")
+        memory_events = result.events_of_kind(rank, "memory")
+        assert [event["step"] for event in step_events] == list(range(1, steps + 1))
+        assert [event["step"] for event in memory_events] == list(range(1, steps + 1))
+        first = step_events[0]
+        assert first["tokens"] > 0 and first["tokens_per_second"] > 0 and first["step_seconds"] > 0
+        assert first["grad_norm"] > 0 and first["learning_rate"] > 0
+        assert memory_events[0]["device"] == "cpu" and memory_events[0]["rss_mb"] > 0
+        assert memory_events[0]["allocated_mb"] is None
+        losses_by_rank.append([event["loss"] for event in step_events])
+    # The loss is averaged over ranks before it is written, so every rank reports the same.
+    assert all(losses == losses_by_rank[0] for losses in losses_by_rank)
+    return losses_by_rank[0]
+
+
+def assert_merged_matches_base_plus_adapter(run, builtin_model_dir):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    merged = AutoModelForCausalLM.from_pretrained(run.merged_dir).eval()
+    base = AutoModelForCausalLM.from_pretrained(builtin_model_dir, dtype=torch.float32)
+    adapted = PeftModel.from_pretrained(base, run.adapter_dir).eval()
+    with torch.no_grad():
+        merged_logits = merged(sample_input_ids()).logits
+        adapted_logits = adapted(sample_input_ids()).logits
+        with adapted.disable_adapter():
+            base_logits = adapted(sample_input_ids()).logits
+    assert merged.dtype == torch.float32
+    assert torch.allclose(merged_logits, adapted_logits, atol=1e-4)
+    assert not torch.allclose(merged_logits, base_logits, atol=1e-2)  # training changed something
+
+
+@pytest.mark.parametrize("backend", ["zero2", "fsdp"])
+def test_lora_run_learns_and_exports_an_equivalent_merge(backend, run_trainer, builtin_model_dir):
+    result = run_trainer(backend=backend, method="lora", precision="bf16", max_steps=LORA_STEPS,
+                         warmup_steps=2)
+    assert result.returncode == 0, result.output
+    print(f"{backend} lora run: {result.seconds:.1f} s")
+
+    losses = assert_rank_files_report_every_step(result, LORA_STEPS)
+    assert mean(losses[-5:]) < mean(losses[:5]) - 0.75, losses
+    notices = [event["message"] for event in result.events_of_kind(0, "notice")]
+    assert notices[0].startswith("loading model") and notices[-1].startswith("merged model saved")
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in result.run.adapter_dir.iterdir()}
+    assert_merged_matches_base_plus_adapter(result.run, builtin_model_dir)
+
+
+def test_full_finetune_without_metrics_saves_a_loadable_model(run_trainer, builtin_model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    result = run_trainer("--metrics", "off", backend="fsdp", method="full", precision="fp32",
+                         max_steps=4, grad_accum=2,
+                         fsdp={"cpu_offload": True, "activation_checkpointing": True})
+    assert result.returncode == 0, result.output
+    print(f"fsdp full run: {result.seconds:.1f} s")
+
+    assert list(result.run.metrics_dir.iterdir()) == []
+    assert not result.run.adapter_dir.exists()
+    merged = AutoModelForCausalLM.from_pretrained(result.run.merged_dir).eval()
+    base = AutoModelForCausalLM.from_pretrained(builtin_model_dir).eval()
+    AutoTokenizer.from_pretrained(result.run.merged_dir)
+    changed = [name for name, weight in merged.state_dict().items()
+               if not torch.equal(weight, base.state_dict()[name])]
+    assert "model.embed_tokens.weight" in changed and "lm_head.weight" in changed
+
+
+def test_missing_dataset_fails_with_an_error_notice_naming_the_path(run_trainer, tmp_path):
+    missing = tmp_path / "no-such-folder" / "train.jsonl"
+    result = run_trainer(backend="zero2", dataset=str(missing))
+    assert result.returncode != 0
+    print(f"failing run: {result.seconds:.1f} s")
+
+    errors = [event for rank in range(result.ranks) for event in result.events_of_kind(rank, "notice")
+              if event["level"] == "error"]
+    assert errors and all(str(missing) in event["message"] for event in errors)
+    assert not result.run.merged_dir.exists()
+
+
+def test_ranks_die_with_a_killed_launcher(start_trainer):
+    """PR_SET_PDEATHSIG: a SIGKILLed torchrun (no chance to stop its children) leaves no rank."""
+    import psutil
+
+    run, launcher = start_trainer(backend="fsdp", max_steps=100_000)
+    deadline = time.monotonic() + 120
+    while not (run.rank_metrics_file(1).exists() and '"step"' in run.rank_metrics_file(1).read_text()):
+        assert launcher.poll() is None and time.monotonic() < deadline, "the run never reached a step"
+        time.sleep(0.5)
+    ranks = psutil.Process(launcher.pid).children()
+    assert len(ranks) == 2
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait(timeout=10)
+    _, alive = psutil.wait_procs(ranks, timeout=20)
+    assert alive == []

@@ -1,0 +1,56 @@
+"""`python -m trainer --run-dir RUN [--metrics on|off]`, launched by torchrun on every rank.
+
+The trainer reads only the run folder (and `$TUNEDECK_HOME/builtin/` for built-in assets).
+A failure becomes an "error" notice in this rank's metrics file, then propagates so the
+rank, and so torchrun, exits non-zero.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+# Progress bars redraw with carriage returns, which only clutter logs/torchrun.log; set
+# before transformers is imported, which reads it once.
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+from tunedeck.job_spec import JobSpec
+from tunedeck.run_folder import RunFolder, read_json
+
+from trainer.rank import die_with_launcher, rank_context_from_environment, set_cpu_threads
+from trainer.telemetry import open_telemetry
+
+
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__.splitlines()[0])
+    parser.add_argument("--run-dir", required=True, type=Path, help="the run folder the worker wrote")
+    parser.add_argument("--metrics", choices=("on", "off"), default="on",
+                        help="write metrics/rank-<K>.jsonl (default on)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = parse_arguments(argv)
+    die_with_launcher()
+    context = rank_context_from_environment()
+    set_cpu_threads(context)
+    run = RunFolder(arguments.run_dir.resolve())
+    telemetry = open_telemetry(enabled=arguments.metrics == "on",
+                               path=run.rank_metrics_file(context.rank),
+                               rank=context.rank, device=context.device)
+    try:
+        from trainer.train import train
+
+        spec = JobSpec.model_validate(read_json(run.spec_file))
+        train(spec, run, context=context, telemetry=telemetry)
+    except Exception as error:
+        telemetry.notice(f"{type(error).__name__}: {error}", level="error")
+        raise
+    finally:
+        telemetry.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

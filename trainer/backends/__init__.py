@@ -1,0 +1,47 @@
+"""The distributed backends behind one small interface, chosen once from `spec.backend`.
+
+The training loop speaks only `TrainingBackend`: `step` runs one micro-batch forward and
+backward, `optimizer_step` closes a step of `grad_accum` micro-batches, and
+`gather_trainable_state` hands rank 0 the fp32 weights to export. How gradients are
+reduced, sharded, clipped and cast stays inside each backend.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from trainer.rank import RankContext
+
+
+class TrainingBackend(Protocol):
+    @classmethod
+    def init_distributed(cls, context: RankContext) -> None:
+        """Join the process group (gloo on CPU, nccl on GPU)."""
+
+    @classmethod
+    def wrap(cls, model, settings: dict[str, Any], context: RankContext) -> "TrainingBackend":
+        """Take ownership of `model`; `settings` is the run folder's generated config."""
+
+    def set_learning_rate(self, learning_rate: float) -> None: ...
+
+    def step(self, batch: dict[str, Any]) -> "torch.Tensor":  # noqa: F821
+        """Forward and backward of one micro-batch; the detached mean loss (no sync)."""
+
+    def optimizer_step(self) -> "torch.Tensor":  # noqa: F821
+        """Clip and apply the accumulated gradients; the global norm before clipping."""
+
+    def gather_trainable_state(self) -> dict[str, Any]:
+        """Full fp32 trainable weights by parameter name on rank 0 (empty elsewhere).
+        Every rank must call it: the gather is a collective."""
+
+
+def backend_class(name: str) -> type[TrainingBackend]:
+    # Imported on demand: a ZeRO-2 run never loads FSDP code, an FSDP run never DeepSpeed.
+    if name == "zero2":
+        from trainer.backends.zero2 import Zero2Backend
+
+        return Zero2Backend
+    if name == "fsdp":
+        from trainer.backends.fsdp import FsdpBackend
+
+        return FsdpBackend
+    raise ValueError(f"backend {name}: unknown; use zero2 or fsdp")

@@ -1,0 +1,27 @@
+"""`builtin:arithmetic`: a synthetic instruction set a tiny model visibly learns.
+
+Short questions with one- to three-digit answers: the answer format (digits, then the end of
+the turn) is learned within tens of steps, so a falling loss shows the whole pipeline works.
+"""
+from __future__ import annotations
+
+import random
+
+ARITHMETIC_SEED = 7
+ARITHMETIC_SIZE = 2000
+OPERAND_LIMIT = 50
+
+
+def arithmetic_pairs(size: int = ARITHMETIC_SIZE, seed: int = ARITHMETIC_SEED) -> list[tuple[str, str]]:
+    """(prompt, response) pairs such as ("What is 12 + 7?", "19"); the same on every call."""
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(size):
+        left, right = rng.randrange(OPERAND_LIMIT), rng.randrange(OPERAND_LIMIT)
+        if rng.random() < 0.5:
+            pairs.append((f"What is {left} + {right}?", str(left + right)))
+        else:
+            # Keep differences non-negative so every answer is plain digits.
+            left, right = max(left, right), min(left, right)
+            pairs.append((f"What is {left} - {right}?", str(left - right)))
+    return pairs

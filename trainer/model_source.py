@@ -1,0 +1,55 @@
+"""Where the base model comes from: `builtin:tiny-llama`, a local folder, or a Hugging Face id.
+
+Weights always load in fp32: they are the master weights, and the backend decides what
+precision the forward pass runs in. Export reloads the same source, so a LoRA merge lands on
+the untouched fp32 base and not on a bf16 copy a backend made for training.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from trainer.builtin_model import BUILTIN_MODEL_NAME, ensure_builtin_model
+
+DEFAULT_TUNEDECK_HOME = "./var"
+
+
+def tunedeck_home() -> Path:
+    return Path(os.environ.get("TUNEDECK_HOME", DEFAULT_TUNEDECK_HOME)).expanduser().resolve()
+
+
+def resolve_model_source(model: str) -> str:
+    """A path or id `from_pretrained` accepts; builds the built-in model on first use."""
+    if model.startswith("builtin:"):
+        name = model.removeprefix("builtin:")
+        if name != BUILTIN_MODEL_NAME:
+            raise ValueError(f"model {model}: unknown; "
+                             f"the built-in model is builtin:{BUILTIN_MODEL_NAME}")
+        return str(ensure_builtin_model(tunedeck_home()))
+    local = Path(model).expanduser()
+    if local.exists():
+        if not (local / "config.json").is_file():
+            raise FileNotFoundError(f"model {local}: no config.json; "
+                                    "expected a Hugging Face model folder")
+        return str(local.resolve())
+    return model  # a Hugging Face id, passed through as is
+
+
+def load_base_model(source: str):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    model.config.use_cache = False  # a KV cache is only for generation
+    return model
+
+
+def load_tokenizer(source: str):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    if tokenizer.pad_token_id is None:
+        # Many base models ship without a pad token; padding is masked out of attention and
+        # loss, so any id works, and end-of-sequence is the usual choice.
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer

@@ -1,0 +1,96 @@
+"""What a rank tells the worker: one JSON event a line in `metrics/rank-<K>.jsonl`.
+
+The schema lives in `tunedeck.metrics_event`; this module only fills it. `--metrics off`
+swaps in `NullTelemetry`, so the training loop never asks whether anyone is listening.
+Each line is flushed at once because the worker tails these files while the job runs.
+"""
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+from typing import Protocol
+
+from tunedeck.metrics_event import MEMORY, NOTICE, STEP, encode_event
+
+BYTES_PER_MB = 1024 * 1024
+
+
+class Telemetry(Protocol):
+    def notice(self, message: str, *, level: str = "info") -> None: ...
+
+    def step(self, *, step: int, loss: float, learning_rate: float, grad_norm: float,
+             tokens_per_second: float, step_seconds: float, tokens: int) -> None: ...
+
+    def memory(self, *, step: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class NullTelemetry:
+    def notice(self, message: str, *, level: str = "info") -> None:
+        pass
+
+    def step(self, **fields) -> None:
+        pass
+
+    def memory(self, *, step: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class FileTelemetry:
+    """Appends this rank's events to its own file (appending keeps a restarted rank's history)."""
+
+    def __init__(self, path: Path, *, rank: int, device):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = path.open("a", encoding="utf-8")
+        self._rank = rank
+        self._device = device
+        self._host = socket.gethostname()
+        self._process = _current_process()
+
+    def _write(self, kind: str, **fields) -> None:
+        self._file.write(encode_event(kind, rank=self._rank, time=time.time(), **fields))
+        self._file.flush()
+
+    def notice(self, message: str, *, level: str = "info") -> None:
+        self._write(NOTICE, level=level, message=message)
+
+    def step(self, *, step: int, loss: float, learning_rate: float, grad_norm: float,
+             tokens_per_second: float, step_seconds: float, tokens: int) -> None:
+        self._write(STEP, step=step, loss=loss, learning_rate=learning_rate, grad_norm=grad_norm,
+                    tokens_per_second=tokens_per_second, step_seconds=step_seconds, tokens=tokens)
+
+    def memory(self, *, step: int) -> None:
+        self._write(MEMORY, step=step, host=self._host, device=str(self._device),
+                    **device_memory_mb(self._device),
+                    rss_mb=self._process.memory_info().rss / BYTES_PER_MB)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def device_memory_mb(device) -> dict[str, float | None]:
+    """Allocator readings on a GPU (no sync needed); a CPU has none, so they are null."""
+    if device.type != "cuda":
+        return {"allocated_mb": None, "reserved_mb": None, "peak_mb": None}
+    import torch
+
+    return {
+        "allocated_mb": torch.cuda.memory_allocated(device) / BYTES_PER_MB,
+        "reserved_mb": torch.cuda.memory_reserved(device) / BYTES_PER_MB,
+        "peak_mb": torch.cuda.max_memory_allocated(device) / BYTES_PER_MB,
+    }
+
+
+def _current_process():
+    import psutil
+
+    return psutil.Process()
+
+
+def open_telemetry(*, enabled: bool, path: Path, rank: int, device) -> Telemetry:
+    return FileTelemetry(path, rank=rank, device=device) if enabled else NullTelemetry()
