@@ -6,6 +6,7 @@ gather, save and merge. Every rank runs this same function; only rank 0 writes t
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,8 +52,11 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     backend = backend_type.wrap(model, read_json(run.backend_config_file(spec.backend)), context)
     telemetry.notice(f"training started: {total_steps} steps, {len(tokenized)} examples, "
                      f"{trainable_parameter_count(model):,} trainable parameters")
-    run_training_loop(backend, batches, spec=spec, total_steps=total_steps, context=context,
-                      telemetry=telemetry)
+    throughput = run_training_loop(backend, batches, spec=spec, total_steps=total_steps,
+                                   context=context, telemetry=telemetry)
+    if context.is_main:
+        # One line on stdout with or without telemetry: bench/overhead.py compares these.
+        print(f"training summary: {throughput.as_text()}", flush=True)
 
     trained_state = backend.gather_trainable_state()
     if context.is_main:
@@ -64,9 +68,28 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     dist.destroy_process_group()
 
 
+@dataclass
+class Throughput:
+    """Tokens and seconds of the steps after the first (the first pays one-off costs)."""
+
+    tokens: float = 0.0
+    seconds: float = 0.0
+
+    def add(self, *, step: int, tokens: float, seconds: float) -> None:
+        if step > 1:
+            self.tokens += tokens
+            self.seconds += seconds
+
+    def as_text(self) -> str:
+        tokens_per_second = self.tokens / self.seconds if self.seconds else 0.0
+        return (f"tokens={int(self.tokens)} seconds={self.seconds:.4f} "
+                f"tokens_per_second={tokens_per_second:.2f}")
+
+
 def run_training_loop(backend: TrainingBackend, batches: Iterator[dict[str, Any]], *, spec: JobSpec,
-                      total_steps: int, context: RankContext, telemetry: Telemetry) -> None:
+                      total_steps: int, context: RankContext, telemetry: Telemetry) -> Throughput:
     micro_batches_per_step = spec.grad_accum * context.world_size
+    throughput = Throughput()
     for step in range(1, total_steps + 1):
         started = time.perf_counter()
         learning_rate = learning_rate_at(step - 1, peak_learning_rate=spec.learning_rate,
@@ -87,9 +110,11 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[dict[str, Any]
                        tokens_per_second=tokens / step_seconds, step_seconds=step_seconds,
                        tokens=int(tokens))
         telemetry.memory(step=step)
+        throughput.add(step=step, tokens=tokens, seconds=time.perf_counter() - started)
         if context.is_main and (step % PRINT_EVERY_STEPS == 0 or step in (1, total_steps)):
             print(f"step {step}/{total_steps} loss {loss:.4f} lr {learning_rate:.2e} "
                   f"grad_norm {grad_norm_value:.3f} {step_seconds:.2f}s", flush=True)
+    return throughput
 
 
 def reduce_step_totals(loss_sum, token_count, grad_norm) -> tuple[float, float, float]:
