@@ -1,0 +1,1 @@
+"""The Gradio UI: one module per tab under `tabs/`, composed by `build_ui`."""

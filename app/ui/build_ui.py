@@ -1,0 +1,43 @@
+"""`build_ui`: the TuneDeck Blocks, one tab module each, joined by "open this job"."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+import gradio as gr  # noqa: E402
+
+from app.ui.tabs.job_page import build_job_page_tab  # noqa: E402
+from app.ui.tabs.jobs import build_jobs_tab  # noqa: E402
+from app.ui.tabs.new_job import build_new_job_tab  # noqa: E402
+
+NEW_JOB_TAB = "new-job"
+JOBS_TAB = "jobs"
+JOB_TAB = "job"
+
+
+def build_ui(*, database, celery_app) -> gr.Blocks:
+    """The whole UI. Nothing here is shared between browsers but the database and broker."""
+    with gr.Blocks(title="TuneDeck", analytics_enabled=False) as blocks:
+        gr.Markdown("# TuneDeck\nLaunch LoRA and full fine-tunes on DeepSpeed ZeRO-2 or "
+                    "PyTorch FSDP, watch loss, throughput and memory live, and download the "
+                    "merged weights.")
+        with gr.Tabs(selected=NEW_JOB_TAB, elem_id="tabs") as tabs:
+            with gr.Tab("New job", id=NEW_JOB_TAB, elem_id="tab-new-job"):
+                new_job = build_new_job_tab(database=database, celery_app=celery_app)
+            with gr.Tab("Jobs", id=JOBS_TAB, elem_id="tab-jobs"):
+                jobs = build_jobs_tab(database=database)
+            with gr.Tab("Job", id=JOB_TAB, elem_id="tab-job"):
+                job_page = build_job_page_tab(database=database)
+        new_job.submitted.then(open_job, new_job.submitted_job_id, [job_page.job_id, tabs],
+                               show_progress="hidden")
+        jobs.selected.then(open_job, jobs.selected_job_id, [job_page.job_id, tabs],
+                           show_progress="hidden")
+    return blocks
+
+
+def open_job(job_id: int | None):
+    """Show the Job tab on `job_id`; nothing changes when there is no job to show."""
+    if job_id is None:
+        return gr.skip(), gr.skip()
+    return job_id, gr.Tabs(selected=JOB_TAB)

@@ -1,0 +1,174 @@
+"""The new-job form's handlers: plain form values in, a JobSpec, a preview or a job out.
+
+The form is a dict keyed by FORM_FIELDS (the tab passes its components in that order).
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from app.job_submission import submit_job
+from tunedeck.backend_config import backend_config, build_torchrun_argv
+from tunedeck.job_spec import JobSpec, format_validation_error
+
+PREVIEW_RUN_DIR = "var/runs/job-<id>"
+METHODS_WITH_ADAPTER = ("lora", "qlora")
+
+# Form field name -> the label the form shows; the order is the order of the tab's inputs.
+FORM_LABELS: dict[str, str] = {
+    "name": "Name",
+    "model": "Model",
+    "dataset": "Dataset",
+    "method": "Method",
+    "backend": "Backend",
+    "precision": "Precision",
+    "num_gpus": "GPUs",
+    "max_steps": "Steps",
+    "learning_rate": "Learning rate",
+    "micro_batch_size": "Micro batch size",
+    "grad_accum": "Gradient accumulation",
+    "seq_len": "Sequence length",
+    "lora_r": "LoRA rank",
+    "lora_alpha": "LoRA alpha",
+    "lora_dropout": "LoRA dropout",
+    "zero2_offload_optimizer": "Offload optimizer to CPU",
+    "zero2_overlap_comm": "Overlap communication",
+    "zero2_contiguous_gradients": "Contiguous gradients",
+    "fsdp_cpu_offload": "CPU offload",
+    "fsdp_activation_checkpointing": "Activation checkpointing",
+}
+FORM_FIELDS: tuple[str, ...] = tuple(FORM_LABELS)
+
+# A spec's error location (as format_validation_error spells it) -> the form label.
+SPEC_FIELD_LABELS: dict[str, str] = {
+    **{field: label for field, label in FORM_LABELS.items()
+       if not field.startswith(("lora_", "zero2_", "fsdp_"))},
+    "lora.r": FORM_LABELS["lora_r"],
+    "lora.alpha": FORM_LABELS["lora_alpha"],
+    "lora.dropout": FORM_LABELS["lora_dropout"],
+}
+
+
+@dataclass(frozen=True)
+class FormPreview:
+    config_title: str
+    config_json: str
+    command_line: str
+    message: str
+
+
+def form_values(values: tuple[Any, ...]) -> dict[str, Any]:
+    """The tab's input values (in FORM_FIELDS order) as the form dict."""
+    return dict(zip(FORM_FIELDS, values, strict=True))
+
+
+def default_form() -> dict[str, Any]:
+    """The form's starting values: the spec's defaults, with a short run of 2 ranks."""
+    spec = JobSpec(num_gpus=2, max_steps=20)
+    return {
+        "name": "", "model": spec.model, "dataset": spec.dataset, "method": spec.method,
+        "backend": spec.backend, "precision": spec.precision, "num_gpus": spec.num_gpus,
+        "max_steps": spec.max_steps, "learning_rate": spec.learning_rate,
+        "micro_batch_size": spec.micro_batch_size, "grad_accum": spec.grad_accum,
+        "seq_len": spec.seq_len, "lora_r": spec.lora.r, "lora_alpha": spec.lora.alpha,
+        "lora_dropout": spec.lora.dropout,
+        "zero2_offload_optimizer": spec.zero2.offload_optimizer,
+        "zero2_overlap_comm": spec.zero2.overlap_comm,
+        "zero2_contiguous_gradients": spec.zero2.contiguous_gradients,
+        "fsdp_cpu_offload": spec.fsdp.cpu_offload,
+        "fsdp_activation_checkpointing": spec.fsdp.activation_checkpointing,
+    }
+
+
+def form_to_spec_data(form: dict[str, Any]) -> dict[str, Any]:
+    """The spec's JSON shape of the form. LoRA settings go in only for adapter methods, so a
+    hidden LoRA field never blocks a full fine-tune."""
+    data: dict[str, Any] = {
+        "name": _text_or_none(form["name"]),
+        "model": _text(form["model"]),
+        "dataset": _text(form["dataset"]),
+        "method": form["method"],
+        "backend": form["backend"],
+        "precision": form["precision"],
+        "num_gpus": form["num_gpus"],
+        "max_steps": form["max_steps"],
+        "learning_rate": form["learning_rate"],
+        "micro_batch_size": form["micro_batch_size"],
+        "grad_accum": form["grad_accum"],
+        "seq_len": form["seq_len"],
+        "zero2": {"offload_optimizer": bool(form["zero2_offload_optimizer"]),
+                  "overlap_comm": bool(form["zero2_overlap_comm"]),
+                  "contiguous_gradients": bool(form["zero2_contiguous_gradients"])},
+        "fsdp": {"cpu_offload": bool(form["fsdp_cpu_offload"]),
+                 "activation_checkpointing": bool(form["fsdp_activation_checkpointing"])},
+    }
+    if form["method"] in METHODS_WITH_ADAPTER:
+        data["lora"] = {"r": form["lora_r"], "alpha": form["lora_alpha"],
+                        "dropout": form["lora_dropout"]}
+    return data
+
+
+def _text(value: Any) -> str:
+    return (value or "").strip()
+
+
+def _text_or_none(value: Any) -> str | None:
+    return _text(value) or None
+
+
+def form_to_spec(form: dict[str, Any]) -> tuple[JobSpec | None, str]:
+    """(the validated spec, "") or (None, one readable line per bad field)."""
+    try:
+        return JobSpec.model_validate(form_to_spec_data(form)), ""
+    except ValidationError as error:
+        return None, _label_fields(format_validation_error(error))
+
+
+def _label_fields(problems: str) -> str:
+    """'lora.r: must be ...' -> 'LoRA rank (lora.r): must be ...'."""
+    lines = []
+    for line in problems.splitlines():
+        field, separator, message = line.partition(": ")
+        label = SPEC_FIELD_LABELS.get(field)
+        lines.append(f"{label} ({field}): {message}" if separator and label else line)
+    return "\n".join(lines)
+
+
+def preview_form(form: dict[str, Any]) -> FormPreview:
+    """What the job would run: the backend config and the torchrun command, or the errors."""
+    spec, problems = form_to_spec(form)
+    if spec is None:
+        return FormPreview("Generated config (fix the form to see it)", "", "",
+                           _problems_markdown(problems))
+    title = ("DeepSpeed ZeRO-2 config (`deepspeed.json`)" if spec.backend == "zero2"
+             else "FSDP settings (`fsdp.json`)")
+    config_json = json.dumps(backend_config(spec), indent=2)
+    command_line = shlex.join(build_torchrun_argv(spec, PREVIEW_RUN_DIR))
+    return FormPreview(title, config_json, command_line, "")
+
+
+def _problems_markdown(problems: str) -> str:
+    items = "\n".join(f"- {line}" for line in problems.splitlines())
+    return f"**Please fix:**\n{items}"
+
+
+def submit_form(form: dict[str, Any], *, database, celery_app) -> tuple[int | None, str]:
+    """(new job id, confirmation) or (None, why it was refused). Nothing is stored on refusal."""
+    spec, problems = form_to_spec(form)
+    if spec is None:
+        return None, "Not submitted. " + _problems_markdown(problems)
+    job = submit_job(database=database, celery_app=celery_app, spec=spec)
+    return job.id, f"Submitted job **{job.id}** ({job.name}): status `{job.status}`."
+
+
+def backend_options_visible(backend: str) -> tuple[bool, bool]:
+    """(show the ZeRO-2 options, show the FSDP options)."""
+    return backend == "zero2", backend == "fsdp"
+
+
+def lora_options_visible(method: str) -> bool:
+    return method in METHODS_WITH_ADAPTER

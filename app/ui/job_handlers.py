@@ -1,0 +1,258 @@
+"""The jobs table's and the job page's handlers: a job id (or nothing) in, plain data out."""
+from __future__ import annotations
+
+import html
+import json
+import shlex
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pandas as pd
+from pydantic import ValidationError
+
+from app.artifacts import ARTIFACT_KINDS, artifact_folder
+from app.job_submission import cancel_job
+from app.job_views import job_config, job_run_folder, read_job_log_tail
+from tunedeck import job_store, metric_store
+from tunedeck.db.models import Job
+from tunedeck.job_states import FINISHED_STATUSES, QUEUED, RUNNING, SUCCEEDED
+
+JOBS_TABLE_COLUMNS = ["id", "name", "method", "backend", "status", "step / max steps",
+                      "latest loss", "tokens/s", "created", "error"]
+JOBS_TABLE_LIMIT = 100
+LOG_TAIL_LINES = 200
+EVENT_COLUMNS = ["time", "kind", "message"]
+LOSS_COLUMNS = ["step", "loss"]
+THROUGHPUT_COLUMNS = ["step", "tokens_per_second"]
+MEMORY_COLUMNS = ["seconds", "memory_mb", "rank"]
+ERROR_PREVIEW_CHARS = 160
+MAX_POINTS_PER_LINE = 2000  # a week-long job must not ship 10^5 points a second to a browser
+NO_JOB_HEADLINE = "Pick a job: type its id, or click it in the Jobs tab."
+
+
+def jobs_table(*, database, limit: int = JOBS_TABLE_LIMIT) -> pd.DataFrame:
+    """One row a job, newest first, with its latest step's figures."""
+    with database.transaction() as session:
+        rows = [_job_row(job, metric_store.latest_step_summary(session=session, job_id=job.id))
+                for job in job_store.list_jobs(session=session, limit=limit)]
+    return pd.DataFrame(rows, columns=JOBS_TABLE_COLUMNS)
+
+
+def _job_row(job: Job, latest_step: dict[str, Any] | None) -> list[Any]:
+    latest_step = latest_step or {}
+    spec = job.spec or {}
+    return [
+        job.id, job.name, spec.get("method", ""), spec.get("backend", ""), job.status,
+        _step_progress(latest_step.get("step"), spec.get("max_steps")),
+        _format_number(latest_step.get("loss"), "{:.4f}"),
+        _format_number(latest_step.get("tokens_per_second"), "{:,.0f}"),
+        _format_time(job.created_at), _first_line(job.error),
+    ]
+
+
+def _step_progress(step: int | None, max_steps: int | None) -> str:
+    done = "0" if step is None else str(step)
+    return f"{done} / {max_steps}" if max_steps else done
+
+
+def _format_number(value: float | None, pattern: str) -> str:
+    return pattern.format(value) if isinstance(value, (int, float)) else ""
+
+
+def _format_time(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else ""
+
+
+def _first_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    line = lines[0] if lines else ""
+    return line if len(line) <= ERROR_PREVIEW_CHARS else line[:ERROR_PREVIEW_CHARS - 1] + "…"
+
+
+def job_id_from_row(row_value: list[Any] | None) -> int | None:
+    """The job id in a jobs-table row (its first cell), or None for anything else."""
+    if not row_value:
+        return None
+    try:
+        return int(row_value[0])
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_job_id(value: Any) -> int | None:
+    """A job-id box's value as a positive int, or None when empty or not a number."""
+    try:
+        job_id = int(value)
+    except (TypeError, ValueError):
+        return None
+    return job_id if job_id > 0 else None
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """Everything the job page shows, for one job (or the empty page when status is None)."""
+
+    job_id: int | None
+    status: str | None
+    headline: str
+    error: str | None = None
+    loss: pd.DataFrame = field(default_factory=lambda: loss_frame([]))
+    throughput: pd.DataFrame = field(default_factory=lambda: throughput_frame([]))
+    memory: pd.DataFrame = field(default_factory=lambda: memory_frame([]))
+    log_tail: str = ""
+    events: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EVENT_COLUMNS))
+    config_json: str = ""
+    command_line: str = ""
+    downloads_html: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.status is None or self.status in FINISHED_STATUSES
+
+    @property
+    def cancellable(self) -> bool:
+        return self.status in (QUEUED, RUNNING)
+
+
+def load_job_page(job_id: Any, *, database) -> JobPage:
+    job_id = parse_job_id(job_id)
+    if job_id is None:
+        return JobPage(None, None, NO_JOB_HEADLINE)
+    with database.transaction() as session:
+        try:
+            job = job_store.get_job(session=session, job_id=job_id)
+        except job_store.JobNotFound:
+            return JobPage(job_id, None, f"There is no job {job_id}.")
+        metrics = metric_store.read_job_metrics(session=session, job_id=job_id)
+        events = job_store.list_job_events(session=session, job_id=job_id)
+    train = metrics["train"]
+    config_json, command_line = _config_texts(job)
+    return JobPage(
+        job_id=job.id, status=job.status, headline=_headline(job, train[-1] if train else None),
+        error=job.error, loss=loss_frame(train), throughput=throughput_frame(train),
+        memory=memory_frame(metrics["memory"], world_size=_world_size(job)),
+        log_tail="\n".join(read_job_log_tail(job, LOG_TAIL_LINES)),
+        events=pd.DataFrame([[_format_time(event.time), event.kind, event.message]
+                             for event in events], columns=EVENT_COLUMNS),
+        config_json=config_json, command_line=command_line, downloads_html=downloads_html(job),
+    )
+
+
+def _headline(job: Job, latest_step: dict[str, Any] | None) -> str:
+    latest_step = latest_step or {}
+    figures = [f"step {_step_progress(latest_step.get('step'), (job.spec or {}).get('max_steps'))}"]
+    if latest_step.get("loss") is not None:
+        figures.append(f"loss {_format_number(latest_step['loss'], '{:.4f}')}")
+    if latest_step.get("tokens_per_second") is not None:
+        figures.append(f"{_format_number(latest_step['tokens_per_second'], '{:,.0f}')} tokens/s")
+    cancel_note = " (cancel requested)" if job.cancel_requested and job.status == RUNNING else ""
+    return (f"### Job {job.id} · {html.escape(job.name)}\n"
+            f"**Status:** `{job.status}`{cancel_note} · " + " · ".join(figures))
+
+
+def _config_texts(job: Job) -> tuple[str, str]:
+    try:
+        config = job_config(job)
+    except (ValidationError, OSError, ValueError, KeyError) as error:
+        return "", f"(cannot show the config: {error})"
+    return json.dumps(config["config"], indent=2), shlex.join(config["argv"])
+
+
+def loss_frame(train: list[dict[str, Any]]) -> pd.DataFrame:
+    return _series_frame(train, "loss", LOSS_COLUMNS)
+
+
+def throughput_frame(train: list[dict[str, Any]]) -> pd.DataFrame:
+    return _series_frame(train, "tokens_per_second", THROUGHPUT_COLUMNS)
+
+
+def _series_frame(train: list[dict[str, Any]], key: str, columns: list[str]) -> pd.DataFrame:
+    points = [(row["step"], row[key]) for row in train
+              if row.get("step") is not None and row.get(key) is not None]
+    return _typed_frame(thin_points(points), columns)
+
+
+def thin_points(points: list, limit: int = MAX_POINTS_PER_LINE) -> list:
+    """At most about `limit` evenly spaced points, always keeping the newest."""
+    if len(points) <= limit:
+        return points
+    stride = -(-len(points) // limit)
+    return points[::stride] + ([points[-1]] if (len(points) - 1) % stride else [])
+
+
+def _typed_frame(points: list[tuple], columns: list[str]) -> pd.DataFrame:
+    """Numbers stay numbers even with no rows: an empty object column would make the plot
+    treat its axis as categories, and the chart keeps that scale once drawn."""
+    frame = pd.DataFrame(points, columns=columns)
+    return frame.astype({column: ("string" if column == "rank" else "float64")
+                         for column in columns})
+
+
+def memory_frame(memory: list[dict[str, Any]], *, world_size: int = 0) -> pd.DataFrame:
+    """One line a rank: accelerator memory allocated, or the process RSS on a CPU host.
+
+    It starts with an empty (NaN) row for each of the job's ranks: the chart picks its
+    colours from the ranks in its first data and keeps them, so a rank that reported only
+    later would be drawn without a colour. Plots skip the NaN rows.
+    """
+    by_rank: dict[int, list[tuple[float, float]]] = {}
+    for row in memory:
+        if _memory_mb(row) is not None:
+            by_rank.setdefault(row["rank"], []).append((row["time"], _memory_mb(row)))
+    start = min((time for line in by_rank.values() for time, _mb in line), default=0.0)
+    placeholders = [(None, None, _rank_name(rank)) for rank in range(world_size)]
+    readings = [(round(time - start, 3), mb, _rank_name(rank))
+                for rank, line in sorted(by_rank.items()) for time, mb in thin_points(line)]
+    return _typed_frame(placeholders + readings, MEMORY_COLUMNS)
+
+
+def _rank_name(rank: int) -> str:
+    return f"rank {rank}"
+
+
+def _world_size(job: Job) -> int:
+    spec = job.spec or {}
+    return int(spec.get("num_gpus") or 1) * int(spec.get("num_nodes") or 1)
+
+
+def _memory_mb(row: dict[str, Any]) -> float | None:
+    allocated = row.get("allocated_mb")
+    return allocated if allocated is not None else row.get("rss_mb")
+
+
+def downloads_html(job: Job) -> str:
+    """Links to the artifacts a succeeded job left; empty for any other job."""
+    run = job_run_folder(job)
+    if job.status != SUCCEEDED or run is None:
+        return ""
+    links = [f'<a href="/api/jobs/{job.id}/artifacts/{kind}" download="job-{job.id}-{kind}.zip" '
+             f'id="job-download-{kind}">Download {_ARTIFACT_TITLES[kind]} (zip)</a>'
+             for kind in ARTIFACT_KINDS if artifact_folder(run, kind).is_dir()]
+    if not links:
+        return "<p>This job left no merged weights or adapter.</p>"
+    return "<p>" + " &nbsp;·&nbsp; ".join(links) + "</p>"
+
+
+_ARTIFACT_TITLES = {"merged": "merged weights", "adapter": "LoRA adapter"}
+
+
+def error_html(error: str | None) -> str:
+    if not error:
+        return ""
+    return ('<div style="border:2px solid #dc2626;background:#fef2f2;color:#7f1d1d;'
+            'padding:12px 16px;border-radius:8px"><strong>This job failed</strong>'
+            f'<pre style="white-space:pre-wrap;margin:8px 0 0">{html.escape(error)}</pre></div>')
+
+
+def cancel_from_page(job_id: Any, *, database) -> str:
+    job_id = parse_job_id(job_id)
+    if job_id is None:
+        return "Pick a job first."
+    try:
+        job = cancel_job(database=database, job_id=job_id)
+    except job_store.JobNotFound:
+        return f"There is no job {job_id}."
+    if job.status == RUNNING:
+        return f"Cancel requested: job {job_id} stops within seconds."
+    return f"Job {job_id} is `{job.status}`."

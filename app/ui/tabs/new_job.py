@@ -1,0 +1,136 @@
+"""The "New job" tab: the form, its live preview, and Submit."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from app.ui import form_handlers
+from app.ui.form_handlers import FORM_FIELDS, FORM_LABELS as LABELS, form_values
+from tunedeck.job_spec import BACKENDS, METHODS, PRECISIONS
+
+
+@dataclass(frozen=True)
+class NewJobTab:
+    submitted: Any  # the Submit click's event, for build_ui to chain "open the new job" onto
+    submitted_job_id: gr.State
+
+
+def build_new_job_tab(*, database, celery_app) -> NewJobTab:
+    defaults = form_handlers.default_form()
+    initial = form_handlers.preview_form(defaults)
+    gr.Markdown("Describe a fine-tune. The preview beside the form is exactly the config and "
+                "command the worker will write and run.")
+    with gr.Row():
+        with gr.Column(scale=3):
+            fields, groups = _form_fields(defaults)
+            submit_button = gr.Button("Submit job", variant="primary", elem_id="new-job-submit")
+            submit_message = gr.Markdown(elem_id="new-job-result")
+        with gr.Column(scale=2):
+            form_message = gr.Markdown(initial.message, elem_id="new-job-errors")
+            config_title = gr.Markdown(f"#### {initial.config_title}",
+                                       elem_id="new-job-config-title")
+            config_code = gr.Code(initial.config_json, language="json", label="Backend config",
+                                  lines=12, max_lines=40, interactive=False,
+                                  elem_id="new-job-config")
+            command_line = gr.Textbox(initial.command_line, label="torchrun command", lines=2,
+                                      interactive=False, elem_id="new-job-command")
+    submitted_job_id = gr.State(None)
+    inputs = [fields[name] for name in FORM_FIELDS]
+
+    def preview(*values):
+        shown = form_handlers.preview_form(form_values(values))
+        return f"#### {shown.config_title}", shown.config_json, shown.command_line, shown.message
+
+    def submit(*values):
+        return form_handlers.submit_form(form_values(values), database=database,
+                                         celery_app=celery_app)
+
+    gr.on([component.change for component in inputs], preview, inputs,
+          [config_title, config_code, command_line, form_message], show_progress="hidden",
+          trigger_mode="always_last")
+    fields["backend"].change(_backend_groups, fields["backend"], [groups["zero2"], groups["fsdp"]],
+                             show_progress="hidden")
+    fields["method"].change(_lora_group, fields["method"], groups["lora"], show_progress="hidden")
+    submitted = submit_button.click(submit, inputs, [submitted_job_id, submit_message])
+    return NewJobTab(submitted=submitted, submitted_job_id=submitted_job_id)
+
+
+def _form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, gr.Group]]:
+    """The form's inputs by FORM_FIELDS name, and the option groups shown per choice."""
+    fields: dict[str, Any] = {}
+    with gr.Row():
+        fields["model"] = gr.Textbox(defaults["model"], label=LABELS["model"],
+                                     info="local folder, Hugging Face id or builtin:tiny-llama",
+                                     elem_id="new-job-model")
+        fields["dataset"] = gr.Textbox(defaults["dataset"], label=LABELS["dataset"],
+                                       info="local .jsonl/.json/.csv/.parquet, HF id or "
+                                            "builtin:NAME",
+                                       elem_id="new-job-dataset")
+    fields["name"] = gr.Textbox(defaults["name"], label=LABELS["name"], placeholder="optional",
+                                elem_id="new-job-name")
+    with gr.Row():
+        fields["method"] = gr.Radio(list(METHODS), value=defaults["method"],
+                                    label=LABELS["method"], elem_id="new-job-method")
+        fields["backend"] = gr.Radio(list(BACKENDS), value=defaults["backend"],
+                                     label=LABELS["backend"], elem_id="new-job-backend")
+        fields["precision"] = gr.Radio(list(PRECISIONS), value=defaults["precision"],
+                                       label=LABELS["precision"], elem_id="new-job-precision")
+    with gr.Row():
+        fields["num_gpus"] = _integer("num_gpus", defaults, info="ranks on this host")
+        fields["max_steps"] = _integer("max_steps", defaults)
+        fields["learning_rate"] = gr.Number(defaults["learning_rate"],
+                                            label=LABELS["learning_rate"], step=1e-5,
+                                            elem_id="new-job-learning-rate")
+    with gr.Row():
+        fields["micro_batch_size"] = _integer("micro_batch_size", defaults)
+        fields["grad_accum"] = _integer("grad_accum", defaults)
+        fields["seq_len"] = _integer("seq_len", defaults)
+    groups = _option_groups(fields, defaults)
+    return fields, groups
+
+
+def _option_groups(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str, gr.Group]:
+    zero2_visible, fsdp_visible = form_handlers.backend_options_visible(defaults["backend"])
+    groups: dict[str, gr.Group] = {}
+    with gr.Group(visible=form_handlers.lora_options_visible(defaults["method"]),
+                  elem_id="new-job-lora-options") as groups["lora"]:
+        with gr.Row():
+            fields["lora_r"] = _integer("lora_r", defaults)
+            fields["lora_alpha"] = gr.Number(defaults["lora_alpha"], label=LABELS["lora_alpha"],
+                                             elem_id="new-job-lora-alpha")
+            fields["lora_dropout"] = gr.Number(defaults["lora_dropout"], step=0.01,
+                                               label=LABELS["lora_dropout"],
+                                               elem_id="new-job-lora-dropout")
+    with gr.Group(visible=zero2_visible, elem_id="new-job-zero2-options") as groups["zero2"]:
+        gr.Markdown("**DeepSpeed ZeRO-2 options**", padding=True)
+        with gr.Row():
+            for name in ("zero2_offload_optimizer", "zero2_overlap_comm",
+                         "zero2_contiguous_gradients"):
+                fields[name] = _checkbox(name, defaults)
+    with gr.Group(visible=fsdp_visible, elem_id="new-job-fsdp-options") as groups["fsdp"]:
+        gr.Markdown("**FSDP options**", padding=True)
+        with gr.Row():
+            for name in ("fsdp_cpu_offload", "fsdp_activation_checkpointing"):
+                fields[name] = _checkbox(name, defaults)
+    return groups
+
+
+def _integer(name: str, defaults: dict[str, Any], info: str | None = None) -> gr.Number:
+    return gr.Number(defaults[name], label=LABELS[name], info=info, precision=0,
+                     elem_id=f"new-job-{name.replace('_', '-')}")
+
+
+def _checkbox(name: str, defaults: dict[str, Any]) -> gr.Checkbox:
+    return gr.Checkbox(defaults[name], label=LABELS[name],
+                       elem_id=f"new-job-{name.replace('_', '-')}")
+
+
+def _backend_groups(backend: str):
+    zero2_visible, fsdp_visible = form_handlers.backend_options_visible(backend)
+    return gr.Group(visible=zero2_visible), gr.Group(visible=fsdp_visible)
+
+
+def _lora_group(method: str):
+    return gr.Group(visible=form_handlers.lora_options_visible(method))

@@ -1,0 +1,303 @@
+"""The UI's handlers, called directly with a real SQLite database and a fake broker."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.ui import form_handlers, job_handlers
+from app.ui.build_ui import build_ui
+from tunedeck import job_store, metric_store
+from tunedeck.broker import RUN_JOB_TASK
+from tunedeck.db.engine import Database
+from tunedeck.job_spec import JobSpec
+from tunedeck.migrate import upgrade_database
+from tunedeck.run_folder import RunFolder
+
+
+class RecordingCelery:
+    """Stands in for the Celery app: remembers what was sent instead of sending it."""
+
+    def __init__(self):
+        self.sent: list[tuple[str, list, dict]] = []
+
+    def send_task(self, name, args=None, **options):
+        self.sent.append((name, list(args or []), options))
+
+
+@pytest.fixture
+def database(tmp_path) -> Database:
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    upgrade_database(url)
+    database = Database(url)
+    yield database
+    database.dispose()
+
+
+def make_form(**changes) -> dict:
+    return {**form_handlers.default_form(), **changes}
+
+
+def create_job(database: Database, **spec_fields) -> int:
+    spec = JobSpec(**{"max_steps": 20, "num_gpus": 2, **spec_fields})
+    with database.transaction() as session:
+        return job_store.create_job(session=session, spec=spec).id
+
+
+# The form
+
+
+def test_default_form_is_a_valid_spec():
+    spec, problems = form_handlers.form_to_spec(make_form())
+    assert problems == ""
+    assert spec.model == "builtin:tiny-llama" and spec.dataset == "builtin:arithmetic"
+    assert (spec.num_gpus, spec.max_steps, spec.backend) == (2, 20, "zero2")
+
+
+def test_form_to_spec_carries_every_field():
+    spec, _ = form_handlers.form_to_spec(make_form(
+        name=" my run ", backend="fsdp", precision="fp32", num_gpus=4, max_steps=7,
+        learning_rate=1e-3, micro_batch_size=2, grad_accum=3, seq_len=64, lora_r=8,
+        lora_alpha=16, lora_dropout=0.0, fsdp_cpu_offload=True,
+        fsdp_activation_checkpointing=True, zero2_overlap_comm=False))
+    assert spec.name == "my run"
+    assert (spec.num_gpus, spec.max_steps, spec.micro_batch_size, spec.grad_accum,
+            spec.seq_len) == (4, 7, 2, 3, 64)
+    assert spec.learning_rate == 1e-3 and spec.precision == "fp32"
+    assert (spec.lora.r, spec.lora.alpha, spec.lora.dropout) == (8, 16, 0.0)
+    assert spec.fsdp.cpu_offload and spec.fsdp.activation_checkpointing
+    assert not spec.zero2.overlap_comm
+
+
+def test_bad_lora_rank_is_refused_naming_the_field():
+    spec, problems = form_handlers.form_to_spec(make_form(lora_r=0))
+    assert spec is None
+    assert "LoRA rank (lora.r)" in problems and "greater than or equal to 1" in problems
+
+
+def test_every_bad_field_is_named():
+    spec, problems = form_handlers.form_to_spec(make_form(num_gpus=1.5, model="  ",
+                                                          learning_rate=-1))
+    assert spec is None
+    for field in ("num_gpus", "model", "learning_rate"):
+        assert f"({field})" in problems, problems
+    _spec, problems = form_handlers.form_to_spec(make_form(max_steps=None))
+    assert "max_steps" in problems
+
+
+def test_hidden_lora_fields_do_not_block_a_full_fine_tune():
+    spec, problems = form_handlers.form_to_spec(make_form(method="full", lora_r=0))
+    assert problems == "" and spec.method == "full"
+
+
+def test_zero2_preview_shows_the_deepspeed_json_and_the_torchrun_command():
+    preview = form_handlers.preview_form(make_form(zero2_offload_optimizer=True, precision="fp16"))
+    config = json.loads(preview.config_json)
+    assert "DeepSpeed" in preview.config_title and preview.message == ""
+    assert config["zero_optimization"]["stage"] == 2
+    assert config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert config["fp16"]["enabled"] is True
+    assert config["train_batch_size"] == 4 * 1 * 2
+    assert preview.command_line.startswith("torchrun ")
+    assert "--nproc_per_node 2 -m trainer --run-dir" in preview.command_line
+    assert "var/runs/job-<id>" in preview.command_line
+
+
+def test_fsdp_preview_shows_the_fsdp_settings():
+    preview = form_handlers.preview_form(make_form(backend="fsdp", fsdp_cpu_offload=True,
+                                                   num_gpus=3))
+    config = json.loads(preview.config_json)
+    assert "FSDP" in preview.config_title
+    assert config["cpu_offload"] is True
+    assert config["mixed_precision"]["master_weights_dtype"] == "float32"
+    assert "zero_optimization" not in config
+    assert "--nproc_per_node 3" in preview.command_line
+
+
+def test_invalid_preview_shows_the_problems_and_no_config():
+    preview = form_handlers.preview_form(make_form(lora_r=0))
+    assert preview.config_json == "" and preview.command_line == ""
+    assert "LoRA rank (lora.r)" in preview.message
+
+
+def test_option_groups_follow_the_choices():
+    assert form_handlers.backend_options_visible("zero2") == (True, False)
+    assert form_handlers.backend_options_visible("fsdp") == (False, True)
+    assert form_handlers.lora_options_visible("lora")
+    assert not form_handlers.lora_options_visible("full")
+
+
+def test_submit_stores_a_queued_job_and_enqueues_its_id(database):
+    celery = RecordingCelery()
+    job_id, message = form_handlers.submit_form(make_form(name="ui-run"), database=database,
+                                                celery_app=celery)
+    assert job_id is not None and f"**{job_id}**" in message and "queued" in message
+    assert [(name, args) for name, args, _ in celery.sent] == [(RUN_JOB_TASK, [job_id])]
+    with database.transaction() as session:
+        job = job_store.get_job(session=session, job_id=job_id)
+        assert job.status == "queued" and job.name == "ui-run"
+        assert JobSpec.model_validate(job.spec).max_steps == 20
+
+
+def test_refused_submit_stores_and_sends_nothing(database):
+    celery = RecordingCelery()
+    job_id, message = form_handlers.submit_form(make_form(lora_r=0), database=database,
+                                                celery_app=celery)
+    assert job_id is None and "LoRA rank (lora.r)" in message and "Not submitted" in message
+    assert celery.sent == []
+    with database.transaction() as session:
+        assert job_store.list_jobs(session=session) == []
+
+
+# The jobs table
+
+
+def add_steps(database: Database, job_id: int, losses: list[float], *, rank: int = 0) -> None:
+    events = [(seq, {"kind": "step", "rank": rank, "time": 1000.0 + seq, "step": seq + 1,
+                     "loss": loss, "tokens_per_second": 500.0 + seq})
+              for seq, loss in enumerate(losses)]
+    with database.transaction() as session:
+        metric_store.add_metric_points(session=session, job_id=job_id, events=events)
+
+
+def add_memory(database: Database, job_id: int, readings: list[tuple[int, float, dict]]) -> None:
+    events = [(1000 + seq, {"kind": "memory", "rank": rank, "time": time, **values})
+              for seq, (rank, time, values) in enumerate(readings)]
+    with database.transaction() as session:
+        metric_store.add_metric_points(session=session, job_id=job_id, events=events)
+
+
+def test_jobs_table_has_one_row_a_job_newest_first(database):
+    first = create_job(database, name="first")
+    second = create_job(database, name="second", backend="fsdp", method="full")
+    add_steps(database, first, [2.5, 2.25])
+    with database.transaction() as session:
+        job_store.mark_job_running(session=session, job_id=second, run_dir="/nowhere",
+                                   worker_host="h")
+        job_store.mark_job_failed(session=session, job_id=second,
+                                  error="rank 1 failed: CUDA out of memory\ntraceback...")
+    table = job_handlers.jobs_table(database=database)
+    assert list(table.columns) == job_handlers.JOBS_TABLE_COLUMNS
+    rows = table.to_dict("records")
+    assert [row["id"] for row in rows] == [second, first]
+    assert rows[0]["status"] == "failed" and rows[0]["backend"] == "fsdp"
+    assert rows[0]["error"] == "rank 1 failed: CUDA out of memory"
+    assert rows[1]["step / max steps"] == "2 / 20"
+    assert rows[1]["latest loss"] == "2.2500" and rows[1]["tokens/s"] == "501"
+    assert rows[1]["method"] == "lora" and rows[1]["error"] == ""
+
+
+def test_job_id_from_a_table_row():
+    assert job_handlers.job_id_from_row([7, "name", "lora"]) == 7
+    assert job_handlers.job_id_from_row(["12", "x"]) == 12
+    assert job_handlers.job_id_from_row(None) is None
+    assert job_handlers.job_id_from_row(["id"]) is None
+
+
+# The job page
+
+
+def test_job_page_of_a_running_job(database):
+    job_id = create_job(database)
+    add_steps(database, job_id, [3.0, 2.0, 1.5])
+    add_steps(database, job_id, [9.0], rank=1)  # only rank 0's steps make the series
+    add_memory(database, job_id, [(0, 1000.0, {"allocated_mb": None, "rss_mb": 900.0}),
+                                  (1, 1000.1, {"allocated_mb": None, "rss_mb": 950.0}),
+                                  (0, 1002.0, {"allocated_mb": 120.0, "rss_mb": 990.0}),
+                                  (1, 1002.1, {"allocated_mb": None, "rss_mb": 960.0})])
+    page = job_handlers.load_job_page(job_id, database=database)
+    assert page.status == "queued" and not page.finished and page.cancellable
+    assert "step 3 / 20" in page.headline and "loss 1.5000" in page.headline
+    assert page.loss.to_dict("list") == {"step": [1, 2, 3], "loss": [3.0, 2.0, 1.5]}
+    assert page.throughput["tokens_per_second"].tolist() == [500.0, 501.0, 502.0]
+    assert page.events["message"].tolist() == ["queued"]
+    assert json.loads(page.config_json)["zero_optimization"]["stage"] == 2
+    assert "--run-dir RUN_DIR" in page.command_line
+    assert page.error is None and page.downloads_html == ""
+
+
+def test_memory_frame_has_one_series_per_rank_preferring_allocated_mb(database):
+    job_id = create_job(database)
+    add_memory(database, job_id, [(0, 1000.0, {"allocated_mb": None, "rss_mb": 900.0}),
+                                  (1, 1000.5, {"allocated_mb": None, "rss_mb": 950.0}),
+                                  (0, 1002.0, {"allocated_mb": 120.0, "rss_mb": 990.0}),
+                                  (1, 1002.5, {"allocated_mb": None, "rss_mb": 960.0})])
+    memory = job_handlers.load_job_page(job_id, database=database).memory.dropna()
+    assert list(memory.columns) == ["seconds", "memory_mb", "rank"]
+    assert sorted(memory["rank"].unique()) == ["rank 0", "rank 1"]
+    by_rank = {rank: group["memory_mb"].tolist() for rank, group in memory.groupby("rank")}
+    assert by_rank == {"rank 0": [900.0, 120.0], "rank 1": [950.0, 960.0]}
+    assert memory["seconds"].tolist() == [0.0, 2.0, 0.5, 2.5]  # rank by rank, in time order
+
+
+def test_memory_frame_names_every_rank_before_it_reports():
+    frame = job_handlers.memory_frame([], world_size=2)
+    assert frame["rank"].tolist() == ["rank 0", "rank 1"]
+    assert frame["memory_mb"].isna().all()
+    assert str(frame["memory_mb"].dtype) == "float64"  # numbers, so the axis stays numeric
+
+
+def test_long_lines_are_thinned_keeping_the_newest_point():
+    assert job_handlers.thin_points(list(range(10)), limit=20) == list(range(10))
+    thinned = job_handlers.thin_points(list(range(10_001)), limit=1000)
+    assert len(thinned) <= 1001 and thinned[0] == 0 and thinned[-1] == 10_000
+    assert job_handlers.thin_points(list(range(9)), limit=4) == [0, 3, 6, 8]
+
+
+def test_job_page_of_a_failed_job_shows_its_error(database):
+    job_id = create_job(database)
+    with database.transaction() as session:
+        job_store.mark_job_failed(session=session, job_id=job_id, error="torchrun exited 1")
+    page = job_handlers.load_job_page(job_id, database=database)
+    assert page.status == "failed" and page.finished and not page.cancellable
+    assert page.error == "torchrun exited 1"
+    assert "torchrun exited 1" in job_handlers.error_html(page.error)
+    assert job_handlers.error_html(None) == ""
+
+
+def test_job_page_of_a_succeeded_job_links_its_artifacts(database, tmp_path):
+    job_id = create_job(database)
+    run = RunFolder(tmp_path / f"job-{job_id}")
+    (run.merged_dir).mkdir(parents=True)
+    (run.adapter_dir).mkdir(parents=True)
+    run.logs_dir.mkdir()
+    run.launcher_log_file.write_text("line 1\nline 2\n")
+    with database.transaction() as session:
+        job_store.mark_job_running(session=session, job_id=job_id, run_dir=str(run.path),
+                                   worker_host="h")
+        job_store.mark_job_succeeded(session=session, job_id=job_id)
+    page = job_handlers.load_job_page(job_id, database=database)
+    assert page.status == "succeeded" and page.finished
+    assert f'href="/api/jobs/{job_id}/artifacts/merged"' in page.downloads_html
+    assert f'href="/api/jobs/{job_id}/artifacts/adapter"' in page.downloads_html
+    assert "download=" in page.downloads_html
+    assert page.log_tail == "line 1\nline 2"
+
+
+def test_job_page_without_a_job(database):
+    assert job_handlers.load_job_page(None, database=database).status is None
+    missing = job_handlers.load_job_page(99, database=database)
+    assert missing.status is None and "no job 99" in missing.headline and missing.finished
+
+
+def test_cancel_from_the_page_ends_a_queued_job(database):
+    job_id = create_job(database)
+    assert "cancelled" in job_handlers.cancel_from_page(job_id, database=database)
+    assert job_handlers.load_job_page(job_id, database=database).status == "cancelled"
+    assert "no job 42" in job_handlers.cancel_from_page(42, database=database)
+
+
+def test_build_ui_builds(database):
+    blocks = build_ui(database=database, celery_app=RecordingCelery())
+    element_ids = {getattr(block, "elem_id", None) for block in blocks.blocks.values()}
+    for element_id in ("new-job-submit", "new-job-model", "new-job-config", "jobs-table",
+                       "job-id", "job-status", "job-loss-plot", "job-memory-plot", "job-cancel"):
+        assert element_id in element_ids
+
+
+def test_ui_modules_do_not_import_torch_or_the_worker():
+    ui_folder = Path(__file__).resolve().parents[2] / "app" / "ui"
+    source = "\n".join(path.read_text() for path in ui_folder.rglob("*.py"))
+    assert "def build_ui" in source
+    assert "import torch" not in source and "from worker" not in source

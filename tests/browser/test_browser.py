@@ -1,0 +1,220 @@
+"""The real thing in a real browser: `tunedeck up` (web + worker), driven by Debian's chromium.
+
+Submits a short LoRA job from the form, then watches the job page's charts fill in.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+SCREENSHOT = Path("/tmp/tunedeck-ui.png")
+SERVER_START_SECONDS = 120
+JOB_SECONDS = 400  # a cold DeepSpeed op cache compiles for ~90 s before the first step
+MAX_STEPS = 20
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """`tunedeck up` in its own session; SIGTERM, then the whole group is killed at the end."""
+    home = tmp_path_factory.mktemp("tunedeck-home")
+    port = _free_port()
+    environment = {**os.environ, "TUNEDECK_HOME": str(home), "GRADIO_ANALYTICS_ENABLED": "False",
+                   "OMP_NUM_THREADS": "1"}
+    log_path = home / "up.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tunedeck.cli", "up", "--port", str(port)],
+            env=environment, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_until_healthy(url, process, log_path)
+        yield url
+    finally:
+        _stop(process)
+
+
+def _wait_until_healthy(url: str, process: subprocess.Popen, log_path: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"tunedeck up exited {process.returncode}:\n{_tail(log_path)}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"tunedeck up was not healthy after {SERVER_START_SECONDS} s:\n{_tail(log_path)}")
+
+
+def _tail(path: Path, characters: int = 4000) -> str:
+    return path.read_text(errors="replace")[-characters:]
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # whatever of its session is left
+    except ProcessLookupError:
+        pass
+    process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(f"no chromium at {CHROMIUM}")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.goto(server)
+    page.locator("#new-job-submit").wait_for()
+    yield page
+    context.close()
+
+
+def _expect():
+    from playwright.sync_api import expect
+
+    return expect
+
+
+def _fill_form(page, *, backend: str, lora_rank: str = "8") -> None:
+    page.locator("#new-job-model textarea, #new-job-model input").first.fill("builtin:tiny-llama")
+    page.locator("#new-job-dataset textarea, #new-job-dataset input").first.fill(
+        "builtin:arithmetic")
+    page.locator("#new-job-method").get_by_label("lora", exact=True).check()
+    page.locator("#new-job-backend").get_by_label(backend, exact=True).check()
+    page.locator("#new-job-num-gpus input").fill("2")
+    page.locator("#new-job-max-steps input").fill(str(MAX_STEPS))
+    page.locator("#new-job-lora-r input").fill(lora_rank)
+
+
+def test_a_bad_value_is_refused_with_the_field_named(page, server):
+    expect = _expect()
+    _fill_form(page, backend="zero2", lora_rank="0")
+    expect(page.locator("#new-job-errors")).to_contain_text("LoRA rank (lora.r)")
+    page.locator("#new-job-submit").click()
+    expect(page.locator("#new-job-result")).to_contain_text("Not submitted")
+    expect(page.locator("#new-job-result")).to_contain_text("lora.r")
+    assert httpx.get(f"{server}/api/jobs").json() == []
+
+
+def test_submit_a_job_and_watch_it_train(page, server):
+    expect = _expect()
+    _fill_form(page, backend="fsdp")
+    expect(page.locator("#new-job-config-title")).to_contain_text("FSDP")
+    expect(page.locator("#new-job-config")).to_contain_text('"fully_shard (FSDP2)"')
+    page.locator("#new-job-backend").get_by_label("zero2", exact=True).check()
+    expect(page.locator("#new-job-config-title")).to_contain_text("DeepSpeed ZeRO-2")
+    expect(page.locator("#new-job-config")).to_contain_text('"zero_optimization"')
+    expect(page.locator("#new-job-command textarea")).to_have_value(
+        re.compile("--nproc_per_node 2 -m trainer"))
+    expect(page.locator("#new-job-errors")).not_to_contain_text("fix")
+
+    page.locator("#new-job-submit").click()
+    expect(page.locator("#new-job-result")).to_contain_text("Submitted job")
+    job_id = int(re.search(r"Submitted job (\d+)", page.locator("#new-job-result").inner_text())[1])
+    expect(page.locator("#job-id input")).to_have_value(str(job_id))  # the job page opened
+    expect(page.locator("#job-status")).to_contain_text(f"Job {job_id}")
+
+    steps_seen = _watch_steps(page, server, job_id)
+    assert steps_seen[-1] == MAX_STEPS and max(steps_seen) > min(steps_seen), steps_seen
+    final = _wait_for_final_status(server, job_id)
+    assert final["status"] == "succeeded", f"job {job_id} {final['status']}: {final['error']}"
+    expect(page.locator("#job-status")).to_contain_text("succeeded")
+
+    train = httpx.get(f"{server}/api/jobs/{job_id}/metrics").json()["train"]
+    assert len(train) == MAX_STEPS
+    assert _line_points(page, "#job-loss-plot") == [MAX_STEPS]
+    memory_lines = _line_colours(page, "#job-memory-plot")
+    assert len(memory_lines) == 2 and None not in memory_lines, memory_lines  # one per rank
+    expect(page.locator("#job-downloads a[href$='/artifacts/merged']")).to_be_visible()
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+
+def _watch_steps(page, server: str, job_id: int) -> list[int]:
+    """The step counts the job page showed, until it showed the last one."""
+    seen: list[int] = []
+    deadline = time.monotonic() + JOB_SECONDS
+    while time.monotonic() < deadline:
+        match = re.search(r"step (\d+) /", page.locator("#job-status").inner_text())
+        if match and (not seen or int(match[1]) != seen[-1]):
+            seen.append(int(match[1]))
+        if seen and seen[-1] == MAX_STEPS:
+            return seen
+        status = httpx.get(f"{server}/api/jobs/{job_id}").json()
+        if status["status"] in ("failed", "cancelled"):
+            pytest.fail(f"job {job_id} {status['status']}: {status['error']}")
+        time.sleep(0.3)
+    pytest.fail(f"job {job_id} did not reach step {MAX_STEPS} in {JOB_SECONDS} s; saw {seen}")
+
+
+def _wait_for_final_status(server: str, job_id: int) -> dict:
+    deadline = time.monotonic() + JOB_SECONDS
+    while time.monotonic() < deadline:
+        job = httpx.get(f"{server}/api/jobs/{job_id}").json()
+        if job["status"] in ("succeeded", "failed", "cancelled"):
+            return job
+        time.sleep(0.5)
+    pytest.fail(f"job {job_id} did not finish in {JOB_SECONDS} s after its last step")
+
+
+def _line_points(page, plot_selector: str) -> list[int]:
+    """Points on each line the chart drew (vega draws a line as 'M x,y L x,y ...')."""
+    paths = page.locator(f"{plot_selector} g.mark-line path")
+    return [path.get_attribute("d").count("L") + 1 for path in paths.all()]
+
+
+def _line_colours(page, plot_selector: str) -> list[str | None]:
+    paths = page.locator(f"{plot_selector} g.mark-line path")
+    return [path.get_attribute("stroke") for path in paths.all()]
+
+
+def test_clicking_a_job_in_the_table_opens_it(page, server):
+    expect = _expect()
+    jobs = httpx.get(f"{server}/api/jobs").json()
+    if not jobs:
+        pytest.skip("no job was submitted by the test before")
+    page.get_by_role("tab", name="Jobs", exact=True).click()
+    name_cell = page.locator("#jobs-table [data-testid=cell-0-1]")  # row 0, column "name"
+    expect(name_cell).to_have_text(jobs[0]["name"])
+    name_cell.click()
+    expect(page.locator("#job-id input")).to_have_value(str(jobs[0]["id"]))
+    expect(page.locator("#job-status")).to_contain_text(f"Job {jobs[0]['id']}")
