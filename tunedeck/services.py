@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from tunedeck.settings import Settings, load_settings
+from tunedeck.settings import Settings
 
 
 def run_worker(*, concurrency: int | None = None) -> int:

@@ -4,7 +4,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from tunedeck import job_store, metric_store
+from tunedeck import metric_store
 from tunedeck.migrate import upgrade_database
 from tunedeck.settings import Settings
 

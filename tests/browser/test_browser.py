@@ -4,17 +4,14 @@ Submits a short LoRA job from the form, then watches the job page's charts fill 
 """
 from __future__ import annotations
 
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.servers import running_tunedeck
 
 pytestmark = pytest.mark.browser
 
@@ -28,62 +25,12 @@ JOB_SECONDS = 400  # a cold DeepSpeed op cache compiles for ~90 s before the fir
 MAX_STEPS = 20
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """`tunedeck up` in its own session; SIGTERM, then the whole group is killed at the end."""
+    """`tunedeck up` (web + worker) on a free port; everything of it is gone afterwards."""
     home = tmp_path_factory.mktemp("tunedeck-home")
-    port = _free_port()
-    environment = {**os.environ, "TUNEDECK_HOME": str(home), "GRADIO_ANALYTICS_ENABLED": "False",
-                   "OMP_NUM_THREADS": "1"}
-    log_path = home / "up.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tunedeck.cli", "up", "--port", str(port)],
-            env=environment, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        _wait_until_healthy(url, process, log_path)
-        yield url
-    finally:
-        _stop(process)
-
-
-def _wait_until_healthy(url: str, process: subprocess.Popen, log_path: Path) -> None:
-    deadline = time.monotonic() + SERVER_START_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"tunedeck up exited {process.returncode}:\n{_tail(log_path)}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    pytest.fail(f"tunedeck up was not healthy after {SERVER_START_SECONDS} s:\n{_tail(log_path)}")
-
-
-def _tail(path: Path, characters: int = 4000) -> str:
-    return path.read_text(errors="replace")[-characters:]
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(process.pid, signal.SIGKILL)  # whatever of its session is left
-    except ProcessLookupError:
-        pass
-    process.wait(timeout=10)
+    with running_tunedeck(home, startup_seconds=SERVER_START_SECONDS) as running:
+        yield running.base_url
 
 
 @pytest.fixture(scope="module")
