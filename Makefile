@@ -5,6 +5,8 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_VERSION ?= 2.13.0
+# PyTorch's own index of CPU-only builds (where unreachable, pip falls back to PyPI's).
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 export GRADIO_ANALYTICS_ENABLED := False
 export TORCH_EXTENSIONS_DIR ?= $(HOME)/.cache/tunedeck/torch_extensions
@@ -29,8 +31,8 @@ $(STAMP): pyproject.toml
 	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 	  $(VPY) -m pip install -q torch; \
 	else \
-	  $(VPY) -m pip install -q "torch==$(TORCH_VERSION)" \
-	    --extra-index-url https://download.pytorch.org/whl/cpu; \
+	  $(VPY) -m pip install -q --retries 1 "torch==$(TORCH_VERSION)" \
+	    --extra-index-url $(TORCH_CPU_INDEX); \
 	fi
 	$(VPY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)

@@ -6,24 +6,17 @@ only the answer: prompt and padding positions get the label IGNORE_INDEX.
 """
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+from tunedeck.dataset_records import Example, load_file_examples, single_turn
 
 IGNORE_INDEX = -100  # the label value Hugging Face causal-LM losses skip
 BUILTIN_DATASETS = ("arithmetic",)
-EXPECTED_COLUMNS = "instruction/output, prompt/response or messages"
 # Used when a tokenizer has no chat template of its own (most base models).
 PLAIN_PROMPT_TEMPLATE = "### Instruction:\n{prompt}\n\n### Response:\n"
-
-
-@dataclass(frozen=True)
-class Example:
-    prompt_messages: tuple[dict[str, str], ...]
-    response: str
 
 
 @dataclass(frozen=True)
@@ -36,13 +29,7 @@ def load_examples(source: str) -> list[Example]:
     """`builtin:NAME` or a local .jsonl/.json file; errors name the source and the problem."""
     if source.startswith("builtin:"):
         return _builtin_examples(source.removeprefix("builtin:"))
-    path = Path(source).expanduser()
-    if not path.is_file():
-        raise FileNotFoundError(f"dataset {path}: no such file")
-    records = read_records(path)
-    if not records:
-        raise ValueError(f"dataset {path}: no records")
-    return [example_from_record(record, index=i + 1, source=path) for i, record in enumerate(records)]
+    return load_file_examples(source)
 
 
 def _builtin_examples(name: str) -> list[Example]:
@@ -51,64 +38,7 @@ def _builtin_examples(name: str) -> list[Example]:
     if name != "arithmetic":
         raise ValueError(f"dataset builtin:{name}: unknown; "
                          f"built-in datasets are {list(BUILTIN_DATASETS)}")
-    return [_single_turn(prompt, response) for prompt, response in arithmetic_pairs()]
-
-
-def read_records(path: Path) -> list[Any]:
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".json":
-        records = _parse_json(text, path, where="file")
-        if not isinstance(records, list):
-            raise ValueError(f"dataset {path}: expected a JSON list of records")
-        return records
-    if path.suffix == ".jsonl":
-        lines = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
-        return [_parse_json(line, path, where=f"line {number}") for number, line in lines]
-    raise ValueError(f"dataset {path}: unsupported file type {path.suffix!r}; use .jsonl or .json")
-
-
-def _parse_json(text: str, path: Path, *, where: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError as error:
-        raise ValueError(f"dataset {path}: {where} is not valid JSON: {error}") from error
-
-
-def example_from_record(record: Any, *, index: int, source: Path) -> Example:
-    """One record in any of the three accepted shapes; `index` counts from 1 for messages."""
-    if not isinstance(record, dict):
-        raise ValueError(f"dataset {source}: record {index} is a {type(record).__name__}; "
-                         f"expected an object with {EXPECTED_COLUMNS}")
-    if "messages" in record:
-        return _chat_example(record["messages"], index=index, source=source)
-    if "instruction" in record and "output" in record:
-        prompt = str(record["instruction"])
-        if record.get("input"):
-            prompt = f"{prompt}\n\n{record['input']}"
-        return _single_turn(prompt, str(record["output"]))
-    if "prompt" in record and "response" in record:
-        return _single_turn(str(record["prompt"]), str(record["response"]))
-    raise ValueError(f"dataset {source}: record {index} has keys {sorted(record)}; "
-                     f"expected {EXPECTED_COLUMNS}")
-
-
-def _single_turn(prompt: str, response: str) -> Example:
-    return Example(prompt_messages=({"role": "user", "content": prompt},), response=response)
-
-
-def _chat_example(messages: Any, *, index: int, source: Path) -> Example:
-    """Train on the last assistant turn; everything before it is the prompt."""
-    well_formed = isinstance(messages, list) and all(
-        isinstance(m, dict) and "role" in m and "content" in m for m in messages)
-    if not well_formed:
-        raise ValueError(f"dataset {source}: record {index} messages must be a list of "
-                         "{role, content} objects")
-    last_assistant = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
-    if last_assistant is None:
-        raise ValueError(f"dataset {source}: record {index} messages have no assistant turn")
-    prompt_messages = tuple({"role": m["role"], "content": str(m["content"])}
-                            for m in messages[:last_assistant])
-    return Example(prompt_messages=prompt_messages, response=str(messages[last_assistant]["content"]))
+    return [single_turn(prompt, response) for prompt, response in arithmetic_pairs()]
 
 
 def render_prompt(tokenizer, messages: tuple[dict[str, str], ...]) -> str:

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tunedeck.dataset_records import load_file_examples
 from tunedeck.job_spec import JobSpec
 
 BUILTIN_MODELS = ("builtin:tiny-llama",)
 BUILTIN_DATASETS = ("builtin:arithmetic",)
-DATASET_SUFFIXES = (".jsonl", ".json")
+CHECKED_RECORDS = 1000
 
 
 def looks_like_local_path(reference: str) -> bool:
@@ -40,12 +41,9 @@ def _dataset_problem(dataset: str) -> str | None:
         return None if dataset in BUILTIN_DATASETS else (
             f"dataset {dataset}: unknown built-in dataset; expected one of "
             f"{', '.join(BUILTIN_DATASETS)}")
-    path = Path(dataset).expanduser()
-    if not path.exists():
-        return (f"dataset {path}: no such file; expected a local "
-                f"{' or '.join(DATASET_SUFFIXES)} file")
-    if not path.is_file():
-        return f"dataset {path}: is not a regular file; expected a {'/'.join(DATASET_SUFFIXES)} file"
-    if path.suffix not in DATASET_SUFFIXES:
-        return f"dataset {path}: unsupported format {path.suffix!r}; expected {', '.join(DATASET_SUFFIXES)}"
+    try:
+        # The first records show a wrong shape at once; the trainer reads the rest.
+        load_file_examples(dataset, limit=CHECKED_RECORDS)
+    except (OSError, ValueError) as error:
+        return str(error)
     return None

@@ -74,6 +74,17 @@ def test_missing_dataset_fails_at_once_naming_the_path(server):
     assert server.http.get("/healthz").status_code == 200
 
 
+def test_wrong_columns_fail_at_once_naming_the_file_and_the_expected_columns(server, tmp_path):
+    data = tmp_path / "qa.jsonl"
+    data.write_text('{"question": "2+2?", "answer": "4"}\n')
+    job_id = server.submit({**LORA_JOB, "dataset": str(data)})
+    job = server.wait_for(job_id, {"failed", "succeeded"}, timeout_seconds=60)
+    assert job["status"] == "failed"
+    assert job["error"] == (f"dataset {data}: record 1 has keys ['answer', 'question']; "
+                            "expected instruction/output, prompt/response or messages")
+    assert not (server.home / "runs" / f"job-{job_id}" / "logs" / "torchrun.log").exists()
+
+
 def test_cancel_leaves_no_process_of_the_job(server):
     job_id = server.submit({**LORA_JOB, "name": "e2e-cancel", "max_steps": 100000,
                             "backend": "fsdp"})

@@ -34,7 +34,22 @@ def test_unknown_builtin_and_unsupported_format(tmp_path):
     csv = tmp_path / "train.csv"
     csv.write_text("a,b\n")
     problems = find_input_problems(spec(model="builtin:gpt-5", dataset=str(csv)))
-    assert "unknown built-in model" in problems[0] and "unsupported format '.csv'" in problems[1]
+    assert "unknown built-in model" in problems[0]
+    assert problems[1] == f"dataset {csv}: unsupported file type '.csv'; expected .jsonl or .json"
+
+
+def test_wrong_columns_name_the_file_the_record_and_the_expected_shapes(tmp_path):
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps({"prompt": "a", "response": "b"}) + "\n"
+                    + json.dumps({"question": "a", "answer": "b"}) + "\n")
+    assert find_input_problems(spec(dataset=str(data))) == [
+        f"dataset {data}: record 2 has keys ['answer', 'question']; "
+        "expected instruction/output, prompt/response or messages"]
+
+
+def test_a_directory_is_not_a_dataset(tmp_path):
+    (problem,) = find_input_problems(spec(dataset=str(tmp_path)))
+    assert problem.startswith(f"dataset {tmp_path}: no such file")
 
 
 def test_existing_jsonl_passes(tmp_path):
