@@ -37,14 +37,15 @@ class RunningServer:
     def job(self, job_id: int) -> dict:
         return self.http.get(f"/api/jobs/{job_id}").json()
 
-    def wait_for(self, job_id: int, statuses: set[str], timeout_seconds: float = 300) -> dict:
+    def wait_for(self, job_id: int, statuses: set[str], timeout_seconds: float = 300,
+                 poll_seconds: float = 0.5) -> dict:
         deadline = time.monotonic() + timeout_seconds
         while time.monotonic() < deadline:
             job = self.job(job_id)
             if job["status"] in statuses:
                 return job
             assert self.process.poll() is None, "tunedeck up exited"
-            time.sleep(0.5)
+            time.sleep(poll_seconds)
         raise AssertionError(f"job {job_id} still {self.job(job_id)['status']} after "
                              f"{timeout_seconds}s; log: {self.log_tail(job_id)}")
 

@@ -5,8 +5,9 @@ gather, save and merge. Every rank runs this same function; only rank 0 writes t
 """
 from __future__ import annotations
 
+import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from collections.abc import Iterator
 from typing import Any
 
@@ -74,16 +75,20 @@ class Throughput:
 
     tokens: float = 0.0
     seconds: float = 0.0
+    step_seconds: list[float] = field(default_factory=list)
 
     def add(self, *, step: int, tokens: float, seconds: float) -> None:
         if step > 1:
             self.tokens += tokens
             self.seconds += seconds
+            self.step_seconds.append(seconds)
 
     def as_text(self) -> str:
         tokens_per_second = self.tokens / self.seconds if self.seconds else 0.0
+        median_step_seconds = statistics.median(self.step_seconds) if self.step_seconds else 0.0
         return (f"tokens={int(self.tokens)} seconds={self.seconds:.4f} "
-                f"tokens_per_second={tokens_per_second:.2f}")
+                f"tokens_per_second={tokens_per_second:.2f} "
+                f"median_step_seconds={median_step_seconds:.6f}")
 
 
 def run_training_loop(backend: TrainingBackend, batches: Iterator[dict[str, Any]], *, spec: JobSpec,

@@ -20,7 +20,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(7860, ge=1, le=65535)
     worker_concurrency: int = Field(1, ge=1, le=64, description="jobs one worker runs at once")
-    poll_seconds: float = Field(0.25, gt=0, le=10, description="how often the worker tails metrics")
+    poll_seconds: float = Field(0.5, gt=0, le=10, description="how often the worker tails metrics")
     cancel_grace_seconds: float = Field(10.0, ge=0, le=600)
     torch_extensions_dir: Path = Field(
         Path.home() / ".cache" / "tunedeck" / "torch_extensions",

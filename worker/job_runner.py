@@ -110,37 +110,41 @@ def _inherited_environment() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if not key.startswith("TUNEDECK_")}
 
 
+PROCESS_SCAN_SECONDS = 5.0  # ranks start once; scanning /proc every poll would cost a core's %
+
+
 def _supervise(job_id: int, processes: JobProcesses, run: RunFolder, *, settings: Settings,
                database: Database) -> Supervision:
     tail = MetricsTail(run)
     supervision = Supervision()
+    last_scan = time.monotonic()
     while True:
         finished = processes.launcher.poll() is not None
-        processes.refresh()
-        _ingest(job_id, tail, supervision, database=database)
+        if time.monotonic() - last_scan > PROCESS_SCAN_SECONDS:
+            processes.refresh()
+            last_scan = time.monotonic()
+        cancel_requested = _ingest_and_read_cancel_flag(job_id, tail, supervision, database=database)
         if finished:
             return supervision
-        with database.transaction() as session:
-            cancel_requested = job_store.is_cancel_requested(session=session, job_id=job_id)
         if cancel_requested:
             supervision.cancelled = True
             processes.stop(grace_seconds=settings.cancel_grace_seconds)
-            _ingest(job_id, tail, supervision, database=database)
+            _ingest_and_read_cancel_flag(job_id, tail, supervision, database=database)
             return supervision
         time.sleep(settings.poll_seconds)
 
 
-def _ingest(job_id: int, tail: MetricsTail, supervision: Supervision, *,
-            database: Database) -> None:
+def _ingest_and_read_cancel_flag(job_id: int, tail: MetricsTail, supervision: Supervision, *,
+                                 database: Database) -> bool:
+    """One transaction a poll: store the new metric lines, read the cancel flag."""
     events = tail.read_new_events()
-    if not events:
-        return
     with database.transaction() as session:
-        metric_store.add_metric_points(session=session, job_id=job_id, events=events)
+        if events:
+            metric_store.add_metric_points(session=session, job_id=job_id, events=events)
         for _seq, event in events:
-            if event["kind"] != metrics_event.NOTICE:
-                continue
-            _record_notice(job_id, event, supervision, session=session)
+            if event["kind"] == metrics_event.NOTICE:
+                _record_notice(job_id, event, supervision, session=session)
+        return job_store.is_cancel_requested(session=session, job_id=job_id)
 
 
 def _record_notice(job_id: int, event: dict, supervision: Supervision, *, session) -> None:
