@@ -32,8 +32,9 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True) -> Fas
 
 
 # Gradio's event queue polls every 1 ms while idle, which costs a tenth of a core; on a
-# training host that core belongs to the ranks. 20 ms is still far below the UI's 1 s refresh.
-IDLE_QUEUE_POLL_SECONDS = 0.02
+# training host that core belongs to the ranks. 50 ms (its Windows default) is far below
+# the UI's 1 s refresh.
+IDLE_QUEUE_POLL_SECONDS = 0.05
 IDLE_PROGRESS_POLL_SECONDS = 0.2
 
 

@@ -49,7 +49,7 @@ def _filesystem_transport_options(settings: Settings) -> dict:
         "data_folder_out": str(queue_folder),
         "control_folder": str(control_folder),
         "store_processed": False,
-        "polling_interval": 0.2,
+        "polling_interval": 0.5,
     }
 
 

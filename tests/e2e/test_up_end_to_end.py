@@ -66,6 +66,26 @@ def _assert_merged_equals_base_plus_adapter(merged, adapter, base_folder):
     assert torch.allclose(merged_logits, adapter_logits, atol=1e-4)
 
 
+def test_a_local_model_folder_and_a_chat_jsonl_of_the_users_own(server, tmp_path):
+    import json
+
+    from trainer.builtin_model import ensure_builtin_model
+
+    model_folder = ensure_builtin_model(tmp_path / "models")  # stands in for any HF folder
+    chats = tmp_path / "chats.jsonl"
+    with chats.open("w") as file:
+        for a in range(40):
+            messages = [{"role": "system", "content": "You add numbers."},
+                        {"role": "user", "content": f"{a} plus 2?"},
+                        {"role": "assistant", "content": str(a + 2)}]
+            file.write(json.dumps({"messages": messages}) + "\n")
+    job_id = server.submit({**LORA_JOB, "name": "own-model-and-data", "backend": "fsdp",
+                            "model": str(model_folder), "dataset": str(chats), "max_steps": 4})
+    job = server.wait_for(job_id, {"succeeded", "failed", "cancelled"})
+    assert job["status"] == "succeeded", job["error"]
+    assert len(server.http.get(f"/api/jobs/{job_id}/metrics").json()["train"]) == 4
+
+
 def test_missing_dataset_fails_at_once_naming_the_path(server):
     job_id = server.submit({**LORA_JOB, "dataset": "/nonexistent/train.jsonl"})
     job = server.wait_for(job_id, {"failed", "succeeded"}, timeout_seconds=60)
