@@ -44,6 +44,11 @@ def list_queued_job_ids(*, session: Session) -> list[int]:
     return list(session.scalars(select(Job.id).where(Job.status == QUEUED).order_by(Job.id)))
 
 
+def list_running_jobs(*, session: Session, worker_host: str) -> list[Job]:
+    query = select(Job).where(Job.status == RUNNING, Job.worker_host == worker_host)
+    return list(session.scalars(query.order_by(Job.id)))
+
+
 def add_job_event(*, session: Session, job_id: int, kind: str, message: str) -> None:
     session.add(JobEvent(job_id=job_id, kind=kind, message=message))
 
@@ -117,7 +122,7 @@ def is_cancel_requested(*, session: Session, job_id: int) -> bool:
 
 __all__ = [
     "JobNotFound", "InvalidTransition", "create_job", "get_job", "list_jobs",
-    "list_queued_job_ids", "add_job_event", "list_job_events", "mark_job_running",
+    "list_queued_job_ids", "list_running_jobs", "add_job_event", "list_job_events", "mark_job_running",
     "record_launcher_pid", "mark_job_succeeded", "mark_job_failed", "mark_job_cancelled",
     "request_cancel", "is_cancel_requested", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED",
     "CANCELLED",

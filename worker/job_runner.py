@@ -13,6 +13,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from tunedeck import job_store, metric_store, metrics_event
 from tunedeck.backend_config import backend_config, build_torchrun_argv
@@ -40,12 +41,19 @@ class Supervision:
     """What the worker learned while the job ran."""
 
     cancelled: bool = False
+    stopped_by_shutdown: bool = False
     error_notices: list[tuple[float, int, str]] = field(default_factory=list)
 
 
-def run_job(job_id: int, *, settings: Settings, database: Database) -> str:
+def never() -> bool:
+    return False
+
+
+def run_job(job_id: int, *, settings: Settings, database: Database,
+            shutdown_requested: Callable[[], bool] = never) -> str:
     """Run a queued job to its end; returns its final status (or its current one if it
-    was not ours to run: already claimed, cancelled, or finished)."""
+    was not ours to run: already claimed, cancelled, or finished). When
+    `shutdown_requested()` turns true, the job is stopped and marked failed."""
     run = RunFolder(settings.run_dir_for(job_id))
     try:
         with database.transaction() as session:
@@ -55,13 +63,14 @@ def run_job(job_id: int, *, settings: Settings, database: Database) -> str:
     except (InvalidTransition, job_store.JobNotFound) as reason:
         log.info("not running job %s: %s", job_id, reason)
         return getattr(reason, "current", "missing")
-    outcome = _launch_and_supervise(job_id, spec, run, settings=settings, database=database)
+    outcome = _launch_and_supervise(job_id, spec, run, settings=settings, database=database,
+                                    shutdown_requested=shutdown_requested)
     _record_outcome(job_id, outcome, database=database)
     return outcome.status
 
 
 def _launch_and_supervise(job_id: int, spec: JobSpec, run: RunFolder, *, settings: Settings,
-                          database: Database) -> JobOutcome:
+                          database: Database, shutdown_requested: Callable[[], bool]) -> JobOutcome:
     problems = find_input_problems(spec)
     if problems:
         return JobOutcome("failed", "\n".join(problems))
@@ -75,7 +84,8 @@ def _launch_and_supervise(job_id: int, spec: JobSpec, run: RunFolder, *, setting
         job_store.record_launcher_pid(session=session, job_id=job_id, launcher_pid=process.pid)
     processes = JobProcesses(process)
     try:
-        supervision = _supervise(job_id, processes, run, settings=settings, database=database)
+        supervision = _supervise(job_id, processes, run, settings=settings, database=database,
+                                 shutdown_requested=shutdown_requested)
     finally:
         processes.kill()  # nothing of the job outlives its supervision
     return _judge(process.returncode, supervision, run)
@@ -114,7 +124,7 @@ PROCESS_SCAN_SECONDS = 5.0  # ranks start once; scanning /proc every poll would 
 
 
 def _supervise(job_id: int, processes: JobProcesses, run: RunFolder, *, settings: Settings,
-               database: Database) -> Supervision:
+               database: Database, shutdown_requested: Callable[[], bool]) -> Supervision:
     tail = MetricsTail(run)
     supervision = Supervision()
     last_scan = time.monotonic()
@@ -126,8 +136,9 @@ def _supervise(job_id: int, processes: JobProcesses, run: RunFolder, *, settings
         cancel_requested = _ingest_and_read_cancel_flag(job_id, tail, supervision, database=database)
         if finished:
             return supervision
-        if cancel_requested:
-            supervision.cancelled = True
+        if cancel_requested or shutdown_requested():
+            supervision.cancelled = cancel_requested
+            supervision.stopped_by_shutdown = not cancel_requested
             processes.stop(grace_seconds=settings.cancel_grace_seconds)
             _ingest_and_read_cancel_flag(job_id, tail, supervision, database=database)
             return supervision
@@ -160,6 +171,9 @@ def _record_notice(job_id: int, event: dict, supervision: Supervision, *, sessio
 def _judge(returncode: int | None, supervision: Supervision, run: RunFolder) -> JobOutcome:
     if supervision.cancelled:
         return JobOutcome("cancelled")
+    if supervision.stopped_by_shutdown:
+        return JobOutcome("failed", f"the worker on {socket.gethostname()} was shut down while "
+                                    "the job ran; the job's processes were stopped")
     if returncode == 0 and run.merged_dir.is_dir():
         return JobOutcome("succeeded")
     if supervision.error_notices:

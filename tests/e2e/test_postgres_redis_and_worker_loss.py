@@ -43,17 +43,33 @@ def _flush_redis(redis_url: str) -> None:
     redis.Redis.from_url(redis_url).flushdb()
 
 
-def test_killing_the_worker_leaves_no_process_of_the_job(tmp_path):
-    with running_tunedeck(tmp_path / "home") as server:
+def test_killing_the_worker_leaves_no_process_and_the_next_worker_settles_the_job(tmp_path):
+    home = tmp_path / "home"
+    with running_tunedeck(home) as server:
         job_id = server.submit({**LORA_JOB, "name": "worker-killed", "max_steps": 100000})
         _wait_for_first_step(server, job_id)
         assert len(_job_processes(server, job_id)) == 3
-        worker = _worker_process(server)
-        worker.send_signal(signal.SIGKILL)
+        _worker_process(server).send_signal(signal.SIGKILL)
         deadline = time.monotonic() + 60
         while _job_processes(server, job_id) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert _job_processes(server, job_id) == []
+    with running_tunedeck(home) as restarted:  # same database, a new worker on this host
+        job = restarted.wait_for(job_id, {"failed", "succeeded", "cancelled"}, timeout_seconds=60)
+        assert job["status"] == "failed" and job["error"].startswith("worker lost")
+
+
+def test_stopping_tunedeck_stops_a_running_job_and_says_why(tmp_path):
+    home = tmp_path / "home"
+    with running_tunedeck(home) as server:
+        job_id = server.submit({**LORA_JOB, "name": "stopped-with-up", "max_steps": 100000})
+        _wait_for_first_step(server, job_id)
+        server.process.send_signal(signal.SIGTERM)
+        server.process.wait(timeout=60)
+        assert _job_processes(server, job_id) == []
+    with running_tunedeck(home) as restarted:
+        job = restarted.job(job_id)
+        assert job["status"] == "failed" and "was shut down while the job ran" in job["error"]
 
 
 def _worker_process(server) -> psutil.Process:
