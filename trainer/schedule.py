@@ -22,12 +22,15 @@ def total_optimizer_steps(*, max_steps: int | None, epochs: float | None, exampl
 
 
 def learning_rate_at(step: int, *, peak_learning_rate: float, warmup_steps: int,
-                     total_steps: int) -> float:
-    """Rate for optimizer step `step` (0-based): linear warmup, then cosine to 10% of peak."""
+                     total_steps: int, schedule: str = "cosine") -> float:
+    """Rate for optimizer step `step` (0-based): linear warmup, then `schedule` — cosine or
+    linear decay to 10% of the peak, or constant at the peak."""
     if step < warmup_steps:
         return peak_learning_rate * (step + 1) / warmup_steps
+    if schedule == "constant":
+        return peak_learning_rate
     decay_steps = max(1, total_steps - warmup_steps - 1)
     progress = min(1.0, (step - warmup_steps) / decay_steps)
+    remaining = 0.5 * (1.0 + math.cos(math.pi * progress)) if schedule == "cosine" else 1.0 - progress
     final_learning_rate = peak_learning_rate * FINAL_LEARNING_RATE_RATIO
-    cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
-    return final_learning_rate + (peak_learning_rate - final_learning_rate) * cosine
+    return final_learning_rate + (peak_learning_rate - final_learning_rate) * remaining

@@ -5,6 +5,7 @@ gather, save and merge. Every rank runs this same function; only rank 0 writes t
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -98,7 +99,8 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[dict[str, Any]
     for step in range(1, total_steps + 1):
         started = time.perf_counter()
         learning_rate = learning_rate_at(step - 1, peak_learning_rate=spec.learning_rate,
-                                         warmup_steps=spec.warmup_steps, total_steps=total_steps)
+                                         warmup_steps=spec.warmup_steps, total_steps=total_steps,
+                                         schedule=spec.lr_schedule)
         backend.set_learning_rate(learning_rate)
         loss_sum = torch.zeros((), dtype=torch.float64, device=context.device)
         token_count = torch.zeros((), dtype=torch.float64, device=context.device)
@@ -111,6 +113,7 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[dict[str, Any]
         loss_total, tokens, grad_norm_value = reduce_step_totals(loss_sum, token_count, grad_norm)
         step_seconds = time.perf_counter() - started
         loss = loss_total / micro_batches_per_step
+        stop_on_non_finite_loss(loss, step=step, precision=spec.precision)
         telemetry.step(step=step, loss=loss, learning_rate=learning_rate, grad_norm=grad_norm_value,
                        tokens_per_second=tokens / step_seconds, step_seconds=step_seconds,
                        tokens=int(tokens))
@@ -120,6 +123,14 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[dict[str, Any]
             print(f"step {step}/{total_steps} loss {loss:.4f} lr {learning_rate:.2e} "
                   f"grad_norm {grad_norm_value:.3f} {step_seconds:.2f}s", flush=True)
     return throughput
+
+
+def stop_on_non_finite_loss(loss: float, *, step: int, precision: str) -> None:
+    """Every rank sees the same all-reduced loss, so all of them stop together."""
+    if math.isfinite(loss):
+        return
+    advice = "lower the learning rate" + (", or use bf16 (fp16 overflows)" if precision == "fp16" else "")
+    raise FloatingPointError(f"loss became {loss} at step {step}; {advice}")
 
 
 def reduce_step_totals(loss_sum, token_count, grad_norm) -> tuple[float, float, float]:

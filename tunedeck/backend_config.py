@@ -9,11 +9,8 @@ from typing import Any
 
 from tunedeck.job_spec import JobSpec
 
-# DeepSpeed's own default bucket sizes (elements); issue #3 makes them spec knobs.
-DEFAULT_BUCKET_ELEMENTS = 500_000_000
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPSILON = 1e-8
-MAX_GRAD_NORM = 1.0
 
 TORCH_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
@@ -25,8 +22,8 @@ def zero2_config(spec: JobSpec) -> dict[str, Any]:
         "overlap_comm": spec.zero2.overlap_comm,
         "contiguous_gradients": spec.zero2.contiguous_gradients,
         "reduce_scatter": True,
-        "reduce_bucket_size": DEFAULT_BUCKET_ELEMENTS,
-        "allgather_bucket_size": DEFAULT_BUCKET_ELEMENTS,
+        "reduce_bucket_size": spec.zero2.reduce_bucket_size,
+        "allgather_bucket_size": spec.zero2.allgather_bucket_size,
     }
     if spec.zero2.offload_optimizer:
         zero_optimization["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
@@ -34,7 +31,8 @@ def zero2_config(spec: JobSpec) -> dict[str, Any]:
         "train_micro_batch_size_per_gpu": spec.micro_batch_size,
         "gradient_accumulation_steps": spec.grad_accum,
         "train_batch_size": spec.micro_batch_size * spec.grad_accum * spec.world_size,
-        "gradient_clipping": MAX_GRAD_NORM,
+        # 0 turns DeepSpeed's clipping off, as it does the spec's.
+        "gradient_clipping": spec.max_grad_norm,
         "zero_optimization": zero_optimization,
         **_deepspeed_precision(spec.precision),
         "optimizer": {
@@ -43,7 +41,7 @@ def zero2_config(spec: JobSpec) -> dict[str, Any]:
                 "lr": spec.learning_rate,
                 "betas": list(ADAM_BETAS),
                 "eps": ADAM_EPSILON,
-                "weight_decay": 0.0,
+                "weight_decay": spec.weight_decay,
                 # With offload DeepSpeed must step its own CPU Adam; otherwise torch's
                 # AdamW runs on any accelerator without compiling FusedAdam first.
                 "torch_adam": not spec.zero2.offload_optimizer,
@@ -79,7 +77,7 @@ def fsdp_settings(spec: JobSpec) -> dict[str, Any]:
         },
         "cpu_offload": spec.fsdp.cpu_offload,
         "activation_checkpointing": spec.fsdp.activation_checkpointing,
-        "gradient_clipping": MAX_GRAD_NORM,
+        "gradient_clipping": spec.max_grad_norm,
         "micro_batch_size": spec.micro_batch_size,
         "gradient_accumulation_steps": spec.grad_accum,
         "optimizer": {
@@ -87,7 +85,7 @@ def fsdp_settings(spec: JobSpec) -> dict[str, Any]:
             "lr": spec.learning_rate,
             "betas": list(ADAM_BETAS),
             "eps": ADAM_EPSILON,
-            "weight_decay": 0.0,
+            "weight_decay": spec.weight_decay,
         },
     }
 

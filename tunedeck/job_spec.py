@@ -14,10 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 Method = Literal["lora", "qlora", "full"]
 Backend = Literal["zero2", "fsdp"]
 Precision = Literal["bf16", "fp16", "fp32"]
+LearningRateSchedule = Literal["cosine", "linear", "constant"]
 
 METHODS: tuple[str, ...] = Method.__args__
 BACKENDS: tuple[str, ...] = Backend.__args__
 PRECISIONS: tuple[str, ...] = Precision.__args__
+LEARNING_RATE_SCHEDULES: tuple[str, ...] = LearningRateSchedule.__args__
+# DeepSpeed's default bucket size, in elements.
+DEFAULT_BUCKET_ELEMENTS = 500_000_000
 
 
 class StrictModel(BaseModel):
@@ -36,6 +40,10 @@ class Zero2Settings(StrictModel):
     offload_optimizer: bool = False
     overlap_comm: bool = True
     contiguous_gradients: bool = True
+    # Elements per gradient reduce / parameter all-gather bucket: smaller saves memory,
+    # larger overlaps communication better.
+    reduce_bucket_size: int = Field(DEFAULT_BUCKET_ELEMENTS, ge=1_000, le=10_000_000_000)
+    allgather_bucket_size: int = Field(DEFAULT_BUCKET_ELEMENTS, ge=1_000, le=10_000_000_000)
 
 
 class FsdpSettings(StrictModel):
@@ -55,6 +63,10 @@ class JobSpec(StrictModel):
     epochs: float | None = Field(None, gt=0, le=10_000)
     learning_rate: float = Field(2.0e-4, gt=0, le=1.0)
     warmup_steps: int = Field(0, ge=0, le=1_000_000)
+    lr_schedule: LearningRateSchedule = "cosine"
+    weight_decay: float = Field(0.0, ge=0, le=1)
+    # Gradients are clipped to this global norm; 0 turns clipping off.
+    max_grad_norm: float = Field(1.0, ge=0, le=1_000_000)
     micro_batch_size: int = Field(4, ge=1, le=4096)
     grad_accum: int = Field(1, ge=1, le=4096)
     seq_len: int = Field(256, ge=8, le=1_048_576)

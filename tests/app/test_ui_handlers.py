@@ -70,6 +70,22 @@ def test_form_to_spec_carries_every_field():
     assert not spec.zero2.overlap_comm
 
 
+def test_training_and_zero2_knobs_reach_the_spec_and_the_preview():
+    form = make_form(lr_schedule="linear", warmup_steps=5, weight_decay=0.01, max_grad_norm=0.5,
+                     zero2_reduce_bucket_size=200_000_000, zero2_allgather_bucket_size=50_000_000)
+    spec, problems = form_handlers.form_to_spec(form)
+    assert problems == ""
+    assert (spec.lr_schedule, spec.warmup_steps, spec.weight_decay, spec.max_grad_norm) == (
+        "linear", 5, 0.01, 0.5)
+    config = json.loads(form_handlers.preview_form(form).config_json)
+    assert config["gradient_clipping"] == 0.5
+    assert config["optimizer"]["params"]["weight_decay"] == 0.01
+    assert config["zero_optimization"]["reduce_bucket_size"] == 200_000_000
+    assert config["zero_optimization"]["allgather_bucket_size"] == 50_000_000
+    _spec, problems = form_handlers.form_to_spec(make_form(zero2_reduce_bucket_size=10))
+    assert "Reduce bucket size (zero2.reduce_bucket_size)" in problems
+
+
 def test_bad_lora_rank_is_refused_naming_the_field():
     spec, problems = form_handlers.form_to_spec(make_form(lora_r=0))
     assert spec is None

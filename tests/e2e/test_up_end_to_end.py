@@ -15,6 +15,7 @@ pytestmark = [pytest.mark.torchrun]
 LORA_JOB = {"name": "e2e-lora", "model": "builtin:tiny-llama", "dataset": "builtin:arithmetic",
             "method": "lora", "backend": "zero2", "num_gpus": 2, "max_steps": 12,
             "learning_rate": 5e-3, "micro_batch_size": 8, "seq_len": 64, "precision": "bf16",
+            "lr_schedule": "linear", "weight_decay": 0.01, "max_grad_norm": 0.5,
             "lora": {"r": 8, "alpha": 16, "dropout": 0.0}}
 
 
@@ -31,6 +32,8 @@ def test_submit_train_download_and_load_merged_weights(server, tmp_path):
 
     metrics = server.http.get(f"/api/jobs/{job_id}/metrics").json()
     assert [row["step"] for row in metrics["train"]] == list(range(1, 13))
+    rates = [row["learning_rate"] for row in metrics["train"]]
+    assert rates[0] == pytest.approx(5e-3) and rates[-1] == pytest.approx(5e-4)  # linear to 10%
     assert {row["rank"] for row in metrics["memory"]} == {0, 1}
     config = server.http.get(f"/api/jobs/{job_id}/config").json()
     assert config["source"] == "run folder"

@@ -49,3 +49,15 @@ def test_total_steps_from_max_steps_or_epochs():
     assert total_optimizer_steps(max_steps=None, epochs=0.001, **common) == 1
     with pytest.raises(ValueError):
         total_optimizer_steps(max_steps=None, epochs=None, **common)
+
+
+def test_linear_and_constant_schedules():
+    linear = [learning_rate_at(step, peak_learning_rate=PEAK, warmup_steps=0, total_steps=11,
+                               schedule="linear") for step in range(11)]
+    assert linear[0] == pytest.approx(PEAK)
+    assert linear[5] == pytest.approx(PEAK * (FINAL_LEARNING_RATE_RATIO + 1) / 2)
+    assert linear[-1] == pytest.approx(PEAK * FINAL_LEARNING_RATE_RATIO)
+    constant = [learning_rate_at(step, peak_learning_rate=PEAK, warmup_steps=2, total_steps=10,
+                                 schedule="constant") for step in range(10)]
+    assert constant[:2] == [pytest.approx(PEAK / 2), pytest.approx(PEAK)]
+    assert constant[2:] == [PEAK] * 8

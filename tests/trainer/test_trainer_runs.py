@@ -71,7 +71,8 @@ def test_full_finetune_without_metrics_saves_a_loadable_model(run_trainer, built
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     result = run_trainer("--metrics", "off", backend="fsdp", method="full", precision="fp32",
-                         max_steps=4, grad_accum=2,
+                         max_steps=4, grad_accum=2, lr_schedule="constant", weight_decay=0.1,
+                         max_grad_norm=0,
                          fsdp={"cpu_offload": True, "activation_checkpointing": True})
     assert result.returncode == 0, result.output
     print(f"fsdp full run: {result.seconds:.1f} s")

@@ -16,10 +16,14 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 SPECS = {
     "zero2_lora_bf16": JobSpec(max_steps=30, num_gpus=2),
     "zero2_offload_fp16": JobSpec(max_steps=30, num_gpus=4, precision="fp16", grad_accum=8,
-                                  zero2={"offload_optimizer": True, "overlap_comm": False}),
+                                  weight_decay=0.01, max_grad_norm=0.5,
+                                  zero2={"offload_optimizer": True, "overlap_comm": False,
+                                         "reduce_bucket_size": 200_000_000,
+                                         "allgather_bucket_size": 100_000_000}),
     "fsdp_lora_bf16": JobSpec(max_steps=30, num_gpus=2, backend="fsdp"),
     "fsdp_full_fp32_offload": JobSpec(max_steps=10, backend="fsdp", method="full",
-                                      precision="fp32", fsdp={"cpu_offload": True,
+                                      precision="fp32", weight_decay=0.1, max_grad_norm=0,
+                                      fsdp={"cpu_offload": True,
                                                               "activation_checkpointing": True}),
 }
 
@@ -45,6 +49,10 @@ def test_zero2_batch_arithmetic_and_offload():
     assert config["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
     assert config["fp16"]["loss_scale"] == 0 and "bf16" not in config
     assert config["optimizer"]["params"]["torch_adam"] is False
+    assert config["optimizer"]["params"]["weight_decay"] == 0.01
+    assert config["gradient_clipping"] == 0.5
+    assert config["zero_optimization"]["reduce_bucket_size"] == 200_000_000
+    assert config["zero_optimization"]["allgather_bucket_size"] == 100_000_000
 
 
 def test_fsdp_keeps_fp32_master_weights_and_reduces_in_fp32():

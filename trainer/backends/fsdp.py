@@ -6,6 +6,7 @@ gradients are reduced in fp32; only the forward/backward compute runs in `param_
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from trainer.method import trainable_parameters
@@ -63,8 +64,9 @@ class FsdpBackend:
         import torch
         from torch.distributed.tensor import DTensor
 
+        # A max norm of 0 means no clipping; an infinite one still measures the norm.
         grad_norm = torch.nn.utils.clip_grad_norm_(trainable_parameters(self._model),
-                                                   self._max_grad_norm)
+                                                   self._max_grad_norm or math.inf)
         self._optimizer.step()
         self._optimizer.zero_grad(set_to_none=True)
         # Over sharded gradients the norm is a DTensor; full_tensor() sums the shards' parts.

@@ -8,7 +8,7 @@ import gradio as gr
 
 from app.ui import form_handlers
 from app.ui.form_handlers import FORM_FIELDS, FORM_LABELS as LABELS, form_values
-from tunedeck.job_spec import BACKENDS, METHODS, PRECISIONS
+from tunedeck.job_spec import BACKENDS, LEARNING_RATE_SCHEDULES, METHODS, PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,19 @@ def _form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, gr
         fields["micro_batch_size"] = _integer("micro_batch_size", defaults)
         fields["grad_accum"] = _integer("grad_accum", defaults)
         fields["seq_len"] = _integer("seq_len", defaults)
+    with gr.Row():
+        fields["lr_schedule"] = gr.Dropdown(list(LEARNING_RATE_SCHEDULES),
+                                            value=defaults["lr_schedule"],
+                                            label=LABELS["lr_schedule"],
+                                            info="after warmup; decays to 10% of the peak",
+                                            elem_id="new-job-lr-schedule")
+        fields["warmup_steps"] = _integer("warmup_steps", defaults)
+        fields["weight_decay"] = gr.Number(defaults["weight_decay"], step=0.01,
+                                           label=LABELS["weight_decay"],
+                                           elem_id="new-job-weight-decay")
+        fields["max_grad_norm"] = gr.Number(defaults["max_grad_norm"], step=0.1,
+                                            label=LABELS["max_grad_norm"], info="0: no clipping",
+                                            elem_id="new-job-max-grad-norm")
     groups = _option_groups(fields, defaults)
     return fields, groups
 
@@ -111,6 +124,9 @@ def _option_groups(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str
             for name in ("zero2_offload_optimizer", "zero2_overlap_comm",
                          "zero2_contiguous_gradients"):
                 fields[name] = _checkbox(name, defaults)
+        with gr.Row():
+            for name in ("zero2_reduce_bucket_size", "zero2_allgather_bucket_size"):
+                fields[name] = _integer(name, defaults, info="elements")
     with gr.Group(visible=fsdp_visible, elem_id="new-job-fsdp-options") as groups["fsdp"]:
         gr.Markdown("**FSDP options**", padding=True)
         with gr.Row():
