@@ -51,6 +51,9 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
         micro_batch_size=spec.micro_batch_size, grad_accum=spec.grad_accum,
         world_size=context.world_size)
 
+    if spec.activation_checkpointing:
+        # Non-reentrant checkpointing composes with FSDP2, DeepSpeed and frozen (LoRA) inputs.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     backend = backend_type.wrap(model, read_json(run.backend_config_file(spec.backend)), context)
     telemetry.notice(f"training started: {total_steps} steps, {len(tokenized)} examples, "
                      f"{trainable_parameter_count(model):,} trainable parameters")

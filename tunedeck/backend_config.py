@@ -67,7 +67,9 @@ def fsdp_settings(spec: JobSpec) -> dict[str, Any]:
     return {
         "api": "fully_shard (FSDP2)",
         "wrap": ["each decoder layer", "root module"],
-        "reshard_after_forward": True,
+        "sharding_strategy": spec.fsdp.sharding_strategy,
+        # FSDP2 spells SHARD_GRAD_OP as keeping parameters gathered after forward.
+        "reshard_after_forward": spec.fsdp.sharding_strategy != "shard_grad_op",
         "mixed_precision": {
             "param_dtype": TORCH_DTYPE_NAMES[spec.precision],
             # Gradients are reduced and master weights kept in fp32: a bf16-only run can

@@ -15,11 +15,13 @@ Method = Literal["lora", "qlora", "full"]
 Backend = Literal["zero2", "fsdp"]
 Precision = Literal["bf16", "fp16", "fp32"]
 LearningRateSchedule = Literal["cosine", "linear", "constant"]
+ShardingStrategy = Literal["full_shard", "shard_grad_op", "hybrid_shard"]
 
 METHODS: tuple[str, ...] = Method.__args__
 BACKENDS: tuple[str, ...] = Backend.__args__
 PRECISIONS: tuple[str, ...] = Precision.__args__
 LEARNING_RATE_SCHEDULES: tuple[str, ...] = LearningRateSchedule.__args__
+SHARDING_STRATEGIES: tuple[str, ...] = ShardingStrategy.__args__
 # DeepSpeed's default bucket size, in elements.
 DEFAULT_BUCKET_ELEMENTS = 500_000_000
 
@@ -44,9 +46,16 @@ class Zero2Settings(StrictModel):
     # larger overlaps communication better.
     reduce_bucket_size: int = Field(DEFAULT_BUCKET_ELEMENTS, ge=1_000, le=10_000_000_000)
     allgather_bucket_size: int = Field(DEFAULT_BUCKET_ELEMENTS, ge=1_000, le=10_000_000_000)
+    # Recompute each decoder layer's activations in backward (Hugging Face gradient
+    # checkpointing): less activation memory for about a third more compute.
+    activation_checkpointing: bool = False
 
 
 class FsdpSettings(StrictModel):
+    # full_shard: parameters resharded after forward (least memory); shard_grad_op: kept
+    # gathered until backward (less communication); hybrid_shard: shard within a node,
+    # replicate across nodes.
+    sharding_strategy: ShardingStrategy = "full_shard"
     cpu_offload: bool = False
     activation_checkpointing: bool = False
 
@@ -100,6 +109,20 @@ class JobSpec(StrictModel):
         if num_nodes != 1:
             raise ValueError("jobs across several nodes are not available yet; use 1")
         return num_nodes
+
+    @field_validator("fsdp")
+    @classmethod
+    def _hybrid_needs_nodes(cls, fsdp: FsdpSettings, info) -> FsdpSettings:
+        if fsdp.sharding_strategy == "hybrid_shard" and info.data.get("num_nodes", 1) < 2:
+            raise ValueError("hybrid_shard replicates across nodes and needs num_nodes > 1; "
+                             "on one node use full_shard or shard_grad_op")
+        return fsdp
+
+    @property
+    def activation_checkpointing(self) -> bool:
+        """The chosen backend's setting (each backend has its own switch in the form)."""
+        settings = self.zero2 if self.backend == "zero2" else self.fsdp
+        return settings.activation_checkpointing
 
     @property
     def world_size(self) -> int:

@@ -44,6 +44,8 @@ FORM_LABELS: dict[str, str] = {
     "zero2_contiguous_gradients": "Contiguous gradients",
     "zero2_reduce_bucket_size": "Reduce bucket size",
     "zero2_allgather_bucket_size": "All-gather bucket size",
+    "zero2_activation_checkpointing": "Activation checkpointing",
+    "fsdp_sharding_strategy": "Sharding strategy",
     "fsdp_cpu_offload": "CPU offload",
     "fsdp_activation_checkpointing": "Activation checkpointing",
 }
@@ -58,6 +60,7 @@ SPEC_FIELD_LABELS: dict[str, str] = {
     "lora.dropout": FORM_LABELS["lora_dropout"],
     "zero2.reduce_bucket_size": FORM_LABELS["zero2_reduce_bucket_size"],
     "zero2.allgather_bucket_size": FORM_LABELS["zero2_allgather_bucket_size"],
+    "fsdp": FORM_LABELS["fsdp_sharding_strategy"],
 }
 
 
@@ -91,6 +94,8 @@ def default_form() -> dict[str, Any]:
         "zero2_contiguous_gradients": spec.zero2.contiguous_gradients,
         "zero2_reduce_bucket_size": spec.zero2.reduce_bucket_size,
         "zero2_allgather_bucket_size": spec.zero2.allgather_bucket_size,
+        "zero2_activation_checkpointing": spec.zero2.activation_checkpointing,
+        "fsdp_sharding_strategy": spec.fsdp.sharding_strategy,
         "fsdp_cpu_offload": spec.fsdp.cpu_offload,
         "fsdp_activation_checkpointing": spec.fsdp.activation_checkpointing,
     }
@@ -120,8 +125,10 @@ def form_to_spec_data(form: dict[str, Any]) -> dict[str, Any]:
                   "overlap_comm": bool(form["zero2_overlap_comm"]),
                   "contiguous_gradients": bool(form["zero2_contiguous_gradients"]),
                   "reduce_bucket_size": form["zero2_reduce_bucket_size"],
-                  "allgather_bucket_size": form["zero2_allgather_bucket_size"]},
-        "fsdp": {"cpu_offload": bool(form["fsdp_cpu_offload"]),
+                  "allgather_bucket_size": form["zero2_allgather_bucket_size"],
+                  "activation_checkpointing": bool(form["zero2_activation_checkpointing"])},
+        "fsdp": {"sharding_strategy": form["fsdp_sharding_strategy"],
+                 "cpu_offload": bool(form["fsdp_cpu_offload"]),
                  "activation_checkpointing": bool(form["fsdp_activation_checkpointing"])},
     }
     if form["method"] in METHODS_WITH_ADAPTER:

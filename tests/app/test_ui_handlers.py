@@ -82,6 +82,15 @@ def test_training_and_zero2_knobs_reach_the_spec_and_the_preview():
     assert config["optimizer"]["params"]["weight_decay"] == 0.01
     assert config["zero_optimization"]["reduce_bucket_size"] == 200_000_000
     assert config["zero_optimization"]["allgather_bucket_size"] == 50_000_000
+    spec, _ = form_handlers.form_to_spec(make_form(backend="fsdp", fsdp_sharding_strategy="shard_grad_op",
+                                                   zero2_activation_checkpointing=True))
+    assert spec.fsdp.sharding_strategy == "shard_grad_op" and spec.zero2.activation_checkpointing
+    fsdp_preview = json.loads(form_handlers.preview_form(make_form(
+        backend="fsdp", fsdp_sharding_strategy="shard_grad_op")).config_json)
+    assert fsdp_preview["reshard_after_forward"] is False
+    _spec, problems = form_handlers.form_to_spec(make_form(backend="fsdp",
+                                                           fsdp_sharding_strategy="hybrid_shard"))
+    assert "Sharding strategy (fsdp): hybrid_shard replicates across nodes" in problems
     _spec, problems = form_handlers.form_to_spec(make_form(zero2_reduce_bucket_size=10))
     assert "Reduce bucket size (zero2.reduce_bucket_size)" in problems
 

@@ -16,6 +16,7 @@ LORA_JOB = {"name": "e2e-lora", "model": "builtin:tiny-llama", "dataset": "built
             "method": "lora", "backend": "zero2", "num_gpus": 2, "max_steps": 12,
             "learning_rate": 5e-3, "micro_batch_size": 8, "seq_len": 64, "precision": "bf16",
             "lr_schedule": "linear", "weight_decay": 0.01, "max_grad_norm": 0.5,
+            "zero2": {"activation_checkpointing": True},
             "lora": {"r": 8, "alpha": 16, "dropout": 0.0}}
 
 
@@ -83,7 +84,8 @@ def test_a_local_model_folder_and_a_chat_jsonl_of_the_users_own(server, tmp_path
                         {"role": "assistant", "content": str(a + 2)}]
             file.write(json.dumps({"messages": messages}) + "\n")
     job_id = server.submit({**LORA_JOB, "name": "own-model-and-data", "backend": "fsdp",
-                            "model": str(model_folder), "dataset": str(chats), "max_steps": 4})
+                            "model": str(model_folder), "dataset": str(chats), "max_steps": 4,
+                            "fsdp": {"sharding_strategy": "shard_grad_op"}})
     job = server.wait_for(job_id, {"succeeded", "failed", "cancelled"})
     assert job["status"] == "succeeded", job["error"]
     assert len(server.http.get(f"/api/jobs/{job_id}/metrics").json()["train"]) == 4

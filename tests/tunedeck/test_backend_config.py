@@ -21,6 +21,8 @@ SPECS = {
                                          "reduce_bucket_size": 200_000_000,
                                          "allgather_bucket_size": 100_000_000}),
     "fsdp_lora_bf16": JobSpec(max_steps=30, num_gpus=2, backend="fsdp"),
+    "fsdp_lora_shard_grad_op": JobSpec(max_steps=30, num_gpus=8, backend="fsdp",
+                                       fsdp={"sharding_strategy": "shard_grad_op"}),
     "fsdp_full_fp32_offload": JobSpec(max_steps=10, backend="fsdp", method="full",
                                       precision="fp32", weight_decay=0.1, max_grad_norm=0,
                                       fsdp={"cpu_offload": True,
@@ -67,3 +69,8 @@ def test_argv_is_a_list_with_the_run_dir_as_one_item():
     assert argv[0] == "/venv/bin/torchrun"
     assert argv[-2:] == ["--run-dir", "/runs/a dir; rm -rf ~"]
     assert argv[argv.index("--nproc_per_node") + 1] == "3"
+
+
+def test_shard_grad_op_keeps_parameters_gathered_after_forward():
+    assert fsdp_settings(SPECS["fsdp_lora_shard_grad_op"])["reshard_after_forward"] is False
+    assert fsdp_settings(SPECS["fsdp_lora_bf16"])["reshard_after_forward"] is True

@@ -81,3 +81,15 @@ def test_not_a_mapping_is_a_clear_error():
 @pytest.mark.parametrize("path", sorted((REPO / "examples").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_example_spec_in_the_repo_is_valid(path):
     assert load_spec_file(path).model is not None
+
+
+def test_hybrid_shard_needs_several_nodes():
+    message = errors_of({"max_steps": 1, "backend": "fsdp", "fsdp": {"sharding_strategy": "hybrid_shard"}})
+    assert message.startswith("fsdp: hybrid_shard replicates across nodes and needs num_nodes > 1")
+
+
+def test_activation_checkpointing_follows_the_chosen_backend():
+    zero2 = JobSpec(max_steps=1, zero2={"activation_checkpointing": True})
+    assert zero2.activation_checkpointing
+    assert not zero2.model_copy(update={"backend": "fsdp"}).activation_checkpointing
+    assert JobSpec(max_steps=1, backend="fsdp", fsdp={"activation_checkpointing": True}).activation_checkpointing

@@ -34,10 +34,6 @@ class FsdpBackend:
     def wrap(cls, model, settings: dict[str, Any], context: RankContext) -> "FsdpBackend":
         import torch
 
-        if settings["activation_checkpointing"]:
-            # Recompute each decoder layer's activations in backward; non-reentrant
-            # checkpointing composes with FSDP2 and with frozen (LoRA) inputs.
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         shard_model(model, settings, context)
         optimizer_settings = settings["optimizer"]
         optimizer = torch.optim.AdamW(

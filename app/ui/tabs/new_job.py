@@ -8,7 +8,8 @@ import gradio as gr
 
 from app.ui import form_handlers
 from app.ui.form_handlers import FORM_FIELDS, FORM_LABELS as LABELS, form_values
-from tunedeck.job_spec import BACKENDS, LEARNING_RATE_SCHEDULES, METHODS, PRECISIONS
+from tunedeck.job_spec import (BACKENDS, LEARNING_RATE_SCHEDULES, METHODS, PRECISIONS,
+                               SHARDING_STRATEGIES)
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ def _option_groups(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str
         gr.Markdown("**DeepSpeed ZeRO-2 options**", padding=True)
         with gr.Row():
             for name in ("zero2_offload_optimizer", "zero2_overlap_comm",
-                         "zero2_contiguous_gradients"):
+                         "zero2_contiguous_gradients", "zero2_activation_checkpointing"):
                 fields[name] = _checkbox(name, defaults)
         with gr.Row():
             for name in ("zero2_reduce_bucket_size", "zero2_allgather_bucket_size"):
@@ -130,6 +131,10 @@ def _option_groups(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str
     with gr.Group(visible=fsdp_visible, elem_id="new-job-fsdp-options") as groups["fsdp"]:
         gr.Markdown("**FSDP options**", padding=True)
         with gr.Row():
+            fields["fsdp_sharding_strategy"] = gr.Dropdown(
+                list(SHARDING_STRATEGIES), value=defaults["fsdp_sharding_strategy"],
+                label=LABELS["fsdp_sharding_strategy"],
+                info="hybrid_shard needs several nodes", elem_id="new-job-fsdp-sharding-strategy")
             for name in ("fsdp_cpu_offload", "fsdp_activation_checkpointing"):
                 fields[name] = _checkbox(name, defaults)
     return groups
