@@ -52,10 +52,6 @@ def live_group_members(pgid: int) -> list[int]:
     return members
 
 
-def group_is_alive(pgid: int) -> bool:
-    return bool(live_group_members(pgid))
-
-
 class JobProcesses:
     """The launcher and every descendant seen so far (ranks, their helpers)."""
 
@@ -66,7 +62,8 @@ class JobProcesses:
 
     def refresh(self) -> None:
         try:
-            found = [psutil.Process(self.launcher.pid), *psutil.Process(self.launcher.pid).children(recursive=True)]
+            launcher = psutil.Process(self.launcher.pid)
+            found = [launcher, *launcher.children(recursive=True)]
         except psutil.NoSuchProcess:
             return
         for process in found:
@@ -108,6 +105,10 @@ class JobProcesses:
             pass
         for pid in self.alive_pids():
             try:
-                self._known[pid].send_signal(signal_number) if pid in self._known else os.kill(pid, signal_number)
+                # Known processes go through psutil, which refuses a pid reused meanwhile.
+                if pid in self._known:
+                    self._known[pid].send_signal(signal_number)
+                else:
+                    os.kill(pid, signal_number)
             except (psutil.NoSuchProcess, ProcessLookupError, PermissionError):
                 pass

@@ -72,12 +72,7 @@ def _first_line(text: str | None) -> str:
 
 def job_id_from_row(row_value: list[Any] | None) -> int | None:
     """The job id in a jobs-table row (its first cell), or None for anything else."""
-    if not row_value:
-        return None
-    try:
-        return int(row_value[0])
-    except (TypeError, ValueError):
-        return None
+    return parse_job_id(row_value[0]) if row_value else None
 
 
 def parse_job_id(value: Any) -> int | None:
