@@ -71,12 +71,18 @@ def fsdp_settings(spec: JobSpec) -> dict[str, Any]:
         # FSDP2 spells SHARD_GRAD_OP as keeping parameters gathered after forward.
         "reshard_after_forward": spec.fsdp.sharding_strategy != "shard_grad_op",
         "mixed_precision": {
-            "param_dtype": TORCH_DTYPE_NAMES[spec.precision],
-            # Gradients are reduced and master weights kept in fp32: a bf16-only run can
-            # fail to converge where DeepSpeed (fp32 masters) converges.
-            "reduce_dtype": "float32",
+            "param_dtype": TORCH_DTYPE_NAMES[spec.fsdp.param_dtype or spec.precision],
+            "reduce_dtype": TORCH_DTYPE_NAMES[spec.fsdp.reduce_dtype],
+            "buffer_dtype": TORCH_DTYPE_NAMES[spec.fsdp.buffer_dtype],
+            # Always: a bf16-only run can fail to converge where DeepSpeed (fp32 masters)
+            # converges.
             "master_weights_dtype": "float32",
         },
+        # fp16 needs loss scaling: FSDP2's gradients are scaled by a sharded grad scaler.
+        "loss_scaling": "dynamic" if (spec.fsdp.param_dtype or spec.precision) == "fp16" else "none",
+        "backward_prefetch": spec.fsdp.backward_prefetch,
+        "forward_prefetch": spec.fsdp.forward_prefetch,
+        "compile": spec.fsdp.compile,
         "cpu_offload": spec.fsdp.cpu_offload,
         "activation_checkpointing": spec.fsdp.activation_checkpointing,
         "gradient_clipping": spec.max_grad_norm,
@@ -92,12 +98,50 @@ def fsdp_settings(spec: JobSpec) -> dict[str, Any]:
     }
 
 
+def quantization_config(spec: JobSpec) -> dict[str, Any] | None:
+    """QLoRA's bitsandbytes 4-bit settings (Hugging Face `BitsAndBytesConfig` keywords)."""
+    if spec.method != "qlora":
+        return None
+    return {
+        "load_in_4bit": True,
+        "bnb_4bit_quant_type": "nf4",
+        "bnb_4bit_use_double_quant": True,
+        "bnb_4bit_compute_dtype": TORCH_DTYPE_NAMES[spec.precision],
+    }
+
+
+def trainer_settings(spec: JobSpec) -> dict[str, Any]:
+    """What the trainer does around the backend, in the same words the preview shows."""
+    return {
+        "method": spec.method,
+        "quantization": quantization_config(spec),
+        # Hugging Face gradient checkpointing (non-reentrant), under either backend.
+        "activation_checkpointing": spec.activation_checkpointing,
+        "precision": spec.precision,
+        "seed": spec.seed,
+        "training_length": ({"max_steps": spec.max_steps} if spec.max_steps is not None
+                            else {"epochs": spec.epochs}),
+        "lr_schedule": {"type": spec.lr_schedule, "peak": spec.learning_rate,
+                        "warmup_steps": spec.warmup_steps},
+        "packing": spec.packing,
+        "eval": ({"split": spec.eval_split, "dataset": spec.eval_dataset,
+                  "every_steps": spec.eval_every_steps} if spec.has_eval else None),
+        "checkpoints": ({"every_steps": spec.checkpoint_every_steps,
+                         "keep": spec.keep_checkpoints,
+                         "format": "deepspeed" if spec.backend == "zero2"
+                         else "torch.distributed.checkpoint"}
+                        if spec.checkpoint_every_steps else None),
+    }
+
+
 def backend_config(spec: JobSpec) -> dict[str, Any]:
     return zero2_config(spec) if spec.backend == "zero2" else fsdp_settings(spec)
 
 
-def build_torchrun_argv(spec: JobSpec, run_dir: str, *, torchrun: str = "torchrun") -> list[str]:
-    """The exact launch command; `torchrun` may be an absolute path to the worker's own."""
+def build_torchrun_argv(spec: JobSpec, run_dir: str, *, torchrun: str = "torchrun",
+                        resume: bool = False) -> list[str]:
+    """The exact launch command; `torchrun` may be an absolute path to the worker's own.
+    `resume` continues from the run folder's latest complete checkpoint."""
     return [
         torchrun,
         "--standalone",
@@ -109,4 +153,5 @@ def build_torchrun_argv(spec: JobSpec, run_dir: str, *, torchrun: str = "torchru
         "trainer",
         "--run-dir",
         str(run_dir),
+        *(["--resume"] if resume else []),
     ]

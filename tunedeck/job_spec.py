@@ -16,12 +16,14 @@ Backend = Literal["zero2", "fsdp"]
 Precision = Literal["bf16", "fp16", "fp32"]
 LearningRateSchedule = Literal["cosine", "linear", "constant"]
 ShardingStrategy = Literal["full_shard", "shard_grad_op", "hybrid_shard"]
+DType = Literal["bf16", "fp16", "fp32"]
 
 METHODS: tuple[str, ...] = Method.__args__
 BACKENDS: tuple[str, ...] = Backend.__args__
 PRECISIONS: tuple[str, ...] = Precision.__args__
 LEARNING_RATE_SCHEDULES: tuple[str, ...] = LearningRateSchedule.__args__
 SHARDING_STRATEGIES: tuple[str, ...] = ShardingStrategy.__args__
+DTYPES: tuple[str, ...] = DType.__args__
 # DeepSpeed's default bucket size, in elements.
 DEFAULT_BUCKET_ELEMENTS = 500_000_000
 
@@ -58,6 +60,22 @@ class FsdpSettings(StrictModel):
     sharding_strategy: ShardingStrategy = "full_shard"
     cpu_offload: bool = False
     activation_checkpointing: bool = False
+    # Mixed precision. The sharded master weights stay fp32 whatever these say (a bf16-only
+    # run can fail to converge where DeepSpeed, which keeps fp32 masters, converges).
+    # param_dtype is the forward/backward compute dtype; unset, it follows `precision`.
+    param_dtype: DType | None = None
+    # Gradients are reduce-scattered in this dtype; fp32 costs bandwidth, not accuracy.
+    reduce_dtype: DType = "fp32"
+    # Buffers (e.g. rotary frequencies) are not sharded; this is the dtype they are kept in.
+    buffer_dtype: DType = "fp32"
+    # Issue the next layer's all-gather before the current layer's backward (on by default:
+    # it hides communication at the cost of one more gathered layer in memory) ...
+    backward_prefetch: bool = True
+    # ... and, in forward, before the current layer runs (helps when the CPU thread
+    # launching kernels cannot run ahead, e.g. with CPU offload).
+    forward_prefetch: bool = False
+    # torch.compile each decoder layer before sharding it.
+    compile: bool = False
 
 
 class JobSpec(StrictModel):
@@ -81,6 +99,17 @@ class JobSpec(StrictModel):
     seq_len: int = Field(256, ge=8, le=1_048_576)
     precision: Precision = "bf16"
     seed: int = Field(42, ge=0, le=2**31 - 1)
+    # Evaluation: hold out a fraction of the dataset, or name a separate file (not both);
+    # the eval loss is measured every `eval_every_steps` optimizer steps and at the end.
+    eval_split: float = Field(0.0, ge=0, le=0.5)
+    eval_dataset: str | None = Field(None, min_length=1, max_length=1000)
+    eval_every_steps: int = Field(0, ge=0, le=10_000_000)
+    # Pack several examples into each seq_len row (fewer pad tokens; attention still stops
+    # at each example's boundary through per-example position ids).
+    packing: bool = False
+    # Save a checkpoint every N optimizer steps (0: none) and keep the newest K.
+    checkpoint_every_steps: int = Field(0, ge=0, le=10_000_000)
+    keep_checkpoints: int = Field(2, ge=1, le=1000)
     lora: LoraSettings = LoraSettings()
     zero2: Zero2Settings = Zero2Settings()
     fsdp: FsdpSettings = FsdpSettings()
@@ -93,15 +122,29 @@ class JobSpec(StrictModel):
             raise ValueError("set max_steps or epochs, not both")
         return self
 
-    @field_validator("method")
+    @field_validator("backend")
     @classmethod
-    def _supported_method(cls, method: str) -> str:
-        if method == "qlora":
+    def _qlora_needs_zero2(cls, backend: str, info) -> str:
+        if backend == "fsdp" and info.data.get("method") == "qlora":
             raise ValueError(
-                "qlora is not available yet in this TuneDeck version; "
-                "choose lora (same adapter on a full-precision base) or full"
-            )
-        return method
+                "qlora under fsdp: FSDP2 shards the packed 4-bit weights as plain bytes and "
+                "loses their quantization state, so the numbers are wrong; use backend zero2 "
+                "(it leaves the frozen 4-bit base whole on each GPU), or method lora under fsdp")
+        return backend
+
+    @field_validator("eval_dataset")
+    @classmethod
+    def _one_eval_source(cls, eval_dataset: str | None, info) -> str | None:
+        if eval_dataset is not None and info.data.get("eval_split", 0) > 0:
+            raise ValueError("set eval_split or eval_dataset, not both")
+        return eval_dataset
+
+    @field_validator("eval_every_steps")
+    @classmethod
+    def _eval_needs_a_set(cls, every: int, info) -> int:
+        if every > 0 and not (info.data.get("eval_split", 0) > 0 or info.data.get("eval_dataset")):
+            raise ValueError("eval_every_steps needs an eval set: set eval_split or eval_dataset")
+        return every
 
     @field_validator("num_nodes")
     @classmethod
@@ -123,6 +166,10 @@ class JobSpec(StrictModel):
         """The chosen backend's setting (each backend has its own switch in the form)."""
         settings = self.zero2 if self.backend == "zero2" else self.fsdp
         return settings.activation_checkpointing
+
+    @property
+    def has_eval(self) -> bool:
+        return self.eval_split > 0 or self.eval_dataset is not None
 
     @property
     def world_size(self) -> int:

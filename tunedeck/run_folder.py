@@ -14,6 +14,9 @@ METRICS_DIR = "metrics"
 LOGS_DIR = "logs"
 LAUNCHER_LOG_FILE = "torchrun.log"
 CHECKPOINTS_DIR = "checkpoints"
+CHECKPOINT_PREFIX = "step-"
+# Written by rank 0 after every rank has saved its part: a checkpoint without it is partial.
+CHECKPOINT_STATE_FILE = "trainer_state.json"
 ADAPTER_DIR = "adapter"
 MERGED_DIR = "merged"
 
@@ -51,6 +54,18 @@ class RunFolder:
     @property
     def checkpoints_dir(self) -> Path:
         return self.path / CHECKPOINTS_DIR
+
+    def checkpoint_dir(self, step: int) -> Path:
+        return self.checkpoints_dir / f"{CHECKPOINT_PREFIX}{step:08d}"
+
+    def completed_checkpoints(self) -> list[tuple[int, Path]]:
+        """(optimizer step, folder) of every complete checkpoint, oldest first."""
+        found = []
+        for path in self.checkpoints_dir.glob(f"{CHECKPOINT_PREFIX}*"):
+            step_text = path.name.removeprefix(CHECKPOINT_PREFIX)
+            if step_text.isdigit() and (path / CHECKPOINT_STATE_FILE).is_file():
+                found.append((int(step_text), path))
+        return sorted(found)
 
     @property
     def adapter_dir(self) -> Path:

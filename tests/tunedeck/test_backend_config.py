@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tunedeck.backend_config import build_torchrun_argv, fsdp_settings, zero2_config
+from tunedeck.backend_config import build_torchrun_argv, fsdp_settings, trainer_settings, zero2_config
 from tunedeck.job_spec import JobSpec
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -27,13 +27,23 @@ SPECS = {
                                       precision="fp32", weight_decay=0.1, max_grad_norm=0,
                                       fsdp={"cpu_offload": True,
                                                               "activation_checkpointing": True}),
+    "zero2_qlora_eval_checkpoints": JobSpec(
+        epochs=2, method="qlora", eval_split=0.1, eval_every_steps=50, packing=True,
+        checkpoint_every_steps=100, keep_checkpoints=3,
+        zero2={"activation_checkpointing": True}),
+    "fsdp_fp16_dtypes_prefetch_compile": JobSpec(
+        max_steps=30, num_gpus=4, backend="fsdp", method="full", precision="bf16",
+        eval_dataset="/data/eval.jsonl",
+        fsdp={"param_dtype": "fp16", "reduce_dtype": "bf16", "buffer_dtype": "bf16",
+              "backward_prefetch": False, "forward_prefetch": True, "compile": True}),
 }
 
 
 def generated(name: str) -> dict:
     spec = SPECS[name]
     config = zero2_config(spec) if spec.backend == "zero2" else fsdp_settings(spec)
-    return {"config": config, "argv": build_torchrun_argv(spec, "/runs/job-1")}
+    return {"config": config, "trainer": trainer_settings(spec),
+            "argv": build_torchrun_argv(spec, "/runs/job-1")}
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
@@ -60,7 +70,24 @@ def test_zero2_batch_arithmetic_and_offload():
 def test_fsdp_keeps_fp32_master_weights_and_reduces_in_fp32():
     precision = fsdp_settings(SPECS["fsdp_lora_bf16"])["mixed_precision"]
     assert precision == {"param_dtype": "bfloat16", "reduce_dtype": "float32",
-                         "master_weights_dtype": "float32"}
+                         "buffer_dtype": "float32", "master_weights_dtype": "float32"}
+    assert fsdp_settings(SPECS["fsdp_lora_bf16"])["loss_scaling"] == "none"
+
+
+def test_fsdp_param_dtype_follows_precision_unless_set_and_fp16_scales_the_loss():
+    fp16 = JobSpec(max_steps=1, backend="fsdp", precision="fp16")
+    assert fsdp_settings(fp16)["mixed_precision"]["param_dtype"] == "float16"
+    assert fsdp_settings(fp16)["loss_scaling"] == "dynamic"
+    explicit = JobSpec(max_steps=1, backend="fsdp", precision="fp16", fsdp={"param_dtype": "bf16"})
+    assert fsdp_settings(explicit)["mixed_precision"]["param_dtype"] == "bfloat16"
+    assert fsdp_settings(explicit)["loss_scaling"] == "none"
+
+
+def test_qlora_quantization_is_nf4_double_quant_with_the_spec_compute_dtype():
+    quantization = trainer_settings(JobSpec(max_steps=1, method="qlora", precision="fp32"))["quantization"]
+    assert quantization == {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
+                            "bnb_4bit_use_double_quant": True, "bnb_4bit_compute_dtype": "float32"}
+    assert trainer_settings(JobSpec(max_steps=1))["quantization"] is None
 
 
 def test_argv_is_a_list_with_the_run_dir_as_one_item():

@@ -55,7 +55,12 @@ def test_unknown_keys_are_rejected_with_their_name():
     ({"max_steps": 5, "lora": {"r": 0}}, "lora.r"),
     ({"max_steps": 5, "seq_len": "long"}, "seq_len"),
     ({"max_steps": 5, "num_nodes": 2}, "num_nodes"),
-    ({"max_steps": 5, "method": "qlora"}, "method"),
+    ({"max_steps": 5, "method": "qlora", "backend": "fsdp"}, "backend"),
+    ({"max_steps": 5, "eval_split": 0.1, "eval_dataset": "e.jsonl"}, "eval_dataset"),
+    ({"max_steps": 5, "eval_every_steps": 10}, "eval_every_steps"),
+    ({"max_steps": 5, "eval_split": 0.9}, "eval_split"),
+    ({"max_steps": 5, "keep_checkpoints": 0}, "keep_checkpoints"),
+    ({"max_steps": 5, "fsdp": {"param_dtype": "int8"}}, "fsdp.param_dtype"),
 ])
 def test_bad_values_name_their_field(data, field):
     assert errors_of(data).startswith(f"{field}: ")
@@ -93,3 +98,9 @@ def test_activation_checkpointing_follows_the_chosen_backend():
     assert zero2.activation_checkpointing
     assert not zero2.model_copy(update={"backend": "fsdp"}).activation_checkpointing
     assert JobSpec(max_steps=1, backend="fsdp", fsdp={"activation_checkpointing": True}).activation_checkpointing
+
+
+def test_qlora_is_accepted_under_zero2_and_refused_under_fsdp_with_what_to_choose():
+    assert JobSpec(max_steps=1, method="qlora").method == "qlora"
+    message = errors_of({"max_steps": 1, "method": "qlora", "backend": "fsdp"})
+    assert "use backend zero2" in message and "method lora under fsdp" in message
