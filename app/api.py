@@ -7,6 +7,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import FileResponse
 
 from app.artifacts import ARTIFACT_KINDS, artifact_zip
+from app.job_checkpoints import NothingToResume, list_checkpoints, resume_from_latest_checkpoint
 from app.job_submission import cancel_job, submit_job
 from app.job_views import job_config, job_run_folder, job_to_dict, read_job_log_tail
 from tunedeck import job_store, metric_store
@@ -78,6 +79,22 @@ def get_job_logs(job_id: int, request: Request,
 def cancel(job_id: int, request: Request) -> dict[str, Any]:
     _load_job(request, job_id)
     return job_to_dict(cancel_job(database=_database(request), job_id=job_id))
+
+
+@router.get("/api/jobs/{job_id}/checkpoints")
+def get_job_checkpoints(job_id: int, request: Request) -> list[dict[str, Any]]:
+    return list_checkpoints(_load_job(request, job_id))
+
+
+@router.post("/api/jobs/{job_id}/resume", status_code=202)
+def resume(job_id: int, request: Request) -> dict[str, Any]:
+    _load_job(request, job_id)
+    try:
+        job = resume_from_latest_checkpoint(database=_database(request),
+                                            celery_app=request.app.state.celery_app, job_id=job_id)
+    except (NothingToResume, job_store.InvalidTransition) as error:
+        raise HTTPException(status_code=409, detail=str(error)) from error
+    return job_to_dict(job)
 
 
 @router.get("/api/jobs/{job_id}/config")

@@ -1,4 +1,4 @@
-"""`tunedeck`: up, web, worker, migrate, submit, render (see DESIGN.md's command table)."""
+"""`tunedeck`: up, web, worker, migrate, submit, resume, render (see DESIGN.md's command table)."""
 from __future__ import annotations
 
 import argparse
@@ -41,6 +41,12 @@ def _build_parser() -> argparse.ArgumentParser:
     submit.add_argument("spec", type=Path)
     submit.add_argument("--server", default=None, help="default http://TUNEDECK_HOST:PORT")
     submit.set_defaults(handler=_run_submit)
+
+    resume = commands.add_parser("resume", help="resume a failed or cancelled job from its "
+                                 "latest checkpoint")
+    resume.add_argument("job_id", type=int)
+    resume.add_argument("--server", default=None, help="default http://TUNEDECK_HOST:PORT")
+    resume.set_defaults(handler=_run_resume)
 
     render = commands.add_parser("render", help="write the backend config and launch command")
     render.add_argument("spec", type=Path)
@@ -108,29 +114,43 @@ def _load_spec_or_exit(path: Path):
 
 
 def _run_submit(arguments: argparse.Namespace) -> int:
+    spec = _with_absolute_local_paths(_load_spec_or_exit(arguments.spec))
+    job = _post_to_server(arguments.server, "/api/jobs", spec.model_dump(mode="json"),
+                          expected_status=201, refusal="server refused the job")
+    print(job["id"])
+    return 0
+
+
+def _run_resume(arguments: argparse.Namespace) -> int:
+    job = _post_to_server(arguments.server, f"/api/jobs/{arguments.job_id}/resume", None,
+                          expected_status=202, refusal=f"job {arguments.job_id} not resumed")
+    print(f"job {job['id']} {job['status']}: resumes from its latest checkpoint")
+    return 0
+
+
+def _post_to_server(server: str | None, path: str, body, *, expected_status: int, refusal: str) -> dict:
     import httpx
 
     from tunedeck.settings import load_settings
 
-    spec = _with_absolute_local_paths(_load_spec_or_exit(arguments.spec))
-    settings = load_settings()
-    server = arguments.server or f"http://{settings.host}:{settings.port}"
+    if server is None:
+        settings = load_settings()
+        server = f"http://{settings.host}:{settings.port}"
     try:
-        response = httpx.post(f"{server}/api/jobs", json=spec.model_dump(mode="json"), timeout=30)
+        response = httpx.post(f"{server}{path}", json=body, timeout=30)
     except httpx.HTTPError as error:
         sys.exit(f"cannot reach TuneDeck at {server}: {error}")
-    if response.status_code != 201:
-        sys.exit(f"server refused the job ({response.status_code}): {response.text}")
-    print(response.json()["id"])
-    return 0
+    if response.status_code != expected_status:
+        sys.exit(f"{refusal} ({response.status_code}): {response.text}")
+    return response.json()
 
 
 def _with_absolute_local_paths(spec):
     """A path that exists here means this folder, not the worker's; say so explicitly."""
     changes = {}
-    for field in ("model", "dataset"):
+    for field in ("model", "dataset", "eval_dataset"):
         value = getattr(spec, field)
-        if not value.startswith("builtin:") and Path(value).expanduser().exists():
+        if value and not value.startswith("builtin:") and Path(value).expanduser().exists():
             changes[field] = str(Path(value).expanduser().resolve())
     return spec.model_copy(update=changes) if changes else spec
 

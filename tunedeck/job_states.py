@@ -14,8 +14,9 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     QUEUED: frozenset({RUNNING, FAILED, CANCELLED}),
     RUNNING: frozenset({SUCCEEDED, FAILED, CANCELLED}),
     SUCCEEDED: frozenset(),
-    FAILED: frozenset(),
-    CANCELLED: frozenset(),
+    # Only "Resume" takes these: the job runs again from its latest checkpoint.
+    FAILED: frozenset({QUEUED}),
+    CANCELLED: frozenset({QUEUED}),
 }
 
 

@@ -79,7 +79,18 @@ def _status_message(job: Job) -> str:
 def mark_job_running(*, session: Session, job_id: int, run_dir: str, worker_host: str) -> Job:
     """Claim a queued job; raises InvalidTransition when someone else already did."""
     return _transition(session=session, job_id=job_id, target=RUNNING, run_dir=run_dir,
-                       worker_host=worker_host, started_at=utc_now())
+                       worker_host=worker_host, started_at=utc_now(), attempts=Job.attempts + 1)
+
+
+def resume_job(*, session: Session, job_id: int, checkpoint_step: int) -> Job:
+    """Queue a failed or cancelled job again, to continue from its checkpoint at
+    `checkpoint_step`; raises InvalidTransition for any other status."""
+    job = _transition(session=session, job_id=job_id, target=QUEUED, error=None,
+                      cancel_requested=False, finished_at=None, launcher_pid=None,
+                      resume_requested=True)
+    add_job_event(session=session, job_id=job_id, kind="status",
+                  message=f"resume requested from the checkpoint at step {checkpoint_step}")
+    return job
 
 
 def record_launcher_pid(*, session: Session, job_id: int, launcher_pid: int) -> None:
@@ -123,6 +134,7 @@ def is_cancel_requested(*, session: Session, job_id: int) -> bool:
 __all__ = [
     "JobNotFound", "InvalidTransition", "create_job", "get_job", "list_jobs",
     "list_queued_job_ids", "list_running_jobs", "add_job_event", "list_job_events", "mark_job_running",
+    "resume_job",
     "record_launcher_pid", "mark_job_succeeded", "mark_job_failed", "mark_job_cancelled",
     "request_cancel", "is_cancel_requested", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED",
     "CANCELLED",

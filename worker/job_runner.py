@@ -60,22 +60,24 @@ def run_job(job_id: int, *, settings: Settings, database: Database,
             job = job_store.mark_job_running(session=session, job_id=job_id, run_dir=str(run.path),
                                              worker_host=socket.gethostname())
             spec = JobSpec.model_validate(job.spec)
+            resume = job.resume_requested
     except (InvalidTransition, job_store.JobNotFound) as reason:
         log.info("not running job %s: %s", job_id, reason)
         return getattr(reason, "current", "missing")
     outcome = _launch_and_supervise(job_id, spec, run, settings=settings, database=database,
-                                    shutdown_requested=shutdown_requested)
+                                    shutdown_requested=shutdown_requested, resume=resume)
     _record_outcome(job_id, outcome, database=database)
     return outcome.status
 
 
 def _launch_and_supervise(job_id: int, spec: JobSpec, run: RunFolder, *, settings: Settings,
-                          database: Database, shutdown_requested: Callable[[], bool]) -> JobOutcome:
+                          database: Database, shutdown_requested: Callable[[], bool],
+                          resume: bool = False) -> JobOutcome:
     problems = find_input_problems(spec)
     if problems:
         return JobOutcome("failed", "\n".join(problems))
     try:
-        argv, env = _prepare_run_folder(spec, run, settings)
+        argv, env = _prepare_run_folder(spec, run, settings, resume=resume)
         # The worker's own folder, so relative model and dataset paths mean what the check saw.
         process = start_process_group(argv, cwd=Path.cwd(), env=env, log_file=run.launcher_log_file)
     except OSError as error:
@@ -91,11 +93,14 @@ def _launch_and_supervise(job_id: int, spec: JobSpec, run: RunFolder, *, setting
     return _judge(process.returncode, supervision, run)
 
 
-def _prepare_run_folder(spec: JobSpec, run: RunFolder, settings: Settings):
+def _prepare_run_folder(spec: JobSpec, run: RunFolder, settings: Settings, *, resume: bool):
+    """Write spec, config and launch record. A resumed job keeps its folder's checkpoints,
+    metrics and logs: the trainer continues from the latest checkpoint, and each rank's
+    metrics file grows on, so no point is ingested twice."""
     torchrun = str(Path(sys.executable).with_name("torchrun"))
     if not Path(torchrun).exists():
         torchrun = shutil.which("torchrun") or "torchrun"
-    argv = build_torchrun_argv(spec, str(run.path), torchrun=torchrun)
+    argv = build_torchrun_argv(spec, str(run.path), torchrun=torchrun, resume=resume)
     launch_env = _launch_environment(spec, settings)
     write_run_folder(run, spec_json=spec.model_dump(mode="json"), backend=spec.backend,
                      backend_config=backend_config(spec),

@@ -12,11 +12,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.job_submission import submit_job
-from tunedeck.backend_config import backend_config, build_torchrun_argv
+from tunedeck.backend_config import backend_config, build_torchrun_argv, trainer_settings
 from tunedeck.job_spec import JobSpec, format_validation_error
 
 PREVIEW_RUN_DIR = "var/runs/job-<id>"
 METHODS_WITH_ADAPTER = ("lora", "qlora")
+# The FSDP compute-dtype dropdown's first choice: leave the spec's fsdp.param_dtype unset.
+SAME_AS_PRECISION = "same as precision"
 
 # Form field name -> the label the form shows; the order is the order of the tab's inputs.
 FORM_LABELS: dict[str, str] = {
@@ -28,6 +30,7 @@ FORM_LABELS: dict[str, str] = {
     "precision": "Precision",
     "num_gpus": "GPUs",
     "max_steps": "Steps",
+    "epochs": "Epochs",
     "learning_rate": "Learning rate",
     "micro_batch_size": "Micro batch size",
     "grad_accum": "Gradient accumulation",
@@ -36,6 +39,13 @@ FORM_LABELS: dict[str, str] = {
     "warmup_steps": "Warmup steps",
     "weight_decay": "Weight decay",
     "max_grad_norm": "Max gradient norm",
+    "seed": "Seed",
+    "packing": "Pack sequences",
+    "eval_split": "Eval split",
+    "eval_dataset": "Eval dataset",
+    "eval_every_steps": "Eval every (steps)",
+    "checkpoint_every_steps": "Checkpoint every (steps)",
+    "keep_checkpoints": "Keep checkpoints",
     "lora_r": "LoRA rank",
     "lora_alpha": "LoRA alpha",
     "lora_dropout": "LoRA dropout",
@@ -48,6 +58,12 @@ FORM_LABELS: dict[str, str] = {
     "fsdp_sharding_strategy": "Sharding strategy",
     "fsdp_cpu_offload": "CPU offload",
     "fsdp_activation_checkpointing": "Activation checkpointing",
+    "fsdp_param_dtype": "Compute dtype",
+    "fsdp_reduce_dtype": "Gradient reduce dtype",
+    "fsdp_buffer_dtype": "Buffer dtype",
+    "fsdp_backward_prefetch": "Backward prefetch",
+    "fsdp_forward_prefetch": "Forward prefetch",
+    "fsdp_compile": "torch.compile",
 }
 FORM_FIELDS: tuple[str, ...] = tuple(FORM_LABELS)
 
@@ -61,6 +77,8 @@ SPEC_FIELD_LABELS: dict[str, str] = {
     "zero2.reduce_bucket_size": FORM_LABELS["zero2_reduce_bucket_size"],
     "zero2.allgather_bucket_size": FORM_LABELS["zero2_allgather_bucket_size"],
     "fsdp": FORM_LABELS["fsdp_sharding_strategy"],
+    **{f"fsdp.{name}": FORM_LABELS[f"fsdp_{name}"]
+       for name in ("param_dtype", "reduce_dtype", "buffer_dtype")},
 }
 
 
@@ -68,6 +86,7 @@ SPEC_FIELD_LABELS: dict[str, str] = {
 class FormPreview:
     config_title: str
     config_json: str
+    trainer_json: str
     command_line: str
     message: str
 
@@ -83,11 +102,15 @@ def default_form() -> dict[str, Any]:
     return {
         "name": "", "model": spec.model, "dataset": spec.dataset, "method": spec.method,
         "backend": spec.backend, "precision": spec.precision, "num_gpus": spec.num_gpus,
-        "max_steps": spec.max_steps, "learning_rate": spec.learning_rate,
+        "max_steps": spec.max_steps, "epochs": None, "learning_rate": spec.learning_rate,
         "micro_batch_size": spec.micro_batch_size, "grad_accum": spec.grad_accum,
         "seq_len": spec.seq_len, "lr_schedule": spec.lr_schedule,
         "warmup_steps": spec.warmup_steps, "weight_decay": spec.weight_decay,
-        "max_grad_norm": spec.max_grad_norm, "lora_r": spec.lora.r, "lora_alpha": spec.lora.alpha,
+        "max_grad_norm": spec.max_grad_norm, "seed": spec.seed, "packing": spec.packing,
+        "eval_split": spec.eval_split, "eval_dataset": "", "eval_every_steps": spec.eval_every_steps,
+        "checkpoint_every_steps": spec.checkpoint_every_steps,
+        "keep_checkpoints": spec.keep_checkpoints,
+        "lora_r": spec.lora.r, "lora_alpha": spec.lora.alpha,
         "lora_dropout": spec.lora.dropout,
         "zero2_offload_optimizer": spec.zero2.offload_optimizer,
         "zero2_overlap_comm": spec.zero2.overlap_comm,
@@ -98,6 +121,12 @@ def default_form() -> dict[str, Any]:
         "fsdp_sharding_strategy": spec.fsdp.sharding_strategy,
         "fsdp_cpu_offload": spec.fsdp.cpu_offload,
         "fsdp_activation_checkpointing": spec.fsdp.activation_checkpointing,
+        "fsdp_param_dtype": spec.fsdp.param_dtype or SAME_AS_PRECISION,
+        "fsdp_reduce_dtype": spec.fsdp.reduce_dtype,
+        "fsdp_buffer_dtype": spec.fsdp.buffer_dtype,
+        "fsdp_backward_prefetch": spec.fsdp.backward_prefetch,
+        "fsdp_forward_prefetch": spec.fsdp.forward_prefetch,
+        "fsdp_compile": spec.fsdp.compile,
     }
 
 
@@ -112,7 +141,9 @@ def form_to_spec_data(form: dict[str, Any]) -> dict[str, Any]:
         "backend": form["backend"],
         "precision": form["precision"],
         "num_gpus": form["num_gpus"],
-        "max_steps": form["max_steps"],
+        # An empty (or 0) length is unset, so the spec can say "set max_steps or epochs".
+        "max_steps": form["max_steps"] or None,
+        "epochs": form["epochs"] or None,
         "learning_rate": form["learning_rate"],
         "micro_batch_size": form["micro_batch_size"],
         "grad_accum": form["grad_accum"],
@@ -121,6 +152,13 @@ def form_to_spec_data(form: dict[str, Any]) -> dict[str, Any]:
         "warmup_steps": form["warmup_steps"],
         "weight_decay": form["weight_decay"],
         "max_grad_norm": form["max_grad_norm"],
+        "seed": form["seed"],
+        "packing": bool(form["packing"]),
+        "eval_split": form["eval_split"] or 0,
+        "eval_dataset": _text_or_none(form["eval_dataset"]),
+        "eval_every_steps": form["eval_every_steps"] or 0,
+        "checkpoint_every_steps": form["checkpoint_every_steps"] or 0,
+        "keep_checkpoints": form["keep_checkpoints"],
         "zero2": {"offload_optimizer": bool(form["zero2_offload_optimizer"]),
                   "overlap_comm": bool(form["zero2_overlap_comm"]),
                   "contiguous_gradients": bool(form["zero2_contiguous_gradients"]),
@@ -129,7 +167,14 @@ def form_to_spec_data(form: dict[str, Any]) -> dict[str, Any]:
                   "activation_checkpointing": bool(form["zero2_activation_checkpointing"])},
         "fsdp": {"sharding_strategy": form["fsdp_sharding_strategy"],
                  "cpu_offload": bool(form["fsdp_cpu_offload"]),
-                 "activation_checkpointing": bool(form["fsdp_activation_checkpointing"])},
+                 "activation_checkpointing": bool(form["fsdp_activation_checkpointing"]),
+                 "param_dtype": (None if form["fsdp_param_dtype"] == SAME_AS_PRECISION
+                                 else form["fsdp_param_dtype"]),
+                 "reduce_dtype": form["fsdp_reduce_dtype"],
+                 "buffer_dtype": form["fsdp_buffer_dtype"],
+                 "backward_prefetch": bool(form["fsdp_backward_prefetch"]),
+                 "forward_prefetch": bool(form["fsdp_forward_prefetch"]),
+                 "compile": bool(form["fsdp_compile"])},
     }
     if form["method"] in METHODS_WITH_ADAPTER:
         data["lora"] = {"r": form["lora_r"], "alpha": form["lora_alpha"],
@@ -167,13 +212,14 @@ def preview_form(form: dict[str, Any]) -> FormPreview:
     """What the job would run: the backend config and the torchrun command, or the errors."""
     spec, problems = form_to_spec(form)
     if spec is None:
-        return FormPreview("Generated config (fix the form to see it)", "", "",
+        return FormPreview("Generated config (fix the form to see it)", "", "", "",
                            _problems_markdown(problems))
     title = ("DeepSpeed ZeRO-2 config (`deepspeed.json`)" if spec.backend == "zero2"
              else "FSDP settings (`fsdp.json`)")
     config_json = json.dumps(backend_config(spec), indent=2)
+    trainer_json = json.dumps(trainer_settings(spec), indent=2)
     command_line = shlex.join(build_torchrun_argv(spec, PREVIEW_RUN_DIR))
-    return FormPreview(title, config_json, command_line, "")
+    return FormPreview(title, config_json, trainer_json, command_line, "")
 
 
 def _problems_markdown(problems: str) -> str:

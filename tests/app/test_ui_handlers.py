@@ -95,6 +95,45 @@ def test_training_and_zero2_knobs_reach_the_spec_and_the_preview():
     assert "Reduce bucket size (zero2.reduce_bucket_size)" in problems
 
 
+def test_epochs_eval_packing_and_checkpoints_reach_the_spec_and_the_trainer_preview():
+    form = make_form(max_steps=None, epochs=2, eval_split=0.1, eval_every_steps=5, packing=True,
+                     checkpoint_every_steps=10, keep_checkpoints=3, seed=7,
+                     zero2_activation_checkpointing=True)
+    spec, problems = form_handlers.form_to_spec(form)
+    assert problems == ""
+    assert (spec.max_steps, spec.epochs, spec.seed) == (None, 2, 7)
+    assert (spec.eval_split, spec.eval_every_steps, spec.packing) == (0.1, 5, True)
+    assert (spec.checkpoint_every_steps, spec.keep_checkpoints) == (10, 3)
+    trainer = json.loads(form_handlers.preview_form(form).trainer_json)
+    # ZeRO-2's activation checkpointing is the trainer's, so the preview shows it there.
+    assert trainer["activation_checkpointing"] is True
+    assert trainer["eval"] == {"split": 0.1, "dataset": None, "every_steps": 5}
+    assert trainer["checkpoints"] == {"every_steps": 10, "keep": 3, "format": "deepspeed"}
+    assert trainer["training_length"] == {"epochs": 2}
+    _spec, problems = form_handlers.form_to_spec(make_form(epochs=1))
+    assert "set max_steps or epochs, not both" in problems
+    _spec, problems = form_handlers.form_to_spec(make_form(eval_every_steps=5))
+    assert "Eval every (steps) (eval_every_steps): eval_every_steps needs an eval set" in problems
+
+
+def test_fsdp_dtypes_prefetch_and_compile_reach_the_spec_and_the_preview():
+    form = make_form(backend="fsdp", precision="bf16", fsdp_reduce_dtype="bf16",
+                     fsdp_forward_prefetch=True, fsdp_backward_prefetch=False, fsdp_compile=True)
+    spec, _ = form_handlers.form_to_spec(form)
+    assert spec.fsdp.param_dtype is None  # "same as precision"
+    assert (spec.fsdp.reduce_dtype, spec.fsdp.forward_prefetch, spec.fsdp.backward_prefetch,
+            spec.fsdp.compile) == ("bf16", True, False, True)
+    config = json.loads(form_handlers.preview_form(form).config_json)
+    assert config["mixed_precision"]["param_dtype"] == "bfloat16"
+    assert config["mixed_precision"]["reduce_dtype"] == "bfloat16"
+    assert (config["forward_prefetch"], config["backward_prefetch"], config["compile"]) == (
+        True, False, True)
+    fp16 = json.loads(form_handlers.preview_form({**form, "fsdp_param_dtype": "fp16"}).config_json)
+    assert fp16["mixed_precision"]["param_dtype"] == "float16" and fp16["loss_scaling"] == "dynamic"
+    _spec, problems = form_handlers.form_to_spec(make_form(method="qlora", backend="fsdp"))
+    assert "Backend (backend): qlora under fsdp" in problems
+
+
 def test_bad_lora_rank_is_refused_naming_the_field():
     spec, problems = form_handlers.form_to_spec(make_form(lora_r=0))
     assert spec is None

@@ -75,9 +75,32 @@ def test_missing_job_is_a_named_error(database):
 
 
 def test_state_machine_table_is_closed():
-    for status in FINISHED_STATUSES:
-        assert ALLOWED_TRANSITIONS[status] == frozenset()
+    assert ALLOWED_TRANSITIONS["succeeded"] == frozenset()
+    for status in FINISHED_STATUSES - {"succeeded"}:
+        assert ALLOWED_TRANSITIONS[status] == frozenset({"queued"})  # Resume, only
     assert set(ALLOWED_TRANSITIONS) == {"queued", "running", "succeeded", "failed", "cancelled"}
+
+
+def test_resume_requeues_a_failed_or_cancelled_job_and_counts_attempts(database):
+    failed_id, cancelled_id, succeeded_id = new_job(database), new_job(database), new_job(database)
+    with database.transaction() as session:
+        for job_id in (failed_id, succeeded_id):
+            job_store.mark_job_running(session=session, job_id=job_id, run_dir="/r", worker_host="h")
+        job_store.mark_job_failed(session=session, job_id=failed_id, error="worker lost")
+        job_store.mark_job_succeeded(session=session, job_id=succeeded_id)
+        job_store.request_cancel(session=session, job_id=cancelled_id)
+    with database.transaction() as session:
+        for job_id in (failed_id, cancelled_id):
+            job = job_store.resume_job(session=session, job_id=job_id, checkpoint_step=10)
+            assert job.status == "queued" and job.resume_requested and job.error is None
+            assert job.finished_at is None and not job.cancel_requested
+        with pytest.raises(InvalidTransition, match="is succeeded"):
+            job_store.resume_job(session=session, job_id=succeeded_id, checkpoint_step=10)
+    with database.transaction() as session:
+        job = job_store.mark_job_running(session=session, job_id=failed_id, run_dir="/r", worker_host="h")
+        assert job.attempts == 2
+        messages = [e.message for e in job_store.list_job_events(session=session, job_id=failed_id)]
+        assert "resume requested from the checkpoint at step 10" in messages
 
 
 def test_metric_points_are_idempotent_and_read_back_as_series(database):

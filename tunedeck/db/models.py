@@ -29,6 +29,10 @@ class Job(Base):
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Set by "Resume": the next launch continues from the run folder's latest checkpoint.
+    resume_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    # How many times a worker has launched this job (a resume launches it again).
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
     run_dir: Mapped[str | None] = mapped_column(String(1000), nullable=True)
     worker_host: Mapped[str | None] = mapped_column(String(255), nullable=True)
     launcher_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)

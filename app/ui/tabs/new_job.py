@@ -7,8 +7,8 @@ from typing import Any
 import gradio as gr
 
 from app.ui import form_handlers
-from app.ui.form_handlers import FORM_FIELDS, FORM_LABELS as LABELS, form_values
-from tunedeck.job_spec import (BACKENDS, LEARNING_RATE_SCHEDULES, METHODS, PRECISIONS,
+from app.ui.form_handlers import FORM_FIELDS, FORM_LABELS as LABELS, SAME_AS_PRECISION, form_values
+from tunedeck.job_spec import (BACKENDS, DTYPES, LEARNING_RATE_SCHEDULES, METHODS, PRECISIONS,
                                SHARDING_STRATEGIES)
 
 
@@ -35,6 +35,9 @@ def build_new_job_tab(*, database, celery_app) -> NewJobTab:
             config_code = gr.Code(initial.config_json, language="json", label="Backend config",
                                   lines=12, max_lines=40, interactive=False,
                                   elem_id="new-job-config")
+            trainer_code = gr.Code(initial.trainer_json, language="json", label="Trainer settings",
+                                   lines=8, max_lines=30, interactive=False,
+                                   elem_id="new-job-trainer-settings")
             command_line = gr.Textbox(initial.command_line, label="torchrun command", lines=2,
                                       interactive=False, elem_id="new-job-command")
     submitted_job_id = gr.State(None)
@@ -42,14 +45,16 @@ def build_new_job_tab(*, database, celery_app) -> NewJobTab:
 
     def preview(*values):
         shown = form_handlers.preview_form(form_values(values))
-        return f"#### {shown.config_title}", shown.config_json, shown.command_line, shown.message
+        return (f"#### {shown.config_title}", shown.config_json, shown.trainer_json,
+                shown.command_line, shown.message)
 
     def submit(*values):
         return form_handlers.submit_form(form_values(values), database=database,
                                          celery_app=celery_app)
 
     gr.on([component.change for component in inputs], preview, inputs,
-          [config_title, config_code, command_line, form_message], show_progress="hidden",
+          [config_title, config_code, trainer_code, command_line, form_message],
+          show_progress="hidden",
           trigger_mode="always_last")
     fields["backend"].change(_backend_groups, fields["backend"], [groups["zero2"], groups["fsdp"]],
                              show_progress="hidden")
@@ -80,7 +85,10 @@ def _form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, gr
                                        label=LABELS["precision"], elem_id="new-job-precision")
     with gr.Row():
         fields["num_gpus"] = _integer("num_gpus", defaults, info="ranks on this host")
-        fields["max_steps"] = _integer("max_steps", defaults)
+        fields["max_steps"] = _integer("max_steps", defaults, info="or leave empty and set epochs")
+        fields["epochs"] = gr.Number(defaults["epochs"], label=LABELS["epochs"], step=0.5,
+                                     info="passes over the data, instead of steps",
+                                     elem_id="new-job-epochs")
         fields["learning_rate"] = gr.Number(defaults["learning_rate"],
                                             label=LABELS["learning_rate"], step=1e-5,
                                             info="2e-4 suits LoRA on real models; the tiny "
@@ -103,6 +111,24 @@ def _form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, gr
         fields["max_grad_norm"] = gr.Number(defaults["max_grad_norm"], step=0.1,
                                             label=LABELS["max_grad_norm"], info="0: no clipping",
                                             elem_id="new-job-max-grad-norm")
+    with gr.Accordion("Evaluation, packing and checkpoints", open=False,
+                      elem_id="new-job-more-options"):
+        with gr.Row():
+            fields["eval_split"] = gr.Number(defaults["eval_split"], label=LABELS["eval_split"],
+                                             step=0.05, info="fraction held out (0: none)",
+                                             elem_id="new-job-eval-split")
+            fields["eval_dataset"] = gr.Textbox(defaults["eval_dataset"],
+                                                label=LABELS["eval_dataset"],
+                                                placeholder="or a separate .jsonl/.json file",
+                                                elem_id="new-job-eval-dataset")
+            fields["eval_every_steps"] = _integer("eval_every_steps", defaults,
+                                                  info="0: only at the end")
+        with gr.Row():
+            fields["checkpoint_every_steps"] = _integer("checkpoint_every_steps", defaults,
+                                                        info="0: none; needed to Resume")
+            fields["keep_checkpoints"] = _integer("keep_checkpoints", defaults, info="newest kept")
+            fields["seed"] = _integer("seed", defaults, info="data order, init and dropout")
+            fields["packing"] = _checkbox("packing", defaults)
     groups = _option_groups(fields, defaults)
     return fields, groups
 
@@ -137,7 +163,22 @@ def _option_groups(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str
                 info="hybrid_shard needs several nodes", elem_id="new-job-fsdp-sharding-strategy")
             for name in ("fsdp_cpu_offload", "fsdp_activation_checkpointing"):
                 fields[name] = _checkbox(name, defaults)
+        with gr.Row():
+            fields["fsdp_param_dtype"] = _dtype("fsdp_param_dtype", defaults,
+                                                [SAME_AS_PRECISION, *DTYPES],
+                                                info="forward/backward; masters stay fp32")
+            fields["fsdp_reduce_dtype"] = _dtype("fsdp_reduce_dtype", defaults, list(DTYPES))
+            fields["fsdp_buffer_dtype"] = _dtype("fsdp_buffer_dtype", defaults, list(DTYPES))
+        with gr.Row():
+            for name in ("fsdp_backward_prefetch", "fsdp_forward_prefetch", "fsdp_compile"):
+                fields[name] = _checkbox(name, defaults)
     return groups
+
+
+def _dtype(name: str, defaults: dict[str, Any], choices: list[str],
+           info: str | None = None) -> gr.Dropdown:
+    return gr.Dropdown(choices, value=defaults[name], label=LABELS[name], info=info,
+                       elem_id=f"new-job-{name.replace('_', '-')}")
 
 
 def _integer(name: str, defaults: dict[str, Any], info: str | None = None) -> gr.Number:
