@@ -14,44 +14,23 @@ the ratio is the point.
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from trainer_runs import Summary, read_summary, run_plain_torchrun  # noqa: E402
 
 from tests.servers import running_tunedeck  # noqa: E402
-from tunedeck.backend_config import backend_config, build_torchrun_argv  # noqa: E402
 from tunedeck.job_spec import JobSpec  # noqa: E402
-from tunedeck.run_folder import RunFolder, write_run_folder  # noqa: E402
-
-SUMMARY = re.compile(r"training summary: tokens=(\d+) seconds=([\d.]+) "
-                     r"tokens_per_second=([\d.]+) median_step_seconds=([\d.]+)")
 
 
 def bench_spec(steps: int, backend: str) -> JobSpec:
     return JobSpec(name="overhead-bench", model="builtin:tiny-llama", dataset="builtin:arithmetic",
                    method="lora", backend=backend, num_gpus=2, max_steps=steps,
                    learning_rate=1e-3, micro_batch_size=8, seq_len=64, precision="bf16")
-
-
-@dataclass(frozen=True)
-class Summary:
-    tokens_per_second: float
-    median_step_seconds: float
-
-
-def read_summary(log_text: str) -> Summary:
-    match = SUMMARY.search(log_text)
-    if match is None:
-        raise RuntimeError("no training summary in the log:\n" + log_text[-2000:])
-    return Summary(float(match.group(3)), float(match.group(4)))
 
 
 def run_through_tunedeck(server, spec: JobSpec) -> Summary:
@@ -65,20 +44,6 @@ def run_through_tunedeck(server, spec: JobSpec) -> Summary:
     return read_summary(log.read_text())
 
 
-def run_plain_torchrun(home: Path, spec: JobSpec, index: int) -> Summary:
-    run = RunFolder(home / "plain" / f"run-{index}")
-    torchrun = str(Path(sys.executable).with_name("torchrun"))
-    argv = [*build_torchrun_argv(spec, str(run.path), torchrun=torchrun), "--metrics", "off"]
-    write_run_folder(run, spec_json=spec.model_dump(mode="json"), backend=spec.backend,
-                     backend_config=backend_config(spec), launch={"argv": argv, "env": {}})
-    env = {**os.environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": os.environ.get(
-        "OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // spec.num_gpus)))}
-    result = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
-    if result.returncode != 0:
-        raise RuntimeError(result.stdout[-2000:] + result.stderr[-2000:])
-    return read_summary(result.stdout)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200)
@@ -90,10 +55,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tunedeck-bench-") as folder:
         home = Path(folder) / "server"
         with running_tunedeck(home) as server:
-            run_plain_torchrun(home, spec.model_copy(update={"max_steps": 3}), -1)  # warm caches
+            warm = spec.model_copy(update={"max_steps": 3})
+            run_plain_torchrun(home, warm, home / "plain" / "warm")  # warm caches
             for index in range(arguments.pairs):
                 # Alternate who goes first, so a slow minute of the machine hits both sides.
-                runs = [lambda: run_plain_torchrun(home, spec, index),
+                runs = [lambda: run_plain_torchrun(home, spec, home / "plain" / f"run-{index}").summary,
                         lambda: run_through_tunedeck(server, spec)]
                 first, second = (runs if index % 2 == 0 else runs[::-1])
                 results = [first(), second()]

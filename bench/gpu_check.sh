@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Everything that needs an NVIDIA GPU, in one call: throughput and MFU of the real trainer
+# (bench/gpu_throughput.py). Skips (exit 0) where no GPU answers.
+#
+# On a machine without internet, carry DeepSpeed as a wheel in ./wheels (pip download
+# deepspeed==0.19.8 -d wheels); it is installed from there when missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export GRADIO_ANALYTICS_ENABLED=False
+export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/tunedeck/torch_extensions}"
+PYTHON="${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}"
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu_check: no NVIDIA GPU here; skipped"
+  exit 0
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+
+if ! "$PYTHON" -c "import deepspeed" 2>/dev/null && ls wheels/*.whl >/dev/null 2>&1; then
+  "$PYTHON" -m pip install -q --no-index --find-links wheels deepspeed
+fi
+# The repository's own packages (tunedeck, trainer) import from the checkout.
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+"$PYTHON" bench/gpu_throughput.py "$@"

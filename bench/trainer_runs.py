@@ -1,0 +1,72 @@
+"""Running the real trainer under plain `torchrun` for a benchmark, and reading what it printed.
+
+Shared by the scripts in bench/: a run folder laid out as the worker lays it out, the trainer
+launched with the same argv, and the `training summary` line parsed back.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from tunedeck.backend_config import backend_config, build_torchrun_argv  # noqa: E402
+from tunedeck.job_spec import JobSpec  # noqa: E402
+from tunedeck.metrics_event import decode_event  # noqa: E402
+from tunedeck.run_folder import RunFolder, write_run_folder  # noqa: E402
+
+SUMMARY = re.compile(r"training summary: tokens=(\d+) seconds=([\d.]+) "
+                     r"tokens_per_second=([\d.]+) median_step_seconds=([\d.]+)")
+
+
+@dataclass(frozen=True)
+class Summary:
+    tokens_per_second: float
+    median_step_seconds: float
+
+
+@dataclass(frozen=True)
+class PlainRun:
+    summary: Summary
+    run: RunFolder
+    output: str
+
+    def events(self, rank: int, kind: str) -> list[dict]:
+        path = self.run.rank_metrics_file(rank)
+        if not path.is_file():
+            return []
+        events = map(decode_event, path.read_text(encoding="utf-8").splitlines())
+        return [event for event in events if event is not None and event["kind"] == kind]
+
+
+def read_summary(log_text: str) -> Summary:
+    match = SUMMARY.search(log_text)
+    if match is None:
+        raise RuntimeError("no training summary in the log:\n" + log_text[-3000:])
+    return Summary(float(match.group(3)), float(match.group(4)))
+
+
+def run_plain_torchrun(home: Path, spec: JobSpec, run_dir: Path, *, metrics: bool = False,
+                       timeout_seconds: float = 3600) -> PlainRun:
+    """The trainer on `spec.num_gpus` local ranks, exactly as a worker would launch it."""
+    run = RunFolder(run_dir)
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    argv = [*build_torchrun_argv(spec, str(run.path), torchrun=torchrun),
+            "--metrics", "on" if metrics else "off"]
+    write_run_folder(run, spec_json=spec.model_dump(mode="json"), backend=spec.backend,
+                     backend_config=backend_config(spec), launch={"argv": argv, "env": {}})
+    threads = str(max(1, (os.cpu_count() or 1) // spec.num_gpus))
+    env = {**os.environ, "TUNEDECK_HOME": str(home), "GRADIO_ANALYTICS_ENABLED": "False",
+           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads)}
+    result = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=timeout_seconds)
+    output = result.stdout + result.stderr
+    if result.returncode != 0:
+        raise RuntimeError(f"trainer exited {result.returncode}:\n{output[-4000:]}")
+    return PlainRun(read_summary(result.stdout), run, output)
