@@ -14,6 +14,7 @@ from tunedeck import job_store, metric_store
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
 from tunedeck.job_spec import JobSpec
+from tunedeck.plan_request import PlanRequest, plan_json
 
 router = APIRouter()
 
@@ -114,3 +115,14 @@ def download_artifact(job_id: int, kind: str, request: Request) -> FileResponse:
                             detail=f"job {job_id} has no {kind} artifact (status {job.status})")
     return FileResponse(zip_path, media_type="application/zip",
                         filename=f"job-{job_id}-{kind}.zip")
+
+
+@router.post("/api/plan")
+def plan(request_body: PlanRequest) -> dict[str, Any]:
+    """Bytes per GPU of the spec under ddp, zero2, zero2_offload, fsdp and fsdp_offload, a
+    verdict for each, the recommended backend and why."""
+    try:
+        return plan_json(request_body.spec, request_body.gpus)
+    except ValueError as error:
+        raise HTTPException(status_code=422, detail=[{
+            "loc": ["body", "spec", "model"], "msg": str(error), "type": "value_error"}]) from error

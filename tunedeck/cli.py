@@ -1,4 +1,5 @@
-"""`tunedeck`: up, web, worker, migrate, submit, resume, render (see DESIGN.md's command table)."""
+"""`tunedeck`: up, web, worker, migrate, submit, resume, plan, render (see DESIGN.md's command
+table)."""
 from __future__ import annotations
 
 import argparse
@@ -47,6 +48,15 @@ def _build_parser() -> argparse.ArgumentParser:
     resume.add_argument("job_id", type=int)
     resume.add_argument("--server", default=None, help="default http://TUNEDECK_HOST:PORT")
     resume.set_defaults(handler=_run_resume)
+
+    plan = commands.add_parser("plan", help="memory per GPU of SPEC.yaml under each backend, "
+                               "and which to use")
+    plan.add_argument("spec", type=Path)
+    plan.add_argument("--gpus", type=int, default=None, help="GPUs per node (default the spec's)")
+    plan.add_argument("--gpu-memory-gb", type=float, default=80.0, help="memory of one GPU, GB")
+    plan.add_argument("--nodes", type=int, default=None, help="default the spec's num_nodes")
+    plan.add_argument("--json", action="store_true", help="print the JSON of POST /api/plan")
+    plan.set_defaults(handler=_run_plan)
 
     render = commands.add_parser("render", help="write the backend config and launch command")
     render.add_argument("spec", type=Path)
@@ -153,6 +163,32 @@ def _with_absolute_local_paths(spec):
         if value and not value.startswith("builtin:") and Path(value).expanduser().exists():
             changes[field] = str(Path(value).expanduser().resolve())
     return spec.model_copy(update=changes) if changes else spec
+
+
+def _run_plan(arguments: argparse.Namespace) -> int:
+    import json
+
+    from pydantic import ValidationError
+
+    from tunedeck.job_spec import format_validation_error
+    from tunedeck.plan_request import GpuRequest, plan_json
+
+    spec = _load_spec_or_exit(arguments.spec)
+    try:
+        gpus = GpuRequest(count=arguments.gpus, memory_gb=arguments.gpu_memory_gb,
+                          nodes=arguments.nodes)
+        plan = plan_json(spec, gpus)
+    except ValidationError as error:
+        sys.exit(f"--gpus/--gpu-memory-gb/--nodes: {format_validation_error(error)}")
+    except ValueError as error:
+        sys.exit(f"{arguments.spec}: {error}")
+    if arguments.json:
+        print(json.dumps(plan, indent=2))
+        return 0
+    from tunedeck.plan_text import plan_as_text
+
+    print(plan_as_text(plan))
+    return 0
 
 
 def _run_render(arguments: argparse.Namespace) -> int:

@@ -1,0 +1,62 @@
+"""POST /api/plan and `tunedeck plan` answer with the same plan."""
+import json
+import subprocess
+import sys
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from tunedeck.migrate import upgrade_database
+from tunedeck.settings import Settings
+
+SPEC = {"model": "meta-llama/Llama-2-13b-hf", "method": "full", "backend": "fsdp",
+        "max_steps": 100, "micro_batch_size": 2, "seq_len": 2048,
+        "fsdp": {"activation_checkpointing": True}}
+
+
+@pytest.fixture
+def client(tmp_path):
+    settings = Settings(home=tmp_path)
+    upgrade_database(settings.resolved_database_url)
+    with TestClient(create_app(settings, with_ui=False)) as client:
+        yield client
+
+
+def test_plan_has_every_backend_a_verdict_and_a_recommendation(client):
+    response = client.post("/api/plan", json={"spec": SPEC,
+                                              "gpus": {"count": 4, "memory_gb": 80, "nodes": 1}})
+    assert response.status_code == 200
+    plan = response.json()
+    for name in ("ddp", "zero2", "zero2_offload", "fsdp", "fsdp_offload"):
+        assert set(plan[name]["per_gpu_gb"]) == {"params", "grads", "optimizer", "activations",
+                                                 "other", "total"}
+        assert plan[name]["fits"] in ("fits", "tight", "does not fit")
+    assert plan["recommended"] == "fsdp" and plan["reasons"]
+    assert plan["gpus"] == {"count": 4, "memory_gb": 80, "nodes": 1}
+
+
+def test_cli_plan_json_is_the_api_plan(client, tmp_path):
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(SPEC))
+    result = subprocess.run([sys.executable, "-m", "tunedeck.cli", "plan", str(spec_file),
+                             "--gpus", "4", "--gpu-memory-gb", "80", "--json"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    api = client.post("/api/plan", json={"spec": SPEC, "gpus": {"count": 4, "memory_gb": 80}}).json()
+    assert json.loads(result.stdout) == api
+    table = subprocess.run([sys.executable, "-m", "tunedeck.cli", "plan", str(spec_file),
+                            "--gpus", "4"], capture_output=True, text=True, timeout=60)
+    assert "recommended: fsdp" in table.stdout and "zero2_offload" in table.stdout
+
+
+def test_gpus_default_to_the_spec_and_bad_input_names_its_field(client):
+    plan = client.post("/api/plan", json={"spec": {**SPEC, "num_gpus": 2}}).json()
+    assert plan["gpus"] == {"count": 2, "memory_gb": 80.0, "nodes": 1}
+    response = client.post("/api/plan", json={"spec": SPEC, "gpus": {"count": 0}})
+    assert response.status_code == 422
+    assert ["body", "gpus", "count"] in [error["loc"] for error in response.json()["detail"]]
+    response = client.post("/api/plan", json={"spec": {**SPEC, "model": "nobody/unknown"}})
+    assert response.status_code == 422
+    detail = response.json()["detail"][0]
+    assert detail["loc"] == ["body", "spec", "model"] and "nobody/unknown" in detail["msg"]

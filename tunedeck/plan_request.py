@@ -1,0 +1,33 @@
+"""A plan request: a spec and a GPU set, as `POST /api/plan`, `tunedeck plan` and the form
+send it. One function turns it into the plan's JSON, so all three answer the same."""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tunedeck.job_spec import JobSpec
+
+
+class GpuRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    count: int | None = Field(None, ge=1, le=64, description="GPUs per node; default spec.num_gpus")
+    memory_gb: float = Field(80.0, gt=0, le=4096, description="memory of one GPU, GB (10^9 bytes)")
+    nodes: int | None = Field(None, ge=1, le=64, description="default spec.num_nodes")
+
+
+class PlanRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    spec: JobSpec
+    gpus: GpuRequest = GpuRequest()
+
+
+def plan_json(spec: JobSpec, gpus: GpuRequest) -> dict:
+    """The plan's JSON; a ValueError names the model when its shape cannot be found."""
+    from tunedeck.memory_advice import plan_memory
+    from tunedeck.memory_plan import GpuSet
+    from tunedeck.model_shapes import resolve_model_shape
+
+    gpu_set = GpuSet(count=gpus.count or spec.num_gpus, memory_gb=gpus.memory_gb,
+                     nodes=gpus.nodes or spec.num_nodes)
+    return plan_memory(spec, gpu_set, resolve_model_shape(spec.model)).to_json()
