@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.job_submission import submit_job
+from app.ui.plan_handlers import DEFAULT_GPU_MEMORY_GB, PlanView, plan_view
 from tunedeck.backend_config import backend_config, build_torchrun_argv, trainer_settings
 from tunedeck.job_spec import JobSpec, format_validation_error
 
@@ -29,6 +30,7 @@ FORM_LABELS: dict[str, str] = {
     "backend": "Backend",
     "precision": "Precision",
     "num_gpus": "GPUs",
+    "gpu_memory_gb": "GPU memory (GB)",
     "max_steps": "Steps",
     "epochs": "Epochs",
     "learning_rate": "Learning rate",
@@ -89,6 +91,7 @@ class FormPreview:
     trainer_json: str
     command_line: str
     message: str
+    plan: PlanView = PlanView()
 
 
 def form_values(values: tuple[Any, ...]) -> dict[str, Any]:
@@ -102,7 +105,8 @@ def default_form() -> dict[str, Any]:
     return {
         "name": "", "model": spec.model, "dataset": spec.dataset, "method": spec.method,
         "backend": spec.backend, "precision": spec.precision, "num_gpus": spec.num_gpus,
-        "max_steps": spec.max_steps, "epochs": None, "learning_rate": spec.learning_rate,
+        "gpu_memory_gb": DEFAULT_GPU_MEMORY_GB, "max_steps": spec.max_steps, "epochs": None,
+        "learning_rate": spec.learning_rate,
         "micro_batch_size": spec.micro_batch_size, "grad_accum": spec.grad_accum,
         "seq_len": spec.seq_len, "lr_schedule": spec.lr_schedule,
         "warmup_steps": spec.warmup_steps, "weight_decay": spec.weight_decay,
@@ -219,7 +223,8 @@ def preview_form(form: dict[str, Any]) -> FormPreview:
     config_json = json.dumps(backend_config(spec), indent=2)
     trainer_json = json.dumps(trainer_settings(spec), indent=2)
     command_line = shlex.join(build_torchrun_argv(spec, PREVIEW_RUN_DIR))
-    return FormPreview(title, config_json, trainer_json, command_line, "")
+    plan = plan_view(spec, form.get("gpu_memory_gb"))
+    return FormPreview(title, config_json, trainer_json, command_line, plan.warning, plan)
 
 
 def _problems_markdown(problems: str) -> str:
@@ -233,7 +238,9 @@ def submit_form(form: dict[str, Any], *, database, celery_app) -> tuple[int | No
     if spec is None:
         return None, "Not submitted. " + _problems_markdown(problems)
     job = submit_job(database=database, celery_app=celery_app, spec=spec)
-    return job.id, f"Submitted job **{job.id}** ({job.name}): status `{job.status}`."
+    warning = plan_view(spec, form.get("gpu_memory_gb")).warning
+    return job.id, (f"Submitted job **{job.id}** ({job.name}): status `{job.status}`."
+                    + (f"\n\n{warning}" if warning else ""))
 
 
 def backend_options_visible(backend: str) -> tuple[bool, bool]:

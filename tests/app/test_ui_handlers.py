@@ -273,7 +273,8 @@ def test_job_page_of_a_running_job(database):
     page = job_handlers.load_job_page(job_id, database=database)
     assert page.status == "queued" and not page.finished and page.cancellable
     assert "step 3 / 20" in page.headline and "loss 1.5000" in page.headline
-    assert page.loss.to_dict("list") == {"step": [1, 2, 3], "loss": [3.0, 2.0, 1.5]}
+    assert page.loss.to_dict("list") == {"step": [1, 2, 3], "loss": [3.0, 2.0, 1.5],
+                                         "series": ["train"] * 3}
     assert page.throughput["tokens_per_second"].tolist() == [500.0, 501.0, 502.0]
     assert page.events["message"].tolist() == ["queued"]
     assert json.loads(page.config_json)["zero_optimization"]["stage"] == 2
@@ -365,3 +366,50 @@ def test_ui_modules_do_not_import_torch_or_the_worker():
     source = "\n".join(path.read_text() for path in ui_folder.rglob("*.py"))
     assert "def build_ui" in source
     assert "import torch" not in source and "from worker" not in source
+
+
+def test_eval_loss_is_a_second_line_of_the_loss_chart(database):
+    job_id = create_job(database, eval_split=0.1, eval_every_steps=2)
+    page = job_handlers.load_job_page(job_id, database=database)
+    # Before any point, each line is one empty row, so the chart knows both colours at once.
+    assert page.loss["series"].tolist() == ["train", "eval"] and page.loss["loss"].isna().all()
+    add_steps(database, job_id, [3.0, 2.0, 1.5])
+    with database.transaction() as session:
+        metric_store.add_metric_points(session=session, job_id=job_id, events=[
+            (100, {"kind": "eval", "rank": 0, "time": 2000.0, "step": 2, "eval_loss": 2.5,
+                   "eval_tokens": 80})])
+    page = job_handlers.load_job_page(job_id, database=database)
+    assert page.loss.dropna().to_dict("list") == {"step": [1, 2, 3, 2], "loss": [3.0, 2.0, 1.5, 2.5],
+                                                  "series": ["train"] * 3 + ["eval"]}
+    assert str(page.loss["step"].dtype) == "float64"
+    assert "eval loss 2.5000 (step 2)" in page.headline
+
+
+def test_a_job_without_eval_draws_one_loss_line():
+    frame = job_handlers.loss_frame([{"step": 1, "loss": 2.0}], [])
+    assert frame.to_dict("list") == {"step": [1.0], "loss": [2.0], "series": ["train"]}
+
+
+# The memory plan in the form
+
+
+def test_preview_carries_the_memory_plan_for_the_forms_gpus():
+    preview = form_handlers.preview_form(make_form(gpu_memory_gb=80))
+    assert "**Recommended: zero2**" in preview.plan.markdown
+    assert "| fsdp_offload |" in preview.plan.markdown
+    frame = preview.plan.frame
+    assert set(frame["backend"]) == {"ddp", "zero2", "zero2_offload", "fsdp", "fsdp_offload"}
+    assert set(frame["part"]) == {"params", "grads", "optimizer", "activations", "other"}
+    assert preview.message == "" and preview.plan.warning == ""
+
+
+def test_a_job_that_will_not_fit_is_warned_about_before_and_at_submit(database):
+    form = make_form(model="meta-llama/Llama-2-13b-hf", method="full", gpu_memory_gb=24,
+                     num_gpus=2)
+    preview = form_handlers.preview_form(form)
+    assert preview.plan.warning.startswith("⚠ zero2 will not fit: it needs about")
+    assert preview.message == preview.plan.warning
+    job_id, message = form_handlers.submit_form(form, database=database, celery_app=RecordingCelery())
+    assert job_id is not None and "⚠ zero2 will not fit" in message
+    unknown = form_handlers.preview_form(make_form(model="/nowhere/model"))
+    assert unknown.plan.markdown.startswith("No memory plan: model /nowhere/model")

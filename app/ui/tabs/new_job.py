@@ -40,20 +40,25 @@ def build_new_job_tab(*, database, celery_app) -> NewJobTab:
                                    elem_id="new-job-trainer-settings")
             command_line = gr.Textbox(initial.command_line, label="torchrun command", lines=2,
                                       interactive=False, elem_id="new-job-command")
+            gr.Markdown("#### Memory plan (GB per GPU)")
+            plan_chart = gr.BarPlot(initial.plan.frame, x="backend", y="GB", color="part",
+                                    height=220, elem_id="new-job-plan-chart")
+            plan_table = gr.Markdown(initial.plan.markdown, elem_id="new-job-plan")
     submitted_job_id = gr.State(None)
     inputs = [fields[name] for name in FORM_FIELDS]
 
     def preview(*values):
         shown = form_handlers.preview_form(form_values(values))
         return (f"#### {shown.config_title}", shown.config_json, shown.trainer_json,
-                shown.command_line, shown.message)
+                shown.command_line, shown.message, shown.plan.frame, shown.plan.markdown)
 
     def submit(*values):
         return form_handlers.submit_form(form_values(values), database=database,
                                          celery_app=celery_app)
 
     gr.on([component.change for component in inputs], preview, inputs,
-          [config_title, config_code, trainer_code, command_line, form_message],
+          [config_title, config_code, trainer_code, command_line, form_message, plan_chart,
+           plan_table],
           show_progress="hidden",
           trigger_mode="always_last")
     fields["backend"].change(_backend_groups, fields["backend"], [groups["zero2"], groups["fsdp"]],
@@ -85,6 +90,8 @@ def _form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, gr
                                        label=LABELS["precision"], elem_id="new-job-precision")
     with gr.Row():
         fields["num_gpus"] = _integer("num_gpus", defaults, info="ranks on this host")
+        fields["gpu_memory_gb"] = gr.Number(defaults["gpu_memory_gb"], label=LABELS["gpu_memory_gb"],
+                                            info="for the memory plan", elem_id="new-job-gpu-memory-gb")
         fields["max_steps"] = _integer("max_steps", defaults, info="or leave empty and set epochs")
         fields["epochs"] = gr.Number(defaults["epochs"], label=LABELS["epochs"], step=0.5,
                                      info="passes over the data, instead of steps",
