@@ -1,4 +1,4 @@
-"""`python -m trainer --run-dir RUN [--metrics on|off]`, launched by torchrun on every rank.
+"""`python -m trainer --run-dir RUN [--metrics on|off] [--resume]`, run by torchrun on every rank.
 
 The trainer reads only the run folder (and `$TUNEDECK_HOME/builtin/` for built-in assets).
 A failure becomes an "error" notice in this rank's metrics file, then propagates so the
@@ -27,6 +27,9 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--run-dir", required=True, type=Path, help="the run folder the worker wrote")
     parser.add_argument("--metrics", choices=("on", "off"), default="on",
                         help="write metrics/rank-<K>.jsonl (default on)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the run folder's latest complete checkpoint "
+                             "(from step 0 when there is none)")
     return parser.parse_args(argv)
 
 
@@ -43,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         from trainer.train import train
 
         spec = JobSpec.model_validate(read_json(run.spec_file))
-        train(spec, run, context=context, telemetry=telemetry)
+        train(spec, run, context=context, telemetry=telemetry, resume=arguments.resume)
     except Exception as error:
         telemetry.notice(f"{type(error).__name__}: {error}", level="error")
         raise

@@ -3,13 +3,17 @@
 Every source becomes the same `Example` (the conversation so far, and the answer to learn),
 so one tokenizer path serves alpaca, prompt/response and chat records alike. The loss covers
 only the answer: prompt and padding positions get the label IGNORE_INDEX.
+
+With a chat template the answer is what the template writes after the generation prompt:
+the response and the template's own end of turn (e.g. ChatML's `<|im_end|>`). Without one,
+a plain prompt is followed by the response and end-of-sequence.
 """
 from __future__ import annotations
 
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tunedeck.dataset_records import Example, load_file_examples, single_turn
 
@@ -21,22 +25,32 @@ PLAIN_PROMPT_TEMPLATE = "### Instruction:\n{prompt}\n\n### Response:\n"
 
 @dataclass(frozen=True)
 class TokenizedExample:
+    """One example, or (with packing) one row of several. A packed row's positions restart
+    at 0 for each example in it: that is how the model keeps them apart (trainer/packing.py)."""
+
     input_ids: list[int]
     labels: list[int]
+    position_ids: list[int] | None = None
 
 
-def load_examples(source: str) -> list[Example]:
-    """`builtin:NAME` or a local .jsonl/.json file; errors name the source and the problem."""
+class MicroBatch(NamedTuple):
+    inputs: dict[str, Any]  # the model's keyword arguments, labels included
+    token_count: int  # tokens that are not padding
+
+
+def load_examples(source: str, *, field: str = "dataset") -> list[Example]:
+    """`builtin:NAME` or a local .jsonl/.json file; errors name the spec field, the source
+    and the problem."""
     if source.startswith("builtin:"):
-        return _builtin_examples(source.removeprefix("builtin:"))
-    return load_file_examples(source)
+        return _builtin_examples(source.removeprefix("builtin:"), field)
+    return load_file_examples(source, field=field)
 
 
-def _builtin_examples(name: str) -> list[Example]:
+def _builtin_examples(name: str, field: str) -> list[Example]:
     from trainer.builtin_dataset import arithmetic_pairs
 
     if name != "arithmetic":
-        raise ValueError(f"dataset builtin:{name}: unknown; "
+        raise ValueError(f"{field} builtin:{name}: unknown; "
                          f"built-in datasets are {list(BUILTIN_DATASETS)}")
     return [single_turn(prompt, response) for prompt, response in arithmetic_pairs()]
 
@@ -48,47 +62,80 @@ def render_prompt(tokenizer, messages: tuple[dict[str, str], ...]) -> str:
     return PLAIN_PROMPT_TEMPLATE.format(prompt="\n\n".join(m["content"] for m in messages))
 
 
-def tokenize_example(tokenizer, example: Example, seq_len: int) -> TokenizedExample:
+def render_conversation(tokenizer, example: Example, *, source: str = "dataset") -> tuple[str, str]:
+    """(prompt text, answer text) under the tokenizer's chat template: the prompt with the
+    generation prompt, and what the template writes after it once the assistant's response
+    is in the conversation. `source` (the spec field and file) names a template that does
+    not render the full conversation as the prompt followed by the answer."""
     prompt_text = render_prompt(tokenizer, example.prompt_messages)
+    conversation = [*example.prompt_messages, {"role": "assistant", "content": example.response}]
+    full_text = tokenizer.apply_chat_template(conversation, tokenize=False)
+    if not full_text.startswith(prompt_text):
+        raise ValueError(
+            f"{source}: the tokenizer's chat template does not render the conversation as the "
+            "prompt (with add_generation_prompt=True) followed by the answer, so the answer "
+            f"tokens cannot be found; the prompt ends {prompt_text[-60:]!r}, the conversation "
+            f"has {full_text[max(0, len(prompt_text) - 60):len(prompt_text)]!r} there")
+    return prompt_text, full_text[len(prompt_text):]
+
+
+def tokenize_example(tokenizer, example: Example, seq_len: int, *,
+                     source: str = "dataset") -> TokenizedExample:
+    if getattr(tokenizer, "chat_template", None):
+        prompt_text, answer_text = render_conversation(tokenizer, example, source=source)
+        # The template closes the turn itself (its end-of-turn token is part of the answer).
+        answer_ids = tokenizer(answer_text, add_special_tokens=False).input_ids
+    else:
+        prompt_text = render_prompt(tokenizer, example.prompt_messages)
+        # The answer ends with end-of-sequence so the model learns where to stop.
+        answer_ids = [*tokenizer(example.response, add_special_tokens=False).input_ids,
+                      tokenizer.eos_token_id]
+    # Tokenized apart from the answer, as the prompt alone is tokenized at inference.
     prompt_ids = tokenizer(prompt_text, add_special_tokens=False).input_ids
     bos_id = tokenizer.bos_token_id
     if bos_id is not None and not prompt_text.startswith(tokenizer.bos_token):
         prompt_ids = [bos_id, *prompt_ids]
-    # The answer ends with end-of-sequence so the model learns where to stop.
-    response_ids = tokenizer(example.response, add_special_tokens=False).input_ids
-    response_ids = [*response_ids, tokenizer.eos_token_id]
-    input_ids = (prompt_ids + response_ids)[:seq_len]
-    labels = ([IGNORE_INDEX] * len(prompt_ids) + response_ids)[:seq_len]
+    input_ids = (prompt_ids + answer_ids)[:seq_len]
+    labels = ([IGNORE_INDEX] * len(prompt_ids) + answer_ids)[:seq_len]
     return TokenizedExample(input_ids=input_ids, labels=labels)
 
 
 def tokenize_examples(tokenizer, examples: list[Example], seq_len: int, *,
                       source: str) -> list[TokenizedExample]:
-    """Tokenized examples that still hold answer tokens after truncation to `seq_len`."""
-    tokenized = [tokenize_example(tokenizer, example, seq_len) for example in examples]
+    """Tokenized examples that still hold answer tokens after truncation to `seq_len`;
+    `source` is how errors name the data ("dataset PATH", "eval_dataset PATH")."""
+    tokenized = [tokenize_example(tokenizer, example, seq_len, source=source) for example in examples]
     kept = [item for item in tokenized if any(label != IGNORE_INDEX for label in item.labels)]
     if not kept:
-        raise ValueError(f"dataset {source}: every prompt fills seq_len={seq_len}; "
+        raise ValueError(f"{source}: every prompt fills seq_len={seq_len}; "
                          "no answer tokens are left to train on")
     return kept
 
 
 def collate(batch: list[TokenizedExample], pad_token_id: int) -> dict[str, Any]:
-    """Right-pad to the longest example of this batch; padding is masked and unlabeled."""
+    """Right-pad to the longest row of this batch; padding is unlabeled and never attended
+    to by real tokens. Plain rows carry an attention mask; packed rows carry position ids
+    instead, because the model finds the example boundaries in them only without a mask.
+    Their padding is one more run of positions from 0, so it stays a segment of its own."""
     import torch
 
     longest = max(len(item.input_ids) for item in batch)
-    input_ids, labels, attention_mask = [], [], []
+    packed = batch[0].position_ids is not None
+    input_ids, labels, attention_mask, position_ids = [], [], [], []
     for item in batch:
         padding = longest - len(item.input_ids)
         input_ids.append(item.input_ids + [pad_token_id] * padding)
         labels.append(item.labels + [IGNORE_INDEX] * padding)
         attention_mask.append([1] * len(item.input_ids) + [0] * padding)
-    return {
-        "input_ids": torch.tensor(input_ids, dtype=torch.long),
-        "labels": torch.tensor(labels, dtype=torch.long),
-        "attention_mask": torch.tensor(attention_mask, dtype=torch.long),
-    }
+        if packed:
+            position_ids.append(item.position_ids + list(range(padding)))
+    inputs = {"input_ids": torch.tensor(input_ids, dtype=torch.long),
+              "labels": torch.tensor(labels, dtype=torch.long)}
+    if packed:
+        inputs["position_ids"] = torch.tensor(position_ids, dtype=torch.long)
+    else:
+        inputs["attention_mask"] = torch.tensor(attention_mask, dtype=torch.long)
+    return inputs
 
 
 def rank_shard_order(example_count: int, *, seed: int, epoch: int, rank: int,
@@ -102,15 +149,18 @@ def rank_shard_order(example_count: int, *, seed: int, epoch: int, rank: int,
 
 
 def micro_batches(examples: list[TokenizedExample], *, micro_batch_size: int, pad_token_id: int,
-                  seed: int, rank: int, world_size: int) -> Iterator[dict[str, Any]]:
-    """Endless micro-batches for this rank, epoch after epoch (the step count ends training)."""
+                  seed: int, rank: int, world_size: int) -> Iterator[MicroBatch]:
+    """Endless micro-batches for this rank, epoch after epoch (the step count ends training).
+    `examples` are rows: examples, or packed rows of them."""
     if len(examples) < micro_batch_size * world_size:
-        raise ValueError(f"dataset has {len(examples)} usable examples; need at least "
-                         f"micro_batch_size x ranks = {micro_batch_size * world_size}")
+        raise ValueError(f"dataset has {len(examples)} usable rows (examples, or packed rows "
+                         f"with packing on); need at least micro_batch_size x ranks = "
+                         f"{micro_batch_size * world_size}")
     epoch = 0
     while True:
         order = rank_shard_order(len(examples), seed=seed, epoch=epoch, rank=rank, world_size=world_size)
         for start in range(0, len(order) - micro_batch_size + 1, micro_batch_size):
             batch = [examples[i] for i in order[start:start + micro_batch_size]]
-            yield collate(batch, pad_token_id)
+            yield MicroBatch(collate(batch, pad_token_id),
+                             token_count=sum(len(item.input_ids) for item in batch))
         epoch += 1

@@ -1,9 +1,11 @@
-"""The run's deliverables, written by rank 0: `adapter/` (LoRA) and `merged/` (always).
+"""The run's deliverables, written by rank 0: `adapter/` (LoRA, QLoRA) and `merged/` (always).
 
 Export starts from a fresh fp32 load of the base model and copies in the trained fp32
 weights the backend gathered, so the merge never lands on a bf16 copy a backend made for
-training, and `merged/` gives the same logits as base + `adapter/`. Each folder is written
-beside its final name and renamed into place: a reader sees a whole model or none.
+training, nor (QLoRA) on the 4-bit weights the adapter was trained over: rounding the merged
+sum back to NF4 would undo much of what the adapter learned. `merged/` gives the same logits
+as the fp32 base + `adapter/`. Each folder is written beside its final name and renamed
+into place: a reader sees a whole model or none.
 """
 from __future__ import annotations
 
@@ -16,15 +18,15 @@ from typing import Any
 from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 
-from trainer.method import apply_method
+from trainer.method import apply_method, uses_adapter
 from trainer.model_source import load_base_model
 
 
 def export_weights(spec: JobSpec, run: RunFolder, *, trained_state: dict[str, Any], model_source: str,
                    tokenizer) -> None:
-    model = apply_method(load_base_model(model_source), spec)
+    model = apply_method(load_base_model(model_source), spec)  # never quantized: see above
     load_trained_state(model, trained_state)
-    if spec.method == "lora":
+    if uses_adapter(spec):
         with folder_written_in_place(run.adapter_dir) as staging:
             model.save_pretrained(staging)
         model = model.merge_and_unload()

@@ -1,15 +1,21 @@
 """Where the base model comes from: `builtin:tiny-llama`, a local folder, or a Hugging Face id.
 
-Weights always load in fp32: they are the master weights, and the backend decides what
-precision the forward pass runs in. Export reloads the same source, so a LoRA merge lands on
-the untouched fp32 base and not on a bf16 copy a backend made for training.
+Weights load in fp32: they are the master weights, and the backend decides what precision
+the forward pass runs in. QLoRA is the one exception: its frozen linear weights load as
+bitsandbytes 4-bit NF4, quantized on the rank's own device. Export reloads the same source
+in fp32, so a LoRA or QLoRA merge lands on the untouched fp32 base and not on a bf16 or
+4-bit copy made for training.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from trainer.builtin_model import BUILTIN_MODEL_NAME, ensure_builtin_model
+
+if TYPE_CHECKING:
+    import torch
 
 DEFAULT_TUNEDECK_HOME = "./var"
 
@@ -35,11 +41,23 @@ def resolve_model_source(model: str) -> str:
     return model  # a Hugging Face id, passed through as is
 
 
-def load_base_model(source: str):
+def load_base_model(source: str, *, quantization: dict[str, Any] | None = None,
+                    device: torch.device | None = None):
+    """`quantization` is `BitsAndBytesConfig` keywords (tunedeck.backend_config's
+    `quantization_config`); it needs the `device` the rank trains on."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    placement = {}
+    if quantization is not None:
+        from transformers import BitsAndBytesConfig
+
+        # bitsandbytes quantizes as the weights land on their device, so load them straight
+        # onto this rank's device (CPU quantization works too: the CPU tests use it). The
+        # output head and anything not an nn.Linear stay fp32.
+        placement = {"quantization_config": BitsAndBytesConfig(**quantization),
+                     "device_map": {"": str(device or "cpu")}}
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **placement)
     model.config.use_cache = False  # a KV cache is only for generation
     return model
 

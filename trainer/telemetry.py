@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from tunedeck.metrics_event import MEMORY, NOTICE, STEP, encode_event
+from tunedeck.metrics_event import EVAL, FOOTPRINT, MEMORY, NOTICE, STEP, encode_event
 
 BYTES_PER_MB = 1024 * 1024
 
@@ -24,6 +24,11 @@ class Telemetry(Protocol):
 
     def memory(self, *, step: int) -> None: ...
 
+    def eval(self, *, step: int, eval_loss: float, eval_tokens: int) -> None: ...
+
+    def footprint(self, *, step: int, params_bytes: int, grads_bytes: int,
+                  optimizer_bytes: int) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -35,6 +40,12 @@ class NullTelemetry:
         pass
 
     def memory(self, *, step: int) -> None:
+        pass
+
+    def eval(self, *, step: int, eval_loss: float, eval_tokens: int) -> None:
+        pass
+
+    def footprint(self, **fields) -> None:
         pass
 
     def close(self) -> None:
@@ -69,6 +80,14 @@ class FileTelemetry:
                     **device_memory_mb(self._device),
                     rss_mb=self._process.memory_info().rss / BYTES_PER_MB)
 
+    def eval(self, *, step: int, eval_loss: float, eval_tokens: int) -> None:
+        self._write(EVAL, step=step, eval_loss=eval_loss, eval_tokens=eval_tokens)
+
+    def footprint(self, *, step: int, params_bytes: int, grads_bytes: int,
+                  optimizer_bytes: int) -> None:
+        self._write(FOOTPRINT, step=step, params_bytes=params_bytes, grads_bytes=grads_bytes,
+                    optimizer_bytes=optimizer_bytes)
+
     def close(self) -> None:
         self._file.close()
 
@@ -76,13 +95,15 @@ class FileTelemetry:
 def device_memory_mb(device) -> dict[str, float | None]:
     """Allocator readings on a GPU (no sync needed); a CPU has none, so they are null."""
     if device.type != "cuda":
-        return {"allocated_mb": None, "reserved_mb": None, "peak_mb": None}
+        return {"allocated_mb": None, "reserved_mb": None, "peak_mb": None,
+                "peak_reserved_mb": None}
     import torch
 
     return {
         "allocated_mb": torch.cuda.memory_allocated(device) / BYTES_PER_MB,
         "reserved_mb": torch.cuda.memory_reserved(device) / BYTES_PER_MB,
         "peak_mb": torch.cuda.max_memory_allocated(device) / BYTES_PER_MB,
+        "peak_reserved_mb": torch.cuda.max_memory_reserved(device) / BYTES_PER_MB,
     }
 
 

@@ -1,7 +1,8 @@
 """`train(spec, run)`: one fine-tune, read top to bottom.
 
-Read the data, load the model and tokenizer, apply the method, wrap with the backend, loop,
-gather, save and merge. Every rank runs this same function; only rank 0 writes the model.
+Read the data, load the model and tokenizer, apply the method, wrap with the backend, resume
+from the latest checkpoint if asked, loop (saving a checkpoint every N steps), gather, save
+and merge. Every rank runs this same function; only rank 0 writes the model.
 """
 from __future__ import annotations
 
@@ -10,19 +11,22 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from collections.abc import Iterator
-from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from tunedeck.backend_config import quantization_config
 from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder, read_json
 
 from trainer.backends import TrainingBackend, backend_class
-from trainer.datasets import load_examples, micro_batches, tokenize_examples
+from trainer.checkpoint import Checkpoints, skip_micro_batches
+from trainer.datasets import MicroBatch, micro_batches, tokenize_examples
+from trainer.evaluation import Evaluation, NoEvaluation, build_evaluation, load_train_and_eval_examples
 from trainer.export import export_weights
-from trainer.method import apply_method, trainable_parameter_count
+from trainer.method import apply_method, trainable_parameter_count, uses_adapter
 from trainer.model_source import load_base_model, load_tokenizer, resolve_model_source
+from trainer.packing import pack_examples
 from trainer.rank import RankContext, seed_everything
 from trainer.schedule import learning_rate_at, total_optimizer_steps
 from trainer.telemetry import Telemetry
@@ -30,59 +34,78 @@ from trainer.telemetry import Telemetry
 PRINT_EVERY_STEPS = 10
 
 
-def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Telemetry) -> None:
+def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Telemetry,
+          resume: bool = False) -> None:
     backend_type = backend_class(spec.backend)
-    # The data first: a wrong path fails in a second, not after a model load.
-    examples = load_examples(spec.dataset)
+    # The data first: a wrong path fails in a second, not after a model load. The eval
+    # examples are held out here, before any training batch exists.
+    examples, eval_examples = load_train_and_eval_examples(spec, ranks=context.world_size)
     telemetry.notice(f"loading model {spec.model}")
     model_source = resolve_model_source(spec.model)
     backend_type.init_distributed(context)
 
     tokenizer = load_tokenizer(model_source)
     seed_everything(spec.seed)
-    model = apply_method(load_base_model(model_source), spec)
+    base = load_base_model(model_source, quantization=quantization_config(spec),
+                           device=context.device)
+    model = apply_method(base, spec)
 
-    tokenized = tokenize_examples(tokenizer, examples, spec.seq_len, source=spec.dataset)
-    batches = micro_batches(tokenized, micro_batch_size=spec.micro_batch_size,
+    tokenized = tokenize_examples(tokenizer, examples, spec.seq_len, source=f"dataset {spec.dataset}")
+    # The step count for `epochs` counts rows: packing makes fewer of them.
+    rows = pack_examples(tokenized, spec.seq_len) if spec.packing else tokenized
+    batches = micro_batches(rows, micro_batch_size=spec.micro_batch_size,
                             pad_token_id=tokenizer.pad_token_id, seed=spec.seed,
                             rank=context.rank, world_size=context.world_size)
     total_steps = total_optimizer_steps(
-        max_steps=spec.max_steps, epochs=spec.epochs, example_count=len(tokenized),
+        max_steps=spec.max_steps, epochs=spec.epochs, example_count=len(rows),
         micro_batch_size=spec.micro_batch_size, grad_accum=spec.grad_accum,
         world_size=context.world_size)
+    evaluation = build_evaluation(tokenizer, eval_examples, spec=spec, context=context,
+                                  telemetry=telemetry)
 
     if spec.activation_checkpointing:
         # Non-reentrant checkpointing composes with FSDP2, DeepSpeed and frozen (LoRA) inputs.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     backend = backend_type.wrap(model, read_json(run.backend_config_file(spec.backend)), context)
-    telemetry.notice(f"training started: {total_steps} steps, {len(tokenized)} examples, "
+    packed_rows = f" in {len(rows)} packed rows" if spec.packing else ""
+    telemetry.notice(f"training started: {total_steps} steps, {len(tokenized)} examples{packed_rows}, "
                      f"{trainable_parameter_count(model):,} trainable parameters")
-    throughput = run_training_loop(backend, batches, spec=spec, total_steps=total_steps,
-                                   context=context, telemetry=telemetry)
+    checkpoints = Checkpoints(run, spec, total_steps=total_steps, context=context, telemetry=telemetry)
+    start_step = checkpoints.resume(backend) if resume else 0
+    batches = skip_micro_batches(batches, steps=start_step, grad_accum=spec.grad_accum)
+    throughput = run_training_loop(backend, batches, spec=spec, start_step=start_step,
+                                   total_steps=total_steps, checkpoints=checkpoints,
+                                   evaluation=evaluation, context=context, telemetry=telemetry)
     if context.is_main:
         # One line on stdout with or without telemetry: bench/overhead.py compares these.
         print(f"training summary: {throughput.as_text()}", flush=True)
 
     trained_state = backend.gather_trainable_state()
+    # Every rank leaves the process group together, before rank 0's export (no collective
+    # needed there): a rank that tears gloo down while another still holds its connections
+    # can abort ("terminate called without an active exception"), and a barrier after the
+    # export would time out on a model that takes long to write.
+    dist.barrier()
+    dist.destroy_process_group()
     if context.is_main:
-        telemetry.notice("saving adapter and merged model" if spec.method == "lora"
+        telemetry.notice("saving adapter and merged model" if uses_adapter(spec)
                          else "saving merged model")
         export_weights(spec, run, trained_state=trained_state, model_source=model_source,
                        tokenizer=tokenizer)
         telemetry.notice(f"merged model saved to {run.merged_dir}")
-    dist.destroy_process_group()
 
 
 @dataclass
 class Throughput:
     """Tokens and seconds of the steps after the first (the first pays one-off costs)."""
 
+    first_step: int = 1
     tokens: float = 0.0
     seconds: float = 0.0
     step_seconds: list[float] = field(default_factory=list)
 
     def add(self, *, step: int, tokens: float, seconds: float) -> None:
-        if step > 1:
+        if step > self.first_step:
             self.tokens += tokens
             self.seconds += seconds
             self.step_seconds.append(seconds)
@@ -95,11 +118,14 @@ class Throughput:
                 f"median_step_seconds={median_step_seconds:.6f}")
 
 
-def run_training_loop(backend: TrainingBackend, batches: Iterator[dict[str, Any]], *, spec: JobSpec,
-                      total_steps: int, context: RankContext, telemetry: Telemetry) -> Throughput:
+def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *, spec: JobSpec,
+                      start_step: int, total_steps: int, checkpoints: Checkpoints,
+                      evaluation: Evaluation | NoEvaluation, context: RankContext,
+                      telemetry: Telemetry) -> Throughput:
     micro_batches_per_step = spec.grad_accum * context.world_size
-    throughput = Throughput()
-    for step in range(1, total_steps + 1):
+    throughput = Throughput(first_step=start_step + 1)
+    footprint_pending = True
+    for step in range(start_step + 1, total_steps + 1):
         started = time.perf_counter()
         learning_rate = learning_rate_at(step - 1, peak_learning_rate=spec.learning_rate,
                                          warmup_steps=spec.warmup_steps, total_steps=total_steps,
@@ -108,10 +134,11 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[dict[str, Any]
         loss_sum = torch.zeros((), dtype=torch.float64, device=context.device)
         token_count = torch.zeros((), dtype=torch.float64, device=context.device)
         for _ in range(spec.grad_accum):
+            micro_batch = next(batches)
             batch = {name: tensor.to(context.device, non_blocking=True)
-                     for name, tensor in next(batches).items()}
+                     for name, tensor in micro_batch.inputs.items()}
             loss_sum += backend.step(batch)
-            token_count += batch["attention_mask"].sum()  # non-pad tokens
+            token_count += micro_batch.token_count  # non-pad tokens
         grad_norm = backend.optimizer_step()
         loss_total, tokens, grad_norm_value = reduce_step_totals(loss_sum, token_count, grad_norm)
         step_seconds = time.perf_counter() - started
@@ -121,11 +148,29 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[dict[str, Any]
                        tokens_per_second=tokens / step_seconds, step_seconds=step_seconds,
                        tokens=int(tokens))
         telemetry.memory(step=step)
+        footprint_pending = report_footprint(backend, telemetry, step=step,
+                                             pending=footprint_pending)
         throughput.add(step=step, tokens=tokens, seconds=time.perf_counter() - started)
-        if context.is_main and (step % PRINT_EVERY_STEPS == 0 or step in (1, total_steps)):
+        if context.is_main and (step % PRINT_EVERY_STEPS == 0 or step in (start_step + 1, total_steps)):
             print(f"step {step}/{total_steps} loss {loss:.4f} lr {learning_rate:.2e} "
                   f"grad_norm {grad_norm_value:.3f} {step_seconds:.2f}s", flush=True)
+        evaluation.run_if_due(backend, step=step, total_steps=total_steps)
+        checkpoints.save_if_due(backend, step=step)
     return throughput
+
+
+def report_footprint(backend: TrainingBackend, telemetry: Telemetry, *, step: int,
+                     pending: bool) -> bool:
+    """Once a launch, the bytes the memory planner predicts, measured on the tensors: after
+    the first update that created optimizer state (an fp16 step the loss scaler skips
+    creates none). Returns whether it is still pending."""
+    if not pending:
+        return False
+    footprint = backend.footprint()
+    if footprint.optimizer_bytes == 0:
+        return True
+    telemetry.footprint(step=step, **footprint.as_dict())
+    return False
 
 
 def stop_on_non_finite_loss(loss: float, *, step: int, precision: str) -> None:

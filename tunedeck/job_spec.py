@@ -126,10 +126,15 @@ class JobSpec(StrictModel):
     @classmethod
     def _qlora_needs_zero2(cls, backend: str, info) -> str:
         if backend == "fsdp" and info.data.get("method") == "qlora":
+            # What tests/trainer/test_qlora_under_fsdp.py shows, in one sentence.
             raise ValueError(
-                "qlora under fsdp: FSDP2 shards the packed 4-bit weights as plain bytes and "
-                "loses their quantization state, so the numbers are wrong; use backend zero2 "
-                "(it leaves the frozen 4-bit base whole on each GPU), or method lora under fsdp")
+                "qlora under fsdp: FSDP2 turns each packed 4-bit weight into a plain uint8 "
+                "shard without its quantization state, and only a bitsandbytes fallback that "
+                "rebuilds the state on every forward keeps the numbers right (on 2 CPU ranks: "
+                "exact while the weights keep their layout, logits off by over 5 once "
+                "bitsandbytes repacks them for an eval forward; not verified on GPUs); use "
+                "backend zero2 (it keeps the frozen 4-bit base whole on each rank), or method "
+                "lora under fsdp")
         return backend
 
     @field_validator("eval_dataset")

@@ -1,13 +1,18 @@
-"""Checks a job's model and dataset before any GPU is taken, naming the path at fault."""
+"""Checks a job's model, dataset and eval set before any GPU is taken, naming the path (or
+the spec field) at fault."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
-from tunedeck.dataset_records import load_file_examples
+from tunedeck.dataset_records import count_file_records, eval_split_problem, load_file_examples
 from tunedeck.job_spec import JobSpec
+
+from trainer.builtin_dataset import ARITHMETIC_SIZE
 
 BUILTIN_MODELS = ("builtin:tiny-llama",)
 BUILTIN_DATASETS = ("builtin:arithmetic",)
+BUILTIN_DATASET_SIZES = {"builtin:arithmetic": ARITHMETIC_SIZE}
 CHECKED_RECORDS = 1000
 
 
@@ -15,9 +20,40 @@ def looks_like_local_path(reference: str) -> bool:
     return reference.startswith(("/", "./", "../", "~")) or Path(reference).suffix != ""
 
 
-def find_input_problems(spec: JobSpec) -> list[str]:
-    return [problem for problem in (_model_problem(spec.model), _dataset_problem(spec.dataset))
-            if problem]
+def find_input_problems(spec: JobSpec, *, cuda_available: bool | None = None) -> list[str]:
+    """`cuda_available` defaults to what this host's ranks will see (`host_has_cuda`)."""
+    dataset_problem = _dataset_problem(spec.dataset)
+    problems = [host_problem(spec, cuda_available=cuda_available),
+                _model_problem(spec.model), dataset_problem,
+                _dataset_problem(spec.eval_dataset, field="eval_dataset") if spec.eval_dataset else None,
+                None if dataset_problem else _eval_split_problem(spec)]
+    return [problem for problem in problems if problem]
+
+
+@functools.cache
+def host_has_cuda() -> bool:
+    """The ranks' own test (trainer.rank picks cuda or cpu with it). Torch is imported only
+    for a spec whose answer matters, so most checks never pay for it."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def host_problem(spec: JobSpec, *, cuda_available: bool | None = None) -> str | None:
+    """A spec that trains on a GPU host but cannot on this CPU-only one."""
+    if spec.backend != "zero2" or spec.precision != "fp16":
+        return None
+    if cuda_available is None:
+        cuda_available = host_has_cuda()
+    if cuda_available:
+        return None
+    # DeepSpeed's engine refuses fp16 at startup ("Type fp16 is not supported on your
+    # device") when its CPU accelerator reports no fp16, i.e. unless oneDNN has fp16
+    # kernels (AVX512-FP16/AMX-FP16 CPUs, where fp16 ZeRO-2 is untested, so refused too).
+    # tests/trainer/test_precision_matrix.py shows the failure this check saves a launch.
+    return ("precision fp16 under zero2 needs a CUDA GPU: DeepSpeed's CPU accelerator has no "
+            "fp16 support on this host and its engine refuses to start; use bf16 (or fp32) on "
+            "CPU hosts, or backend fsdp, which runs fp16 with loss scaling on CPU")
 
 
 def _model_problem(model: str) -> str | None:
@@ -36,14 +72,30 @@ def _model_problem(model: str) -> str | None:
     return None
 
 
-def _dataset_problem(dataset: str) -> str | None:
+def _dataset_problem(dataset: str, *, field: str = "dataset") -> str | None:
     if dataset.startswith("builtin:"):
         return None if dataset in BUILTIN_DATASETS else (
-            f"dataset {dataset}: unknown built-in dataset; expected one of "
+            f"{field} {dataset}: unknown built-in dataset; expected one of "
             f"{', '.join(BUILTIN_DATASETS)}")
     try:
         # The first records show a wrong shape at once; the trainer reads the rest.
-        load_file_examples(dataset, limit=CHECKED_RECORDS)
+        load_file_examples(dataset, limit=CHECKED_RECORDS, field=field)
     except (OSError, ValueError) as error:
         return str(error)
     return None
+
+
+def _eval_split_problem(spec: JobSpec) -> str | None:
+    """The trainer's own rule, on the record count (it checks again on what it tokenizes)."""
+    if spec.eval_split == 0:
+        return None
+    if spec.dataset.startswith("builtin:"):
+        record_count = BUILTIN_DATASET_SIZES[spec.dataset]
+    else:
+        try:
+            record_count = count_file_records(spec.dataset)
+        except (OSError, ValueError) as error:
+            return str(error)
+    problem = eval_split_problem(record_count, fraction=spec.eval_split,
+                                 micro_batch_size=spec.micro_batch_size, ranks=spec.world_size)
+    return f"{problem} (dataset {spec.dataset})" if problem else None

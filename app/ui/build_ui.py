@@ -28,7 +28,7 @@ def build_ui(*, database, celery_app) -> gr.Blocks:
             with gr.Tab("Jobs", id=JOBS_TAB, elem_id="tab-jobs"):
                 jobs = build_jobs_tab(database=database)
             with gr.Tab("Job", id=JOB_TAB, elem_id="tab-job"):
-                job_page = build_job_page_tab(database=database)
+                job_page = build_job_page_tab(database=database, celery_app=celery_app)
         new_job.submitted.then(open_job, new_job.submitted_job_id, [job_page.job_id, tabs],
                                show_progress="hidden")
         jobs.selected.then(open_job, jobs.selected_job_id, [job_page.job_id, tabs],

@@ -12,7 +12,8 @@ import pandas as pd
 from pydantic import ValidationError
 
 from app.artifacts import ARTIFACT_KINDS, artifact_folder
-from app.job_submission import cancel_job
+from app.ui.job_actions import checkpoints_frame, is_resumable
+from app.ui.job_ids import job_id_from_row, parse_job_id  # noqa: F401 (the tabs use them from here)
 from app.job_views import job_config, job_run_folder, read_job_log_tail
 from tunedeck import job_store, metric_store
 from tunedeck.db.models import Job
@@ -23,7 +24,8 @@ JOBS_TABLE_COLUMNS = ["id", "name", "method", "backend", "status", "step / max s
 JOBS_TABLE_LIMIT = 100
 LOG_TAIL_LINES = 200
 EVENT_COLUMNS = ["time", "kind", "message"]
-LOSS_COLUMNS = ["step", "loss"]
+LOSS_COLUMNS = ["step", "loss", "series"]
+TRAIN_SERIES, EVAL_SERIES = "train", "eval"
 THROUGHPUT_COLUMNS = ["step", "tokens_per_second"]
 MEMORY_COLUMNS = ["seconds", "memory_mb", "rank"]
 ERROR_PREVIEW_CHARS = 160
@@ -70,20 +72,6 @@ def _first_line(text: str | None) -> str:
     return line if len(line) <= ERROR_PREVIEW_CHARS else line[:ERROR_PREVIEW_CHARS - 1] + "…"
 
 
-def job_id_from_row(row_value: list[Any] | None) -> int | None:
-    """The job id in a jobs-table row (its first cell), or None for anything else."""
-    return parse_job_id(row_value[0]) if row_value else None
-
-
-def parse_job_id(value: Any) -> int | None:
-    """A job-id box's value as a positive int, or None when empty or not a number."""
-    try:
-        job_id = int(value)
-    except (TypeError, ValueError):
-        return None
-    return job_id if job_id > 0 else None
-
-
 @dataclass(frozen=True)
 class JobPage:
     """Everything the job page shows, for one job (or the empty page when status is None)."""
@@ -100,6 +88,7 @@ class JobPage:
     config_json: str = ""
     command_line: str = ""
     downloads_html: str = ""
+    checkpoints: pd.DataFrame = field(default_factory=lambda: checkpoints_frame(None))
 
     @property
     def finished(self) -> bool:
@@ -108,6 +97,10 @@ class JobPage:
     @property
     def cancellable(self) -> bool:
         return self.status in (QUEUED, RUNNING)
+
+    @property
+    def resumable(self) -> bool:
+        return is_resumable(self.status, self.checkpoints)
 
 
 def load_job_page(job_id: Any, *, database) -> JobPage:
@@ -121,24 +114,31 @@ def load_job_page(job_id: Any, *, database) -> JobPage:
             return JobPage(job_id, None, f"There is no job {job_id}.")
         metrics = metric_store.read_job_metrics(session=session, job_id=job_id)
         events = job_store.list_job_events(session=session, job_id=job_id)
-    train = metrics["train"]
+    train, evaluations = metrics["train"], metrics["eval"]
     config_json, command_line = _config_texts(job)
     return JobPage(
-        job_id=job.id, status=job.status, headline=_headline(job, train[-1] if train else None),
-        error=job.error, loss=loss_frame(train), throughput=throughput_frame(train),
+        job_id=job.id, status=job.status,
+        headline=_headline(job, train[-1] if train else None, evaluations[-1] if evaluations else None),
+        error=job.error, loss=loss_frame(train, evaluations, with_eval=_has_eval(job)),
+        throughput=throughput_frame(train),
         memory=memory_frame(metrics["memory"], world_size=_world_size(job)),
         log_tail="\n".join(read_job_log_tail(job, LOG_TAIL_LINES)),
         events=pd.DataFrame([[_format_time(event.time), event.kind, event.message]
                              for event in events], columns=EVENT_COLUMNS),
         config_json=config_json, command_line=command_line, downloads_html=downloads_html(job),
+        checkpoints=checkpoints_frame(job),
     )
 
 
-def _headline(job: Job, latest_step: dict[str, Any] | None) -> str:
+def _headline(job: Job, latest_step: dict[str, Any] | None,
+              latest_eval: dict[str, Any] | None = None) -> str:
     latest_step = latest_step or {}
     figures = [f"step {_step_progress(latest_step.get('step'), (job.spec or {}).get('max_steps'))}"]
     if latest_step.get("loss") is not None:
         figures.append(f"loss {_format_number(latest_step['loss'], '{:.4f}')}")
+    if latest_eval and latest_eval.get("eval_loss") is not None:
+        figures.append(f"eval loss {_format_number(latest_eval['eval_loss'], '{:.4f}')} "
+                       f"(step {latest_eval.get('step')})")
     if latest_step.get("tokens_per_second") is not None:
         figures.append(f"{_format_number(latest_step['tokens_per_second'], '{:,.0f}')} tokens/s")
     cancel_note = " (cancel requested)" if job.cancel_requested and job.status == RUNNING else ""
@@ -154,18 +154,29 @@ def _config_texts(job: Job) -> tuple[str, str]:
     return json.dumps(config["config"], indent=2), shlex.join(config["argv"])
 
 
-def loss_frame(train: list[dict[str, Any]]) -> pd.DataFrame:
-    return _series_frame(train, "loss", LOSS_COLUMNS)
+def loss_frame(train: list[dict[str, Any]], evaluations: list[dict[str, Any]] = (), *,
+               with_eval: bool = False) -> pd.DataFrame:
+    """The training loss by step, and the eval loss as a second line ("series").
+
+    A line with no point yet is one empty (NaN) row: as in `memory_frame`, the chart picks
+    its colours from the series in its first data and keeps them, and the eval line comes
+    only after `eval_every_steps` steps. Plots skip the NaN rows.
+    """
+    lines = {TRAIN_SERIES: _step_points(train, "loss")}
+    if with_eval or evaluations:
+        lines[EVAL_SERIES] = _step_points(evaluations, "eval_loss")
+    rows = [(step, value, series) for series, points in lines.items()
+            for step, value in (thin_points(points) or [(None, None)])]
+    return _typed_frame(rows, LOSS_COLUMNS)
 
 
 def throughput_frame(train: list[dict[str, Any]]) -> pd.DataFrame:
-    return _series_frame(train, "tokens_per_second", THROUGHPUT_COLUMNS)
+    return _typed_frame(thin_points(_step_points(train, "tokens_per_second")), THROUGHPUT_COLUMNS)
 
 
-def _series_frame(train: list[dict[str, Any]], key: str, columns: list[str]) -> pd.DataFrame:
-    points = [(row["step"], row[key]) for row in train
-              if row.get("step") is not None and row.get(key) is not None]
-    return _typed_frame(thin_points(points), columns)
+def _step_points(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
+    return [(row["step"], row[key]) for row in rows
+            if row.get("step") is not None and row.get(key) is not None]
 
 
 def thin_points(points: list, limit: int = MAX_POINTS_PER_LINE) -> list:
@@ -180,7 +191,7 @@ def _typed_frame(points: list[tuple], columns: list[str]) -> pd.DataFrame:
     """Numbers stay numbers even with no rows: an empty object column would make the plot
     treat its axis as categories, and the chart keeps that scale once drawn."""
     frame = pd.DataFrame(points, columns=columns)
-    return frame.astype({column: ("string" if column == "rank" else "float64")
+    return frame.astype({column: ("string" if column in ("rank", "series") else "float64")
                          for column in columns})
 
 
@@ -204,6 +215,11 @@ def memory_frame(memory: list[dict[str, Any]], *, world_size: int = 0) -> pd.Dat
 
 def _rank_name(rank: int) -> str:
     return f"rank {rank}"
+
+
+def _has_eval(job: Job) -> bool:
+    spec = job.spec or {}
+    return bool(spec.get("eval_split") or spec.get("eval_dataset"))
 
 
 def _world_size(job: Job) -> int:
@@ -238,16 +254,3 @@ def error_html(error: str | None) -> str:
     return ('<div style="border:2px solid #dc2626;background:#fef2f2;color:#7f1d1d;'
             'padding:12px 16px;border-radius:8px"><strong>This job failed</strong>'
             f'<pre style="white-space:pre-wrap;margin:8px 0 0">{html.escape(error)}</pre></div>')
-
-
-def cancel_from_page(job_id: Any, *, database) -> str:
-    job_id = parse_job_id(job_id)
-    if job_id is None:
-        return "Pick a job first."
-    try:
-        job = cancel_job(database=database, job_id=job_id)
-    except job_store.JobNotFound:
-        return f"There is no job {job_id}."
-    if job.status == RUNNING:
-        return f"Cancel requested: job {job_id} stops within seconds."
-    return f"Job {job_id} is `{job.status}`."

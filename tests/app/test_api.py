@@ -71,9 +71,12 @@ def test_metrics_series(client):
         metric_store.add_metric_points(session=session, job_id=job_id, events=[
             (0, {"kind": "step", "rank": 0, "time": 1.0, "step": 1, "loss": 2.0}),
             (1, {"kind": "memory", "rank": 0, "time": 1.0, "rss_mb": 200.0}),
+            (2, {"kind": "eval", "rank": 0, "time": 2.0, "step": 1, "eval_loss": 2.5,
+                 "eval_tokens": 90}),
         ])
     metrics = client.get(f"/api/jobs/{job_id}/metrics").json()
     assert metrics["train"][0]["loss"] == 2.0 and metrics["memory"][0]["rss_mb"] == 200.0
+    assert metrics["eval"] == [{"time": 2.0, "step": 1, "eval_loss": 2.5, "eval_tokens": 90}]
 
 
 def test_unknown_job_and_missing_artifacts_are_404(client):

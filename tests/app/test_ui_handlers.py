@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.ui import form_handlers, job_handlers
+from app.ui import form_handlers, job_actions, job_handlers
 from app.ui.build_ui import build_ui
 from tunedeck import job_store, metric_store
 from tunedeck.broker import RUN_JOB_TASK
@@ -348,9 +348,9 @@ def test_job_page_without_a_job(database):
 
 def test_cancel_from_the_page_ends_a_queued_job(database):
     job_id = create_job(database)
-    assert "cancelled" in job_handlers.cancel_from_page(job_id, database=database)
+    assert "cancelled" in job_actions.cancel_from_page(job_id, database=database)
     assert job_handlers.load_job_page(job_id, database=database).status == "cancelled"
-    assert "no job 42" in job_handlers.cancel_from_page(42, database=database)
+    assert "no job 42" in job_actions.cancel_from_page(42, database=database)
 
 
 def test_build_ui_builds(database):
@@ -413,3 +413,34 @@ def test_a_job_that_will_not_fit_is_warned_about_before_and_at_submit(database):
     assert job_id is not None and "⚠ zero2 will not fit" in message
     unknown = form_handlers.preview_form(make_form(model="/nowhere/model"))
     assert unknown.plan.markdown.startswith("No memory plan: model /nowhere/model")
+
+
+# Checkpoints and Resume on the job page
+
+
+def test_job_page_lists_checkpoints_and_resumes_a_failed_job_from_the_newest(database, tmp_path):
+    job_id = create_job(database, checkpoint_every_steps=5)
+    run = RunFolder(tmp_path / f"job-{job_id}")
+    for step in (5, 10):
+        folder = run.checkpoint_dir(step)
+        folder.mkdir(parents=True)
+        (folder / "trainer_state.json").write_text(json.dumps({"step": step}))
+    with database.transaction() as session:
+        job_store.mark_job_running(session=session, job_id=job_id, run_dir=str(run.path),
+                                   worker_host="h")
+    running = job_handlers.load_job_page(job_id, database=database)
+    assert list(running.checkpoints["step"]) == [10, 5] and not running.resumable
+    with database.transaction() as session:
+        job_store.mark_job_failed(session=session, job_id=job_id, error="worker lost")
+    assert job_handlers.load_job_page(job_id, database=database).resumable
+    celery = RecordingCelery()
+    message = job_actions.resume_from_page(job_id, database=database, celery_app=celery)
+    assert message == f"Job {job_id} is queued again; it resumes from its latest checkpoint."
+    assert [(name, args) for name, args, _ in celery.sent] == [(RUN_JOB_TASK, [job_id])]
+    assert job_handlers.load_job_page(job_id, database=database).status == "queued"
+    assert job_actions.resume_from_page(job_id, database=database,
+                                        celery_app=celery).startswith("Not resumed: job")
+    no_checkpoints = create_job(database)
+    with database.transaction() as session:
+        job_store.request_cancel(session=session, job_id=no_checkpoints)
+    assert not job_handlers.load_job_page(no_checkpoints, database=database).resumable

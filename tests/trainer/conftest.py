@@ -80,9 +80,9 @@ def write_run(run_dir: Path, **spec_overrides) -> RunFolder:
     return run
 
 
-def torchrun_command(run: RunFolder, *extra_arguments: str) -> list[str]:
+def torchrun_command(run: RunFolder, *extra_arguments: str, ranks: int = RANKS) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            "--nproc_per_node", str(RANKS), "-m", "trainer", "--run-dir", str(run.path),
+            "--nproc_per_node", str(ranks), "-m", "trainer", "--run-dir", str(run.path),
             *extra_arguments]
 
 
@@ -93,13 +93,16 @@ def trainer_environment(tunedeck_home: Path) -> dict[str, str]:
     }
 
 
-def launch_trainer(run: RunFolder, tunedeck_home: Path, *extra_arguments: str) -> TrainerRun:
+def launch_trainer(run: RunFolder, tunedeck_home: Path, *extra_arguments: str,
+                   ranks: int = RANKS) -> TrainerRun:
+    """`ranks` must match the spec's num_gpus (DeepSpeed checks its batch size against it)."""
     import time
 
     started = time.monotonic()
-    completed = subprocess.run(torchrun_command(run, *extra_arguments), env=trainer_environment(tunedeck_home),
+    completed = subprocess.run(torchrun_command(run, *extra_arguments, ranks=ranks),
+                               env=trainer_environment(tunedeck_home),
                                cwd=run.path, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS)
-    return TrainerRun(run=run, ranks=RANKS, returncode=completed.returncode,
+    return TrainerRun(run=run, ranks=ranks, returncode=completed.returncode,
                       output=(completed.stdout + completed.stderr)[-6000:],
                       seconds=time.monotonic() - started)
 

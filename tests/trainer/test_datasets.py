@@ -89,6 +89,7 @@ def test_arithmetic_is_deterministic_and_correct():
 
 
 def test_labels_cover_only_the_response_and_its_end_token(builtin_tokenizer):
+    """The built-in template closes every turn with end-of-sequence and a newline."""
     example = Example(prompt_messages=({"role": "user", "content": "What is 12 + 7?"},), response="19")
     tokenized = tokenize_example(builtin_tokenizer, example, seq_len=256)
     prompt_text = render_prompt(builtin_tokenizer, example.prompt_messages)
@@ -96,8 +97,23 @@ def test_labels_cover_only_the_response_and_its_end_token(builtin_tokenizer):
     assert tokenized.input_ids[0] == builtin_tokenizer.bos_token_id
     assert tokenized.labels[:prompt_length] == [IGNORE_INDEX] * prompt_length
     assert tokenized.labels[prompt_length:] == tokenized.input_ids[prompt_length:]
-    assert tokenized.labels[-1] == builtin_tokenizer.eos_token_id
-    assert builtin_tokenizer.decode(tokenized.labels[prompt_length:-1]) == "19"
+    answer = tokenized.labels[prompt_length:]
+    assert builtin_tokenizer.eos_token_id in answer
+    assert builtin_tokenizer.decode(answer) == f"19{builtin_tokenizer.eos_token}\n"
+
+
+def test_without_a_chat_template_the_answer_ends_with_end_of_sequence(builtin_model_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(builtin_model_dir)
+    tokenizer.chat_template = None
+    example = Example(prompt_messages=({"role": "user", "content": "What is 12 + 7?"},), response="19")
+    tokenized = tokenize_example(tokenizer, example, seq_len=256)
+    prompt_text = render_prompt(tokenizer, example.prompt_messages)
+    assert prompt_text.startswith("### Instruction:\nWhat is 12 + 7?")
+    answer = [label for label in tokenized.labels if label != IGNORE_INDEX]
+    assert answer == tokenized.input_ids[-len(answer):]
+    assert answer[-1] == tokenizer.eos_token_id and tokenizer.decode(answer[:-1]) == "19"
 
 
 def test_the_loss_ignores_the_prompt(builtin_tokenizer, builtin_model_dir):
@@ -152,5 +168,68 @@ def test_micro_batches_continue_past_one_epoch(builtin_tokenizer):
     tokenized = [tokenize_example(builtin_tokenizer, example, seq_len=32) for example in examples]
     batches = micro_batches(tokenized, micro_batch_size=2, pad_token_id=builtin_tokenizer.pad_token_id,
                             seed=0, rank=0, world_size=2)
-    shapes = [next(batches)["input_ids"].shape[0] for _ in range(7)]  # 2 per epoch on this rank
+    first = next(batches)
+    assert first.token_count == int(first.inputs["attention_mask"].sum())
+    shapes = [next(batches).inputs["input_ids"].shape[0] for _ in range(7)]  # 2 per epoch on this rank
     assert shapes == [2] * 7
+
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.fixture
+def chatml_tokenizer(builtin_model_dir):
+    """The built-in tokenizer with ChatML's turn tokens and template (a fresh copy: the
+    session's tokenizer stays as it is)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(builtin_model_dir)
+    tokenizer.add_tokens(["<|im_start|>", "<|im_end|>"], special_tokens=True)
+    tokenizer.chat_template = CHATML_TEMPLATE
+    return tokenizer
+
+
+def test_chatml_labels_are_the_response_and_its_end_of_turn(chatml_tokenizer):
+    example = Example(prompt_messages=({"role": "system", "content": "Be brief."},
+                                       {"role": "user", "content": "Hi"},
+                                       {"role": "assistant", "content": "Hello"},
+                                       {"role": "user", "content": "Name a colour"}),
+                      response="red")
+    tokenized = tokenize_example(chatml_tokenizer, example, seq_len=256)
+    im_end = chatml_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    answer_start = next(i for i, label in enumerate(tokenized.labels) if label != IGNORE_INDEX)
+    answer = tokenized.labels[answer_start:]
+
+    assert answer == tokenized.input_ids[answer_start:]
+    assert chatml_tokenizer.decode(answer) == "red<|im_end|>\n"
+    assert im_end in answer
+    # Nothing of the prompt is learned: not the earlier assistant turn, its end, or the
+    # generation prompt that opens this one.
+    prompt_text = chatml_tokenizer.decode(tokenized.input_ids[:answer_start])
+    assert prompt_text.endswith("<|im_start|>assistant\n") and "Hello<|im_end|>" in prompt_text
+    assert tokenized.input_ids[:answer_start].count(im_end) == len(example.prompt_messages)
+    assert tokenized.input_ids[0] == chatml_tokenizer.bos_token_id
+
+
+def test_a_template_that_does_not_extend_the_prompt_is_refused_naming_the_dataset(chatml_tokenizer):
+    chatml_tokenizer.chat_template = (
+        "{% for message in messages %}{% if message['role'] == 'assistant' %}A: {{ message['content'] }}"
+        "{% else %}<|user|>\n{{ message['content'] }}\n{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+    example = Example(prompt_messages=({"role": "user", "content": "Hi"},), response="hello")
+    with pytest.raises(ValueError, match=r"^dataset /data/chat\.jsonl: the tokenizer's chat template"):
+        tokenize_examples(chatml_tokenizer, [example], seq_len=64, source="dataset /data/chat.jsonl")
+
+
+def test_eval_dataset_errors_name_the_eval_dataset_field(tmp_path):
+    missing = tmp_path / "eval.jsonl"
+    with pytest.raises(FileNotFoundError, match=rf"^eval_dataset {missing}: no such file"):
+        load_examples(str(missing), field="eval_dataset")
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"foo": 1}])
+    with pytest.raises(ValueError, match=rf"^eval_dataset {bad}: record 1 has keys"):
+        load_examples(str(bad), field="eval_dataset")

@@ -56,3 +56,44 @@ def test_existing_jsonl_passes(tmp_path):
     data = tmp_path / "train.jsonl"
     data.write_text(json.dumps({"prompt": "a", "response": "b"}) + "\n")
     assert find_input_problems(spec(dataset=str(data))) == []
+
+
+def test_eval_dataset_is_checked_like_the_dataset_naming_its_field(tmp_path):
+    missing = tmp_path / "eval.jsonl"
+    assert find_input_problems(spec(eval_dataset=str(missing))) == [
+        f"eval_dataset {missing}: no such file; expected a local .jsonl or .json file"]
+    wrong = tmp_path / "eval-wrong.jsonl"
+    wrong.write_text(json.dumps({"question": "a"}) + "\n")
+    assert find_input_problems(spec(eval_dataset=str(wrong))) == [
+        f"eval_dataset {wrong}: record 1 has keys ['question']; "
+        "expected instruction/output, prompt/response or messages"]
+    assert "eval_dataset builtin:poetry: unknown built-in dataset" in find_input_problems(
+        spec(eval_dataset="builtin:poetry"))[0]
+    good = tmp_path / "eval.json"
+    good.write_text(json.dumps([{"prompt": "a", "response": "b"}]))
+    assert find_input_problems(spec(eval_dataset=str(good))) == []
+
+
+def test_an_eval_split_must_leave_a_micro_batch_per_rank_and_hold_out_one(tmp_path):
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"q{i}", "response": "a"}) + "\n" for i in range(12)))
+    assert find_input_problems(spec(dataset=str(data), eval_split=0.25, micro_batch_size=4,
+                                    num_gpus=2)) == []
+    assert find_input_problems(spec(dataset=str(data), eval_split=0.5, micro_batch_size=4,
+                                    num_gpus=2)) == [
+        f"eval_split 0.5: leaves 6 of 12 examples to train on; need at least "
+        f"micro_batch_size x ranks = 8 (dataset {data})"]
+    assert find_input_problems(spec(dataset=str(data), eval_split=0.01)) == [
+        f"eval_split 0.01: holds out none of the 12 examples; raise eval_split or set "
+        f"eval_dataset (dataset {data})"]
+    assert find_input_problems(spec(eval_split=0.2, micro_batch_size=4, num_gpus=8)) == []
+
+
+def test_fp16_under_zero2_is_refused_on_a_host_without_cuda_only():
+    (problem,) = find_input_problems(spec(backend="zero2", precision="fp16"), cuda_available=False)
+    assert problem.startswith("precision fp16 under zero2 needs a CUDA GPU: DeepSpeed's CPU "
+                              "accelerator has no fp16 support on this host")
+    assert "use bf16 (or fp32) on CPU hosts, or backend fsdp" in problem
+    assert find_input_problems(spec(backend="zero2", precision="fp16"), cuda_available=True) == []
+    for other in (spec(backend="zero2", precision="bf16"), spec(backend="fsdp", precision="fp16")):
+        assert find_input_problems(other, cuda_available=False) == []

@@ -7,6 +7,7 @@ reduced, sharded, clipped and cast stays inside each backend.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Protocol
 
 from trainer.rank import RankContext
@@ -26,12 +27,27 @@ class TrainingBackend(Protocol):
     def step(self, batch: dict[str, Any]) -> "torch.Tensor":  # noqa: F821
         """Forward and backward of one micro-batch; the detached mean loss (no sync)."""
 
+    def evaluate(self, batch: dict[str, Any]) -> tuple["torch.Tensor", "torch.Tensor"]:  # noqa: F821
+        """Forward only, in eval mode: one micro-batch's summed answer-token loss and its
+        answer-token count (no sync; the caller all-reduces both)."""
+
     def optimizer_step(self) -> "torch.Tensor":  # noqa: F821
         """Clip and apply the accumulated gradients; the global norm before clipping."""
+
+    def footprint(self) -> "Footprint":  # noqa: F821
+        """Bytes of parameters, gradients and optimizer state this rank holds (gradients as
+        measured at the first step's update, when they exist)."""
 
     def gather_trainable_state(self) -> dict[str, Any]:
         """Full fp32 trainable weights by parameter name on rank 0 (empty elsewhere).
         Every rank must call it: the gather is a collective."""
+
+    def save_checkpoint(self, path: Path) -> None:
+        """Write this rank's part of the trainable weights and optimizer state into the
+        existing folder `path`, in the backend's own format. A collective."""
+
+    def load_checkpoint(self, path: Path) -> None:
+        """Restore what `save_checkpoint` wrote, into this freshly wrapped backend."""
 
 
 def backend_class(name: str) -> type[TrainingBackend]:

@@ -1,25 +1,31 @@
 """PyTorch FSDP2 (`fully_shard`): parameters, gradients and optimizer state are all sharded.
 
-Each decoder layer is its own shard group (all-gathered just before use, freed after), then
-the root takes what is left (embeddings, final norm, head). Master weights stay fp32 and
-gradients are reduced in fp32; only the forward/backward compute runs in `param_dtype`.
+How the model is sharded lives in fsdp_sharding. Master weights stay fp32 and the optimizer
+steps on them; only the forward/backward compute runs in `param_dtype`. An fp16 compute
+dtype scales the loss (dynamic loss scaling), so small gradients do not flush to zero.
 """
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
+from trainer.backends.fsdp_sharding import shard_model
+from trainer.footprint import Footprint, gradient_bytes, optimizer_state_bytes, parameter_bytes
 from trainer.method import trainable_parameters
 from trainer.rank import RankContext
 
 
 class FsdpBackend:
-    def __init__(self, model, optimizer, *, grad_accum: int, max_grad_norm: float):
+    def __init__(self, model, optimizer, *, grad_accum: int, max_grad_norm: float, scaler=None):
         self._model = model
         self._optimizer = optimizer
         self._grad_accum = grad_accum
         self._max_grad_norm = max_grad_norm
+        # A ShardedGradScaler when the compute dtype is fp16, else None.
+        self._scaler = scaler
         self._micro_step = 0
+        self._gradient_bytes: int | None = None  # measured once, before the first update
 
     @classmethod
     def init_distributed(cls, context: RankContext) -> None:
@@ -42,7 +48,8 @@ class FsdpBackend:
             weight_decay=optimizer_settings["weight_decay"],
         )
         return cls(model, optimizer, grad_accum=settings["gradient_accumulation_steps"],
-                   max_grad_norm=settings["gradient_clipping"])
+                   max_grad_norm=settings["gradient_clipping"],
+                   scaler=loss_scaler(settings["loss_scaling"], context))
 
     def set_learning_rate(self, learning_rate: float) -> None:
         for group in self._optimizer.param_groups:
@@ -53,20 +60,46 @@ class FsdpBackend:
         # Reduce-scatter gradients only after the last micro-batch of the step.
         self._model.set_requires_gradient_sync(self._micro_step % self._grad_accum == 0)
         loss = self._model(**batch).loss
-        (loss / self._grad_accum).backward()
+        scaled_loss = loss / self._grad_accum
+        if self._scaler is not None:
+            scaled_loss = self._scaler.scale(scaled_loss)
+        scaled_loss.backward()
         return loss.detach().float()
+
+    def evaluate(self, batch: dict[str, Any]):
+        """(summed answer-token loss, answer-token count) of one micro-batch: eval mode, no
+        gradients. FSDP gathers parameters in forward, so every rank must call it alike."""
+        from trainer.evaluation import score_micro_batch
+
+        return score_micro_batch(self._model, batch)
 
     def optimizer_step(self):
         import torch
         from torch.distributed.tensor import DTensor
 
+        if self._scaler is not None:
+            self._scaler.unscale_(self._optimizer)  # clip and measure true gradients
         # A max norm of 0 means no clipping; an infinite one still measures the norm.
+        if self._gradient_bytes is None:
+            self._gradient_bytes = gradient_bytes(trainable_parameters(self._model))
         grad_norm = torch.nn.utils.clip_grad_norm_(trainable_parameters(self._model),
                                                    self._max_grad_norm or math.inf)
-        self._optimizer.step()
+        if self._scaler is not None:
+            # Skips the update when any rank's gradients overflowed, then adjusts the scale.
+            self._scaler.step(self._optimizer)
+            self._scaler.update()
+        else:
+            self._optimizer.step()
         self._optimizer.zero_grad(set_to_none=True)
         # Over sharded gradients the norm is a DTensor; full_tensor() sums the shards' parts.
         return grad_norm.full_tensor() if isinstance(grad_norm, DTensor) else grad_norm
+
+    def footprint(self) -> Footprint:
+        """What this rank holds: its shards of the fp32 weights (frozen base too), of the
+        gradients and of Adam's state."""
+        return Footprint(params_bytes=parameter_bytes(self._model.parameters()),
+                         grads_bytes=self._gradient_bytes or 0,
+                         optimizer_bytes=optimizer_state_bytes(self._optimizer))
 
     def gather_trainable_state(self) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -75,33 +108,51 @@ class FsdpBackend:
         options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
         return get_model_state_dict(self._model, options=options)
 
+    def save_checkpoint(self, path: Path) -> None:
+        import torch.distributed.checkpoint as dcp
 
-def shard_model(model, settings: dict[str, Any], context: RankContext) -> None:
-    import torch
-    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+        # Sharded: each rank writes only its own shards, nothing is gathered.
+        dcp.save(self._checkpoint_state(), checkpoint_id=path)
 
-    precision = settings["mixed_precision"]
-    mixed_precision = MixedPrecisionPolicy(
-        param_dtype=getattr(torch, precision["param_dtype"]),
-        reduce_dtype=getattr(torch, precision["reduce_dtype"]),
-    )
-    # Pinned host memory needs a GPU; on a CPU-only host offloaded shards stay plain.
-    offload = (CPUOffloadPolicy(pin_memory=context.uses_cuda) if settings["cpu_offload"]
-               else OffloadPolicy())
-    shard_options = {"mp_policy": mixed_precision, "offload_policy": offload,
-                     "reshard_after_forward": settings["reshard_after_forward"]}
-    for layer in decoder_layers(model):
-        fully_shard(layer, **shard_options)
-    fully_shard(model, **shard_options)
+    def load_checkpoint(self, path: Path) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        state = self._checkpoint_state()
+        dcp.load(state, checkpoint_id=path)  # in place, into this rank's shards
+        set_state_dict(self._model, self._optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optimizer"], options=checkpoint_options())
+        if "scaler" in state:
+            self._scaler.load_state_dict(state["scaler"])
+
+    def _checkpoint_state(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_state, optimizer_state = get_state_dict(self._model, self._optimizer,
+                                                      options=checkpoint_options())
+        state = {"model": model_state, "optimizer": optimizer_state}
+        if self._scaler is not None:
+            state["scaler"] = self._scaler.state_dict()  # fp16: the loss scale goes on where it was
+        return state
 
 
-def decoder_layers(model) -> list:
-    """The transformer blocks, found by the class names the model itself marks as units
-    that must not be split (`_no_split_modules`, e.g. LlamaDecoderLayer)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    block_names = set(getattr(base, "_no_split_modules", None) or ())
-    layers = [module for module in model.modules() if type(module).__name__ in block_names]
-    if not layers:
-        raise ValueError(f"fsdp: found no decoder layers in {type(base).__name__} "
-                         f"(looked for {sorted(block_names) or 'its _no_split_modules'})")
-    return layers
+def checkpoint_options():
+    """Trainable weights only: a LoRA checkpoint holds the adapter and its optimizer state,
+    and the frozen base comes from the model source again (so loading is not strict)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(ignore_frozen_params=True, strict=False)
+
+
+def loss_scaler(loss_scaling: str, context: RankContext):
+    """fp16 overflows above 65504 and flushes gradients below ~6e-8 to zero, so its loss is
+    scaled up before backward and the gradients unscaled before clipping. The sharded
+    scaler checks each rank's gradient shards (DTensors under FSDP2) for inf/NaN and
+    all-reduces the verdict, so every rank skips or takes the same step."""
+    if loss_scaling == "none":
+        return None
+    if loss_scaling != "dynamic":
+        raise ValueError(f"fsdp: loss_scaling {loss_scaling!r} unknown; expected dynamic or none")
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    return ShardedGradScaler(device=context.device.type)

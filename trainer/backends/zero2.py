@@ -7,8 +7,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from trainer.footprint import Footprint, parameter_bytes, zero2_gradient_bytes, zero2_optimizer_bytes
 from trainer.method import trainable_parameters
 from trainer.rank import RankContext
+
+# The sub-folder of a checkpoint that holds DeepSpeed's files.
+DEEPSPEED_CHECKPOINT_TAG = "deepspeed"
 
 
 def default_torch_extensions_dir() -> str:
@@ -17,9 +21,24 @@ def default_torch_extensions_dir() -> str:
     return str(Path.home() / ".cache" / "tunedeck" / "torch_extensions")
 
 
+def config_for_host(settings: dict[str, Any], context: RankContext) -> dict[str, Any]:
+    """The generated config, less what this host cannot do. Pinned (page-locked) host memory
+    only speeds copies between host and GPU, and pinning needs CUDA: on a CPU-only host the
+    offloaded optimizer state stays in plain memory (the same rule as FSDP's CPU offload).
+    DeepSpeed's CPU accelerator ignores the flag by default, but not with
+    DS_PIN_MEMORY_BACKEND=native, and the run should not depend on that."""
+    offload = settings.get("zero_optimization", {}).get("offload_optimizer")
+    if context.uses_cuda or not offload or not offload.get("pin_memory"):
+        return settings
+    zero_optimization = {**settings["zero_optimization"],
+                         "offload_optimizer": {**offload, "pin_memory": False}}
+    return {**settings, "zero_optimization": zero_optimization}
+
+
 class Zero2Backend:
     def __init__(self, engine):
         self._engine = engine
+        self._gradient_bytes: int | None = None  # measured once, at the first boundary
 
     @classmethod
     def init_distributed(cls, context: RankContext) -> None:
@@ -36,7 +55,8 @@ class Zero2Backend:
         import deepspeed
 
         engine, _, _, _ = deepspeed.initialize(
-            model=model, model_parameters=trainable_parameters(model), config=settings)
+            model=model, model_parameters=trainable_parameters(model),
+            config=config_for_host(settings, context))
         return cls(engine)
 
     def set_learning_rate(self, learning_rate: float) -> None:
@@ -48,8 +68,18 @@ class Zero2Backend:
         # DeepSpeed divides by gradient_accumulation_steps and reduces at the boundary;
         # engine.step() counts micro-batches and applies the optimizer only on the last.
         self._engine.backward(loss)
+        if self._gradient_bytes is None and self._engine.is_gradient_accumulation_boundary():
+            # The reduced gradient partition exists only from here to the optimizer step.
+            self._gradient_bytes = zero2_gradient_bytes(self._engine.optimizer)
         self._engine.step()
         return loss.detach().float()
+
+    def evaluate(self, batch: dict[str, Any]):
+        """(summed answer-token loss, answer-token count) of one micro-batch: eval mode, no
+        gradients, and nothing counted towards gradient accumulation."""
+        from trainer.evaluation import score_micro_batch
+
+        return score_micro_batch(self._engine, batch)
 
     def optimizer_step(self):
         import torch
@@ -58,6 +88,13 @@ class Zero2Backend:
         # (None only before any optimizer step, or after an fp16 overflow skipped one).
         grad_norm = self._engine.get_global_grad_norm()
         return torch.as_tensor(0.0 if grad_norm is None else grad_norm, dtype=torch.float32)
+
+    def footprint(self) -> Footprint:
+        """What this rank holds: the whole module in the compute dtype (frozen base too),
+        the gradient partition, the fp32 master partition and its Adam state."""
+        return Footprint(params_bytes=parameter_bytes(self._engine.module.parameters()),
+                         grads_bytes=self._gradient_bytes or 0,
+                         optimizer_bytes=zero2_optimizer_bytes(self._engine.optimizer))
 
     def gather_trainable_state(self) -> dict[str, Any]:
         from deepspeed.utils import safe_get_full_fp32_param
@@ -70,3 +107,22 @@ class Zero2Backend:
                 if self._engine.global_rank == 0:
                     state[name] = full.detach().cpu().clone()
         return state
+
+    def save_checkpoint(self, path: Path) -> None:
+        # DeepSpeed's own format, in `path/deepspeed/`: the module's trainable weights (a LoRA
+        # checkpoint holds the adapter, not the frozen base) and each rank's ZeRO partition
+        # of the fp32 masters and optimizer state. The `latest` file it writes lets the
+        # zero_to_fp32.py it copies into `path` run without --tag.
+        self._engine.save_checkpoint(str(path), tag=DEEPSPEED_CHECKPOINT_TAG,
+                                     exclude_frozen_parameters=self._has_frozen_parameters())
+
+    def load_checkpoint(self, path: Path) -> None:
+        # Frozen weights were left out of the checkpoint: they come from the base model.
+        loaded_path, _ = self._engine.load_checkpoint(
+            str(path), tag=DEEPSPEED_CHECKPOINT_TAG,
+            load_module_strict=not self._has_frozen_parameters())
+        if loaded_path is None:
+            raise FileNotFoundError(f"no DeepSpeed checkpoint in {path}")
+
+    def _has_frozen_parameters(self) -> bool:
+        return any(not parameter.requires_grad for parameter in self._engine.module.parameters())

@@ -1,11 +1,12 @@
-"""The "Job" tab: one job's status, live charts, log, events, config, cancel and downloads."""
+"""The "Job" tab: one job's status, live charts, log, events, config, checkpoints, cancel,
+resume and downloads."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import gradio as gr
 
-from app.ui import job_handlers
+from app.ui import job_actions, job_handlers
 from app.ui.job_handlers import JobPage
 
 REFRESH_SECONDS = 1.0
@@ -17,12 +18,15 @@ class JobPageTab:
     job_id: gr.Number  # set it to open a job
 
 
-def build_job_page_tab(*, database) -> JobPageTab:
+def build_job_page_tab(*, database, celery_app) -> JobPageTab:
     with gr.Row():
         job_id = gr.Number(label="Job id", precision=0, minimum=1, scale=1, elem_id="job-id")
         with gr.Column(scale=1):
-            cancel_button = gr.Button("Cancel job", variant="stop", interactive=False,
-                                      elem_id="job-cancel")
+            with gr.Row():
+                cancel_button = gr.Button("Cancel job", variant="stop", interactive=False,
+                                          elem_id="job-cancel")
+                resume_button = gr.Button("Resume from latest checkpoint", interactive=False,
+                                          elem_id="job-resume")
             cancel_message = gr.Markdown(elem_id="job-cancel-result")
     headline = gr.Markdown(job_handlers.NO_JOB_HEADLINE, elem_id="job-status")
     error = gr.HTML(visible=False, elem_id="job-error")
@@ -31,26 +35,35 @@ def build_job_page_tab(*, database) -> JobPageTab:
     details = _details()
     refresh_timer = gr.Timer(REFRESH_SECONDS, active=False)
 
-    outputs = [headline, error, downloads, *charts, *details, cancel_button, refresh_timer]
+    outputs = [headline, error, downloads, *charts, *details, cancel_button, resume_button,
+               refresh_timer]
 
     def refresh(selected_job_id):
         return _show(job_handlers.load_job_page(selected_job_id, database=database))
 
     def cancel(selected_job_id):
-        return job_handlers.cancel_from_page(selected_job_id, database=database)
+        return job_actions.cancel_from_page(selected_job_id, database=database)
+
+    def resume(selected_job_id):
+        return job_actions.resume_from_page(selected_job_id, database=database,
+                                            celery_app=celery_app)
 
     job_id.change(refresh, job_id, outputs, show_progress="hidden", trigger_mode="always_last")
     refresh_timer.tick(refresh, job_id, outputs, show_progress="hidden", concurrency_limit=None)
     cancel_button.click(cancel, job_id, cancel_message).then(refresh, job_id, outputs,
                                                              show_progress="hidden")
+    resume_button.click(resume, job_id, cancel_message).then(refresh, job_id, outputs,
+                                                             show_progress="hidden")
     return JobPageTab(job_id=job_id)
 
 
 def _charts() -> tuple[gr.LinePlot, gr.LinePlot, gr.LinePlot]:
-    """Loss and throughput by step, and memory by rank over time."""
+    """Loss (training, and eval when the job has an eval set) and throughput by step, and
+    memory by rank over time."""
     with gr.Row():
-        loss_plot = gr.LinePlot(x="step", y="loss", title="Loss", x_title="step",
-                                y_title="loss", height=PLOT_HEIGHT, elem_id="job-loss-plot")
+        loss_plot = gr.LinePlot(x="step", y="loss", color="series", title="Loss (train and eval)",
+                                x_title="step", y_title="loss", height=PLOT_HEIGHT,
+                                elem_id="job-loss-plot")
         throughput_plot = gr.LinePlot(x="step", y="tokens_per_second", title="Throughput",
                                       x_title="step", y_title="tokens / s", height=PLOT_HEIGHT,
                                       elem_id="job-throughput-plot")
@@ -61,8 +74,8 @@ def _charts() -> tuple[gr.LinePlot, gr.LinePlot, gr.LinePlot]:
     return loss_plot, throughput_plot, memory_plot
 
 
-def _details() -> tuple[gr.Textbox, gr.Dataframe, gr.Code, gr.Textbox]:
-    """The log tail, the events, and the generated config and launch command."""
+def _details() -> tuple[gr.Textbox, gr.Dataframe, gr.Code, gr.Textbox, gr.Dataframe]:
+    """The log tail, the events, the generated config and launch command, the checkpoints."""
     with gr.Row():
         log_tail = gr.Textbox(label="Log (torchrun, last lines)", lines=14, max_lines=14,
                               interactive=False, autoscroll=True, elem_id="job-log")
@@ -72,7 +85,11 @@ def _details() -> tuple[gr.Textbox, gr.Dataframe, gr.Code, gr.Textbox]:
         config_code = gr.Code(language="json", label="Backend config", interactive=False,
                               max_lines=40, elem_id="job-config")
         command_line = gr.Textbox(label="torchrun argv", interactive=False, elem_id="job-command")
-    return log_tail, events, config_code, command_line
+    with gr.Accordion("Checkpoints", open=False):
+        checkpoints = gr.Dataframe(label="Complete checkpoints, newest first (Resume uses the "
+                                   "newest)", interactive=False, wrap=True,
+                                   elem_id="job-checkpoints")
+    return log_tail, events, config_code, command_line, checkpoints
 
 
 def _show(page: JobPage) -> tuple:
@@ -82,7 +99,8 @@ def _show(page: JobPage) -> tuple:
         gr.HTML(job_handlers.error_html(page.error), visible=bool(page.error)),
         gr.HTML(page.downloads_html, visible=bool(page.downloads_html)),
         page.loss, page.throughput, page.memory,
-        page.log_tail, page.events, page.config_json, page.command_line,
+        page.log_tail, page.events, page.config_json, page.command_line, page.checkpoints,
         gr.Button(interactive=page.cancellable),
+        gr.Button(interactive=page.resumable),
         gr.Timer(active=not page.finished),
     )

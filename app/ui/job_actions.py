@@ -1,0 +1,57 @@
+"""What the job page's buttons do (Cancel, Resume) and its checkpoints table: plain values
+in, plain values out."""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from app.job_checkpoints import NothingToResume, list_checkpoints, resume_from_latest_checkpoint
+from app.job_submission import cancel_job
+from app.ui.job_ids import parse_job_id
+from tunedeck import job_store
+from tunedeck.db.models import Job
+from tunedeck.job_states import CANCELLED, FAILED, RUNNING
+
+CHECKPOINT_COLUMNS = ["step", "saved (UTC)", "size (MB)", "folder"]
+BYTES_PER_MB = 1024 * 1024
+
+
+def checkpoints_frame(job: Job | None) -> pd.DataFrame:
+    """The job's complete checkpoints, newest first (an empty table for no job)."""
+    if job is None:
+        return pd.DataFrame(columns=CHECKPOINT_COLUMNS)
+    rows = [[checkpoint["step"], checkpoint["saved_at"][:19].replace("T", " "),
+             round(checkpoint["bytes"] / BYTES_PER_MB, 1), checkpoint["path"]]
+            for checkpoint in list_checkpoints(job)]
+    return pd.DataFrame(rows, columns=CHECKPOINT_COLUMNS)
+
+
+def is_resumable(status: str | None, checkpoints: pd.DataFrame) -> bool:
+    return status in (FAILED, CANCELLED) and not checkpoints.empty
+
+
+def cancel_from_page(job_id: Any, *, database) -> str:
+    job_id = parse_job_id(job_id)
+    if job_id is None:
+        return "Pick a job first."
+    try:
+        job = cancel_job(database=database, job_id=job_id)
+    except job_store.JobNotFound:
+        return f"There is no job {job_id}."
+    if job.status == RUNNING:
+        return f"Cancel requested: job {job_id} stops within seconds."
+    return f"Job {job_id} is `{job.status}`."
+
+
+def resume_from_page(job_id: Any, *, database, celery_app) -> str:
+    job_id = parse_job_id(job_id)
+    if job_id is None:
+        return "Pick a job first."
+    try:
+        resume_from_latest_checkpoint(database=database, celery_app=celery_app, job_id=job_id)
+    except job_store.JobNotFound:
+        return f"There is no job {job_id}."
+    except (NothingToResume, job_store.InvalidTransition) as reason:
+        return f"Not resumed: {reason}"
+    return f"Job {job_id} is queued again; it resumes from its latest checkpoint."

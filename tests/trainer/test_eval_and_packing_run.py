@@ -1,0 +1,33 @@
+"""A real 2-rank run with a held-out eval split, periodic evaluation and packed rows."""
+from statistics import mean
+
+import pytest
+
+pytestmark = pytest.mark.torchrun
+
+STEPS = 22  # not a multiple of eval_every_steps: the final evaluation is one of its own
+EVAL_EVERY_STEPS = 5
+
+
+@pytest.mark.parametrize("backend", ["fsdp", "zero2"])
+def test_packed_run_with_an_eval_split_reports_a_falling_eval_loss(backend, run_trainer):
+    result = run_trainer(backend=backend, max_steps=STEPS, warmup_steps=2, eval_split=0.2,
+                         eval_every_steps=EVAL_EVERY_STEPS, packing=True, seq_len=64)
+    assert result.returncode == 0, result.output
+    print(f"{backend} packed run with eval: {result.seconds:.1f} s")
+
+    evaluations = [result.events_of_kind(rank, "eval") for rank in range(result.ranks)]
+    assert [event["step"] for event in evaluations[0]] == [5, 10, 15, 20, STEPS]
+    # All-reduced: every rank reports the same loss over the same (whole) eval set.
+    assert [(e["eval_loss"], e["eval_tokens"]) for e in evaluations[0]] == \
+           [(e["eval_loss"], e["eval_tokens"]) for e in evaluations[1]]
+    assert len({event["eval_tokens"] for event in evaluations[0]}) == 1
+    eval_losses = [event["eval_loss"] for event in evaluations[0]]
+    print(f"eval losses {[round(loss, 3) for loss in eval_losses]}")
+    assert eval_losses[-1] < eval_losses[0] - 0.3, eval_losses
+
+    losses = [event["loss"] for event in result.events_of_kind(0, "step")]
+    assert len(losses) == STEPS and mean(losses[-5:]) < mean(losses[:5]) - 0.3, losses
+    started = next(event["message"] for event in result.events_of_kind(0, "notice")
+                   if event["message"].startswith("training started"))
+    assert "1600 examples in" in started and "packed rows" in started, started

@@ -1,0 +1,50 @@
+"""Eval points through the store, on SQLite and (marked) PostgreSQL."""
+from tunedeck import job_store, metric_store
+from tunedeck.job_spec import JobSpec
+from tunedeck.metrics_event import decode_event, encode_event
+
+
+def test_eval_points_round_trip_as_the_eval_series(database):
+    with database.transaction() as session:
+        job_id = job_store.create_job(session=session, spec=JobSpec(max_steps=10, eval_split=0.1)).id
+    lines = [encode_event("step", rank=0, time=1.0, step=5, loss=2.0),
+             encode_event("eval", rank=0, time=2.0, step=5, eval_loss=2.25, eval_tokens=400),
+             encode_event("eval", rank=1, time=2.0, step=5, eval_loss=2.25, eval_tokens=400),
+             encode_event("eval", rank=0, time=3.0, step=10, eval_loss=1.5, eval_tokens=400)]
+    events = [(seq, decode_event(line)) for seq, line in enumerate(lines)]
+    assert all(event is not None for _, event in events)  # "eval" is a known kind
+    with database.transaction() as session:
+        metric_store.add_metric_points(session=session, job_id=job_id, events=events)
+        metric_store.add_metric_points(session=session, job_id=job_id, events=events)  # idempotent
+    with database.transaction() as session:
+        metrics = metric_store.read_job_metrics(session=session, job_id=job_id)
+        assert metric_store.latest_step_summary(session=session, job_id=job_id)["loss"] == 2.0
+    assert metrics["eval"] == [  # rank 0's rows: every rank reports the same all-reduced loss
+        {"time": 2.0, "step": 5, "eval_loss": 2.25, "eval_tokens": 400},
+        {"time": 3.0, "step": 10, "eval_loss": 1.5, "eval_tokens": 400},
+    ]
+    assert [row["step"] for row in metrics["train"]] == [5]
+
+
+def test_steps_run_again_after_a_resume_count_once_with_the_later_values(database):
+    with database.transaction() as session:
+        job_id = job_store.create_job(session=session, spec=JobSpec(max_steps=4)).id
+    # Steps 1-3, killed; resumed from the checkpoint at step 2: steps 3 and 4 again.
+    losses = [(1, 3.0), (2, 2.5), (3, 2.4), (3, 2.2), (4, 2.0)]
+    events = [(seq, decode_event(encode_event("step", rank=0, time=float(seq), step=step, loss=loss)))
+              for seq, (step, loss) in enumerate(losses)]
+    with database.transaction() as session:
+        metric_store.add_metric_points(session=session, job_id=job_id, events=events)
+        train = metric_store.read_job_metrics(session=session, job_id=job_id)["train"]
+    assert [(row["step"], row["loss"]) for row in train] == [(1, 3.0), (2, 2.5), (3, 2.2), (4, 2.0)]
+
+
+def test_an_infinite_gradient_norm_reads_back_as_null(database):
+    with database.transaction() as session:
+        job_id = job_store.create_job(session=session, spec=JobSpec(max_steps=2)).id
+    line = encode_event("step", rank=0, time=1.0, step=1, loss=2.0, grad_norm=float("inf"))
+    assert "Infinity" in line  # what json.dumps writes for an fp16 step the scaler skipped
+    with database.transaction() as session:
+        metric_store.add_metric_points(session=session, job_id=job_id, events=[(0, decode_event(line))])
+        train = metric_store.read_job_metrics(session=session, job_id=job_id)["train"]
+    assert train[0]["grad_norm"] is None and train[0]["loss"] == 2.0

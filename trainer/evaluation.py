@@ -1,0 +1,130 @@
+"""The eval loss: held-out examples scored every `eval_every_steps` steps and after the last.
+
+The eval set is a separate file (`eval_dataset`) or a seeded `eval_split` of the dataset,
+split off before any training batch exists, so a held-out example never trains. Each rank
+scores its own shard with its backend's `evaluate` (no gradients, dropout off); the summed
+answer-token losses and the token counts are all-reduced, so the reported loss is the mean
+over every answer token of the eval set, not a mean of batch means.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tunedeck.dataset_records import Example, eval_split_problem, split_eval_examples
+from tunedeck.job_spec import JobSpec
+
+from trainer.datasets import IGNORE_INDEX, TokenizedExample, collate, load_examples, tokenize_examples
+from trainer.packing import pack_examples
+from trainer.rank import RankContext
+from trainer.telemetry import Telemetry
+
+
+def load_train_and_eval_examples(spec: JobSpec, *, ranks: int) -> tuple[list[Example], list[Example]]:
+    """(training examples, eval examples); the latter empty when the spec has no eval."""
+    examples = load_examples(spec.dataset)
+    if spec.eval_dataset is not None:
+        return examples, load_examples(spec.eval_dataset, field="eval_dataset")
+    problem = eval_split_problem(len(examples), fraction=spec.eval_split,
+                                 micro_batch_size=spec.micro_batch_size, ranks=ranks)
+    if problem:
+        raise ValueError(f"{problem} (dataset {spec.dataset})")
+    if spec.eval_split == 0:
+        return examples, []
+    return split_eval_examples(examples, fraction=spec.eval_split, seed=spec.seed)
+
+
+def eval_source(spec: JobSpec) -> str:
+    """How errors about the eval set name it."""
+    if spec.eval_dataset is not None:
+        return f"eval_dataset {spec.eval_dataset}"
+    return f"eval_split {spec.eval_split} of dataset {spec.dataset}"
+
+
+def summed_token_loss(logits, labels) -> tuple[Any, Any]:
+    """The sum of next-token cross-entropies over the labelled positions, and their count
+    (the same positions and loss as the model's own mean loss)."""
+    import torch.nn.functional as F
+
+    shifted_labels = labels[:, 1:]
+    loss_sum = F.cross_entropy(logits[:, :-1].float().flatten(0, 1), shifted_labels.flatten(),
+                               ignore_index=IGNORE_INDEX, reduction="sum")
+    return loss_sum, (shifted_labels != IGNORE_INDEX).sum()
+
+
+def score_micro_batch(model, batch: dict[str, Any]) -> tuple[Any, Any]:
+    """What a backend's `evaluate` returns: (summed answer-token loss, answer-token count)
+    of one micro-batch, in eval mode and without gradients; the model is back in training
+    mode afterwards."""
+    import torch
+
+    inputs = {name: tensor for name, tensor in batch.items() if name != "labels"}
+    model.eval()
+    try:
+        with torch.no_grad():
+            logits = model(**inputs).logits
+    finally:
+        model.train()
+    return summed_token_loss(logits, batch["labels"])
+
+
+def rank_eval_batches(rows: list[TokenizedExample], *, micro_batch_size: int, rank: int,
+                      world_size: int) -> list[list[TokenizedExample]]:
+    """This rank's share of the eval rows, in micro-batches. Every rank gets the same number
+    of micro-batches: an FSDP forward gathers parameters, a collective all ranks must join.
+    A rank whose share runs out first scores a filler row with no labels (no loss, no tokens)."""
+    share = rows[rank::world_size]
+    batch_count = math.ceil(math.ceil(len(rows) / world_size) / micro_batch_size)
+    batches = [share[start:start + micro_batch_size] for start in range(0, len(share), micro_batch_size)]
+    filler = TokenizedExample(input_ids=rows[0].input_ids, labels=[IGNORE_INDEX] * len(rows[0].labels),
+                              position_ids=rows[0].position_ids)
+    return batches + [[filler]] * (batch_count - len(batches))
+
+
+@dataclass
+class Evaluation:
+    batches: list[dict[str, Any]]  # this rank's collated micro-batches, on the host
+    every_steps: int  # 0: only after the last step
+    context: RankContext
+    telemetry: Telemetry
+
+    def run_if_due(self, backend, *, step: int, total_steps: int) -> None:
+        if step == total_steps or (self.every_steps and step % self.every_steps == 0):
+            self.run(backend, step=step)
+
+    def run(self, backend, *, step: int) -> float:
+        import torch
+        import torch.distributed as dist
+
+        totals = torch.zeros(2, dtype=torch.float64, device=self.context.device)
+        for batch in self.batches:
+            loss_sum, tokens = backend.evaluate({name: tensor.to(self.context.device)
+                                                 for name, tensor in batch.items()})
+            totals += torch.stack([loss_sum.double(), tokens.double()])
+        dist.all_reduce(totals)
+        loss_total, tokens = totals.tolist()
+        eval_loss = loss_total / tokens
+        self.telemetry.eval(step=step, eval_loss=eval_loss, eval_tokens=int(tokens))
+        if self.context.is_main:
+            print(f"step {step} eval_loss {eval_loss:.4f} over {int(tokens)} answer tokens", flush=True)
+        return eval_loss
+
+
+class NoEvaluation:
+    def run_if_due(self, backend, *, step: int, total_steps: int) -> None:
+        pass
+
+
+def build_evaluation(tokenizer, examples: list[Example], *, spec: JobSpec, context: RankContext,
+                     telemetry: Telemetry) -> Evaluation | NoEvaluation:
+    """Tokenized (and packed, as training is) eval micro-batches for this rank."""
+    if not examples:
+        return NoEvaluation()
+    rows = tokenize_examples(tokenizer, examples, spec.seq_len, source=eval_source(spec))
+    if spec.packing:
+        rows = pack_examples(rows, spec.seq_len)
+    batches = rank_eval_batches(rows, micro_batch_size=spec.micro_batch_size,
+                                rank=context.rank, world_size=context.world_size)
+    return Evaluation(batches=[collate(batch, tokenizer.pad_token_id) for batch in batches],
+                      every_steps=spec.eval_every_steps, context=context, telemetry=telemetry)
