@@ -18,6 +18,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "spec": job.spec,
         "error": job.error,
         "cancel_requested": job.cancel_requested,
+        "attempts": job.attempts,
         "worker_host": job.worker_host,
         "created_at": _iso(job.created_at),
         "started_at": _iso(job.started_at),

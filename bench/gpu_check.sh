@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs an NVIDIA GPU, in one call: throughput and MFU of the real trainer
-# (bench/gpu_throughput.py). Skips (exit 0) where no GPU answers.
+# (bench/gpu_throughput.py), then the memory planner against the allocator's peak
+# (bench/gpu_memory_plan.py). Skips (exit 0) where no GPU answers.
 #
 # On a machine without internet, carry DeepSpeed as a wheel in ./wheels (pip download
 # deepspeed==0.19.8 -d wheels); it is installed from there when missing.
@@ -22,4 +23,5 @@ fi
 # The repository's own packages (tunedeck, trainer) import from the checkout.
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
-"$PYTHON" bench/gpu_throughput.py "$@"
+"$PYTHON" bench/gpu_throughput.py
+"$PYTHON" bench/gpu_memory_plan.py

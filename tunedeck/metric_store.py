@@ -25,6 +25,13 @@ def add_metric_points(*, session: Session, job_id: int,
     return len(rows)
 
 
+def last_seq_by_rank(*, session: Session, job_id: int) -> dict[int, int]:
+    """The highest line number stored for each rank of the job."""
+    rows = session.execute(select(MetricPoint.rank, func.max(MetricPoint.seq))
+                           .where(MetricPoint.job_id == job_id).group_by(MetricPoint.rank))
+    return {rank: seq for rank, seq in rows}
+
+
 def _dialect_insert(session: Session):
     if session.get_bind().dialect.name == "postgresql":
         from sqlalchemy.dialects.postgresql import insert

@@ -43,6 +43,9 @@ class Supervision:
     cancelled: bool = False
     stopped_by_shutdown: bool = False
     error_notices: list[tuple[float, int, str]] = field(default_factory=list)
+    # Per rank, the last line an earlier launch of this job stored (a resumed job's files
+    # grow on): its notices are events already, and must not be told twice.
+    stored_lines: dict[int, int] = field(default_factory=dict)
 
 
 def never() -> bool:
@@ -131,7 +134,9 @@ PROCESS_SCAN_SECONDS = 5.0  # ranks start once; scanning /proc every poll would 
 def _supervise(job_id: int, processes: JobProcesses, run: RunFolder, *, settings: Settings,
                database: Database, shutdown_requested: Callable[[], bool]) -> Supervision:
     tail = MetricsTail(run)
-    supervision = Supervision()
+    with database.transaction() as session:
+        supervision = Supervision(stored_lines=metric_store.last_seq_by_rank(session=session,
+                                                                             job_id=job_id))
     last_scan = time.monotonic()
     while True:
         finished = processes.launcher.poll() is not None
@@ -157,8 +162,9 @@ def _ingest_and_read_cancel_flag(job_id: int, tail: MetricsTail, supervision: Su
     with database.transaction() as session:
         if events:
             metric_store.add_metric_points(session=session, job_id=job_id, events=events)
-        for _seq, event in events:
-            if event["kind"] == metrics_event.NOTICE:
+        for seq, event in events:
+            already_told = seq <= supervision.stored_lines.get(event["rank"], -1)
+            if event["kind"] == metrics_event.NOTICE and not already_told:
                 _record_notice(job_id, event, supervision, session=session)
         return job_store.is_cancel_requested(session=session, job_id=job_id)
 

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from app.artifacts import ARTIFACT_KINDS, artifact_folder
 from app.ui.job_actions import checkpoints_frame, is_resumable
+from app.ui.memory_compare import memory_comparison_markdown
 from app.ui.job_ids import job_id_from_row, parse_job_id  # noqa: F401 (the tabs use them from here)
 from app.job_views import job_config, job_run_folder, read_job_log_tail
 from tunedeck import job_store, metric_store
@@ -89,6 +90,7 @@ class JobPage:
     command_line: str = ""
     downloads_html: str = ""
     checkpoints: pd.DataFrame = field(default_factory=lambda: checkpoints_frame(None))
+    memory_comparison: str = ""
 
     @property
     def finished(self) -> bool:
@@ -127,6 +129,7 @@ def load_job_page(job_id: Any, *, database) -> JobPage:
                              for event in events], columns=EVENT_COLUMNS),
         config_json=config_json, command_line=command_line, downloads_html=downloads_html(job),
         checkpoints=checkpoints_frame(job),
+        memory_comparison=memory_comparison_markdown(job.spec, metrics),
     )
 
 

@@ -444,3 +444,21 @@ def test_job_page_lists_checkpoints_and_resumes_a_failed_job_from_the_newest(dat
     with database.transaction() as session:
         job_store.request_cancel(session=session, job_id=no_checkpoints)
     assert not job_handlers.load_job_page(no_checkpoints, database=database).resumable
+
+
+def test_job_page_sets_each_ranks_measured_bytes_beside_the_plan(database):
+    from tunedeck.metrics_event import decode_event, encode_event
+
+    job_id = create_job(database, backend="fsdp", method="full")
+    assert job_handlers.load_job_page(job_id, database=database).memory_comparison == ""
+    lines = [encode_event("footprint", rank=rank, time=1.0, step=1, params_bytes=246_400,
+                          grads_bytes=246_400, optimizer_bytes=492_800) for rank in (0, 1)]
+    lines.append(encode_event("memory", rank=1, time=1.0, step=1, peak_reserved_mb=2048.0))
+    with database.transaction() as session:
+        metric_store.add_metric_points(session=session, job_id=job_id,
+                                       events=[(seq, decode_event(line)) for seq, line in enumerate(lines)])
+    table = job_handlers.load_job_page(job_id, database=database).memory_comparison
+    assert "Planned for `fsdp`" in table
+    # builtin:tiny-llama full under FSDP on 2 ranks: 123,200 fp32 weights / 2 = 0.25 MB each.
+    assert "| 0 | 0.25 (0.25) | 0.25 (0.25) | 0.49 (0.49) | n/a on CPU" in table
+    assert "| 1 | 0.25 (0.25) | 0.25 (0.25) | 0.49 (0.49) | 2.15 (" in table

@@ -94,6 +94,12 @@ def test_submit_a_job_and_watch_it_train(page, server):
     expect(page.locator("#new-job-command textarea")).to_have_value(
         re.compile("--nproc_per_node 2 -m trainer"))
     expect(page.locator("#new-job-errors")).not_to_contain_text("fix")
+    # The memory plan follows the form: a card too small for the job is warned about.
+    expect(page.locator("#new-job-plan")).to_contain_text("Recommended: zero2")
+    page.locator("#new-job-gpu-memory-gb input").fill("1")
+    expect(page.locator("#new-job-errors")).to_contain_text("zero2 will not fit")
+    page.locator("#new-job-gpu-memory-gb input").fill("80")
+    expect(page.locator("#new-job-errors")).not_to_contain_text("will not fit")
 
     page.locator("#new-job-submit").click()
     expect(page.locator("#new-job-result")).to_contain_text("Submitted job")
@@ -113,6 +119,7 @@ def test_submit_a_job_and_watch_it_train(page, server):
     memory_lines = _line_colours(page, "#job-memory-plot")
     assert len(memory_lines) == 2 and None not in memory_lines, memory_lines  # one per rank
     expect(page.locator("#job-downloads a[href$='/artifacts/merged']")).to_be_visible()
+    expect(page.locator("#job-memory-comparison")).to_contain_text("Planned for zero2")
     page.screenshot(path=str(SCREENSHOT), full_page=True)
 
 

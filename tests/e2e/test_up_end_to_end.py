@@ -143,3 +143,37 @@ def _job_processes(server, job_id: int) -> list[int]:
         if process.info["status"] != psutil.STATUS_ZOMBIE and run_dir in (process.info["cmdline"] or []):
             found.append(process.info["pid"])
     return found
+
+
+def test_cancel_after_a_checkpoint_then_resume_finishes_the_same_job(server):
+    """Through the real stack: the job is cancelled once its first checkpoint is complete,
+    Resume queues it again, the worker relaunches torchrun with --resume, and the job ends
+    with one train row per step and downloadable weights."""
+    steps = 300
+    job_id = server.submit({**LORA_JOB, "name": "e2e-resume", "backend": "fsdp",
+                            "max_steps": steps, "checkpoint_every_steps": 5,
+                            "keep_checkpoints": 2})
+    deadline = time.monotonic() + 180
+    while not server.http.get(f"/api/jobs/{job_id}/checkpoints").json():
+        assert time.monotonic() < deadline, server.log_tail(job_id)
+        assert server.job(job_id)["status"] in ("queued", "running"), server.job(job_id)
+        time.sleep(0.2)
+    assert server.http.post(f"/api/jobs/{job_id}/cancel").status_code == 202
+    cancelled = server.wait_for(job_id, {"succeeded", "failed", "cancelled"})
+    assert cancelled["status"] == "cancelled", cancelled
+    latest = server.http.get(f"/api/jobs/{job_id}/checkpoints").json()[0]["step"]
+    assert latest < steps
+
+    response = server.http.post(f"/api/jobs/{job_id}/resume")
+    assert response.status_code == 202, response.text
+    job = server.wait_for(job_id, {"succeeded", "failed", "cancelled"})
+    assert job["status"] == "succeeded", job["error"]
+    assert job["attempts"] == 2
+    events = [event["message"] for event in server.http.get(f"/api/jobs/{job_id}/events").json()]
+    assert f"resume requested from the checkpoint at step {latest}" in events
+    assert any(message.startswith(f"resumed from step {latest}") for message in events), events
+    train = server.http.get(f"/api/jobs/{job_id}/metrics").json()["train"]
+    assert [row["step"] for row in train] == list(range(1, steps + 1))
+    assert server.http.get(f"/api/jobs/{job_id}/artifacts/merged").status_code == 200
+    launch = server.http.get(f"/api/jobs/{job_id}/config").json()
+    assert launch["argv"][-1] == "--resume"

@@ -57,9 +57,9 @@ def build_job_page_tab(*, database, celery_app) -> JobPageTab:
     return JobPageTab(job_id=job_id)
 
 
-def _charts() -> tuple[gr.LinePlot, gr.LinePlot, gr.LinePlot]:
-    """Loss (training, and eval when the job has an eval set) and throughput by step, and
-    memory by rank over time."""
+def _charts() -> tuple[gr.LinePlot, gr.LinePlot, gr.LinePlot, gr.Markdown]:
+    """Loss (training, and eval when the job has an eval set) and throughput by step,
+    memory by rank over time, and the planner's memory against each rank's."""
     with gr.Row():
         loss_plot = gr.LinePlot(x="step", y="loss", color="series", title="Loss (train and eval)",
                                 x_title="step", y_title="loss", height=PLOT_HEIGHT,
@@ -71,7 +71,8 @@ def _charts() -> tuple[gr.LinePlot, gr.LinePlot, gr.LinePlot]:
                               title="Memory per rank (accelerator allocated, else process RSS)",
                               x_title="seconds since first reading", y_title="MB",
                               height=PLOT_HEIGHT, elem_id="job-memory-plot")
-    return loss_plot, throughput_plot, memory_plot
+    memory_comparison = gr.Markdown(elem_id="job-memory-comparison")
+    return loss_plot, throughput_plot, memory_plot, memory_comparison
 
 
 def _details() -> tuple[gr.Textbox, gr.Dataframe, gr.Code, gr.Textbox, gr.Dataframe]:
@@ -98,7 +99,7 @@ def _show(page: JobPage) -> tuple:
         page.headline,
         gr.HTML(job_handlers.error_html(page.error), visible=bool(page.error)),
         gr.HTML(page.downloads_html, visible=bool(page.downloads_html)),
-        page.loss, page.throughput, page.memory,
+        page.loss, page.throughput, page.memory, page.memory_comparison,
         page.log_tail, page.events, page.config_json, page.command_line, page.checkpoints,
         gr.Button(interactive=page.cancellable),
         gr.Button(interactive=page.resumable),

@@ -1,0 +1,55 @@
+"""The job page's "predicted against measured" memory table: the planner's bytes per GPU for
+the job's spec beside what each rank reported holding (and, on a GPU, its peak)."""
+from __future__ import annotations
+
+from typing import Any
+
+from tunedeck.job_spec import JobSpec
+from tunedeck.memory_plan import GB, GpuSet, plan_strategies
+from tunedeck.model_shapes import resolve_model_shape
+
+MB = 10**6
+PARTS = ("params", "grads", "optimizer")
+
+
+def memory_comparison_markdown(spec_data: dict[str, Any], metrics: dict[str, list]) -> str:
+    """A Markdown table once ranks have reported, else an empty string."""
+    footprints = metrics.get("footprint") or []
+    if not footprints:
+        return ""
+    try:
+        spec = JobSpec.model_validate(spec_data)
+        strategy = _strategy(spec)
+        planned = plan_strategies(spec, GpuSet(spec.num_gpus, 80, spec.num_nodes),
+                                  resolve_model_shape(spec.model))[strategy].breakdown
+    except ValueError as error:  # a model folder only the worker's host can see
+        return f"No memory plan for this job: {error}"
+    peaks = _peak_reserved_gb_by_rank(metrics.get("memory") or [])
+    header = ["rank", *(f"{part} MB (planned)" for part in PARTS), "peak GB (planned total)"]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for footprint in footprints:
+        cells = [str(footprint["rank"])]
+        for part in PARTS:
+            measured = footprint.get(f"{part}_bytes") or 0
+            cells.append(f"{measured / MB:,.2f} ({getattr(planned, part) / MB:,.2f})")
+        peak = peaks.get(footprint["rank"])
+        cells.append(f"{peak:.2f} ({planned.total / GB:.2f})" if peak is not None
+                     else f"n/a on CPU ({planned.total / GB:.2f})")
+        lines.append("| " + " | ".join(cells) + " |")
+    return (f"Planned for `{strategy}` by the memory planner; measured on each rank's tensors "
+            "after its first update (peak: the CUDA allocator's reserved memory).\n\n"
+            + "\n".join(lines))
+
+
+def _strategy(spec: JobSpec) -> str:
+    offloaded = spec.zero2.offload_optimizer if spec.backend == "zero2" else spec.fsdp.cpu_offload
+    return f"{spec.backend}_offload" if offloaded else spec.backend
+
+
+def _peak_reserved_gb_by_rank(memory: list[dict[str, Any]]) -> dict[int, float]:
+    peaks: dict[int, float] = {}
+    for reading in memory:
+        value = reading.get("peak_reserved_mb")
+        if value is not None:
+            peaks[reading["rank"]] = max(peaks.get(reading["rank"], 0.0), value * 2**20 / GB)
+    return peaks
