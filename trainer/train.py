@@ -46,10 +46,41 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
 
     tokenizer = load_tokenizer(model_source)
     seed_everything(spec.seed)
-    base = load_base_model(model_source, quantization=quantization_config(spec),
-                           device=context.device)
-    model = apply_method(base, spec)
+    model = apply_method(load_base_model(model_source, quantization=quantization_config(spec),
+                                         device=context.device), spec)
+    data = prepare_training_data(spec, tokenizer, examples, context=context)
+    evaluation = build_evaluation(tokenizer, eval_examples, spec=spec, context=context,
+                                  telemetry=telemetry)
 
+    if spec.activation_checkpointing:
+        # Non-reentrant checkpointing composes with FSDP2, DeepSpeed and frozen (LoRA) inputs.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    backend = backend_type.wrap(model, read_json(run.backend_config_file(spec.backend)), context)
+    telemetry.notice(f"training started: {data.total_steps} steps, {data.description}, "
+                     f"{trainable_parameter_count(model):,} trainable parameters")
+    checkpoints = Checkpoints(run, spec, total_steps=data.total_steps, context=context,
+                              telemetry=telemetry)
+    start_step = checkpoints.resume(backend) if resume else 0
+    batches = skip_micro_batches(data.batches, steps=start_step, grad_accum=spec.grad_accum)
+    throughput = run_training_loop(backend, batches, spec=spec, start_step=start_step,
+                                   total_steps=data.total_steps, checkpoints=checkpoints,
+                                   evaluation=evaluation, context=context, telemetry=telemetry)
+    if context.is_main:
+        # One line on stdout with or without telemetry: bench/overhead.py compares these.
+        print(f"training summary: {throughput.as_text()}", flush=True)
+    export_trained_model(backend, spec, run, model_source=model_source, tokenizer=tokenizer,
+                         context=context, telemetry=telemetry)
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    batches: Iterator[MicroBatch]
+    total_steps: int
+    description: str
+
+
+def prepare_training_data(spec: JobSpec, tokenizer, examples, *, context: RankContext) -> TrainingData:
+    """This rank's endless micro-batches, and how many optimizer steps the job runs."""
     tokenized = tokenize_examples(tokenizer, examples, spec.seq_len, source=f"dataset {spec.dataset}")
     # The step count for `epochs` counts rows: packing makes fewer of them.
     rows = pack_examples(tokenized, spec.seq_len) if spec.packing else tokenized
@@ -60,26 +91,14 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
         max_steps=spec.max_steps, epochs=spec.epochs, example_count=len(rows),
         micro_batch_size=spec.micro_batch_size, grad_accum=spec.grad_accum,
         world_size=context.world_size)
-    evaluation = build_evaluation(tokenizer, eval_examples, spec=spec, context=context,
-                                  telemetry=telemetry)
-
-    if spec.activation_checkpointing:
-        # Non-reentrant checkpointing composes with FSDP2, DeepSpeed and frozen (LoRA) inputs.
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    backend = backend_type.wrap(model, read_json(run.backend_config_file(spec.backend)), context)
     packed_rows = f" in {len(rows)} packed rows" if spec.packing else ""
-    telemetry.notice(f"training started: {total_steps} steps, {len(tokenized)} examples{packed_rows}, "
-                     f"{trainable_parameter_count(model):,} trainable parameters")
-    checkpoints = Checkpoints(run, spec, total_steps=total_steps, context=context, telemetry=telemetry)
-    start_step = checkpoints.resume(backend) if resume else 0
-    batches = skip_micro_batches(batches, steps=start_step, grad_accum=spec.grad_accum)
-    throughput = run_training_loop(backend, batches, spec=spec, start_step=start_step,
-                                   total_steps=total_steps, checkpoints=checkpoints,
-                                   evaluation=evaluation, context=context, telemetry=telemetry)
-    if context.is_main:
-        # One line on stdout with or without telemetry: bench/overhead.py compares these.
-        print(f"training summary: {throughput.as_text()}", flush=True)
+    return TrainingData(batches, total_steps, f"{len(tokenized)} examples{packed_rows}")
 
+
+def export_trained_model(backend: TrainingBackend, spec: JobSpec, run: RunFolder, *,
+                         model_source: str, tokenizer, context: RankContext,
+                         telemetry: Telemetry) -> None:
+    """Gather the trained weights to rank 0, leave the process group, write adapter/ and merged/."""
     trained_state = backend.gather_trainable_state()
     # Every rank leaves the process group together, before rank 0's export (no collective
     # needed there): a rank that tears gloo down while another still holds its connections
@@ -87,12 +106,12 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     # export would time out on a model that takes long to write.
     dist.barrier()
     dist.destroy_process_group()
-    if context.is_main:
-        telemetry.notice("saving adapter and merged model" if uses_adapter(spec)
-                         else "saving merged model")
-        export_weights(spec, run, trained_state=trained_state, model_source=model_source,
-                       tokenizer=tokenizer)
-        telemetry.notice(f"merged model saved to {run.merged_dir}")
+    if not context.is_main:
+        return
+    telemetry.notice("saving adapter and merged model" if uses_adapter(spec) else "saving merged model")
+    export_weights(spec, run, trained_state=trained_state, model_source=model_source,
+                   tokenizer=tokenizer)
+    telemetry.notice(f"merged model saved to {run.merged_dir}")
 
 
 @dataclass
