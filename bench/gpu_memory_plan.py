@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_throughput import build_random_llama, write_long_rows  # noqa: E402
+from gpu_throughput import add_model_arguments, build_model_from_arguments, write_long_rows  # noqa: E402
 from trainer_runs import run_plain_torchrun  # noqa: E402
 
 from tunedeck.job_spec import JobSpec  # noqa: E402
@@ -44,12 +44,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--seq-lens", default="512,2048")
     parser.add_argument("--micro-batch", type=int, default=4)
-    parser.add_argument("--layers", type=int, default=16)
-    parser.add_argument("--hidden", type=int, default=2048)
-    parser.add_argument("--heads", type=int, default=32)
-    parser.add_argument("--intermediate", type=int, default=5632)
-    parser.add_argument("--vocab", type=int, default=32000)
-    parser.add_argument("--allow-cpu", action="store_true")
+    add_model_arguments(parser)
     arguments = parser.parse_args()
     import torch
 
@@ -60,9 +55,7 @@ def main() -> int:
     worst = 0.0
     with tempfile.TemporaryDirectory(prefix="tunedeck-plan-") as directory:
         folder = Path(directory)
-        build_random_llama(folder / "model", hidden=arguments.hidden, layers=arguments.layers,
-                           heads=arguments.heads, intermediate=arguments.intermediate,
-                           vocab=arguments.vocab)
+        build_model_from_arguments(folder / "model", arguments)
         write_long_rows(folder / "rows.jsonl", rows=arguments.micro_batch * (arguments.steps + 4),
                         words_per_row=max(seq_lens))
         shape = resolve_model_shape(str(folder / "model"))

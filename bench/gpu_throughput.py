@@ -74,6 +74,22 @@ def write_long_rows(path: Path, *, rows: int, words_per_row: int) -> None:
             file.write(json.dumps({"prompt": f"row {index}", "response": text}) + "\n")
 
 
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The random Llama's sizes (about 1B by default) and --allow-cpu, for the GPU benches."""
+    parser.add_argument("--hidden", type=int, default=2048)
+    parser.add_argument("--layers", type=int, default=16)
+    parser.add_argument("--heads", type=int, default=32)
+    parser.add_argument("--intermediate", type=int, default=5632)
+    parser.add_argument("--vocab", type=int, default=32000)
+    parser.add_argument("--allow-cpu", action="store_true", help="smoke-test on a CPU")
+
+
+def build_model_from_arguments(folder: Path, arguments: argparse.Namespace) -> int:
+    return build_random_llama(folder, hidden=arguments.hidden, layers=arguments.layers,
+                              heads=arguments.heads, intermediate=arguments.intermediate,
+                              vocab=arguments.vocab)
+
+
 def dense_bf16_peak(device_name: str) -> float | None:
     for key, peak in DENSE_BF16_PEAK_FLOPS.items():
         if key in device_name:
@@ -103,12 +119,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--micro-batch", type=int, default=8)
-    parser.add_argument("--hidden", type=int, default=2048)
-    parser.add_argument("--layers", type=int, default=16)
-    parser.add_argument("--heads", type=int, default=32)
-    parser.add_argument("--intermediate", type=int, default=5632)
-    parser.add_argument("--vocab", type=int, default=32000)
-    parser.add_argument("--allow-cpu", action="store_true", help="smoke-test on a CPU")
+    add_model_arguments(parser)
     arguments = parser.parse_args()
     import torch
 
@@ -120,9 +131,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tunedeck-gpu-") as directory:
         folder = Path(directory)
         home = folder / "home"
-        matmul_parameters = build_random_llama(
-            folder / "model", hidden=arguments.hidden, layers=arguments.layers,
-            heads=arguments.heads, intermediate=arguments.intermediate, vocab=arguments.vocab)
+        matmul_parameters = build_model_from_arguments(folder / "model", arguments)
         write_long_rows(folder / "rows.jsonl", rows=arguments.micro_batch * (arguments.steps + 4),
                         words_per_row=arguments.seq_len)
         print(f"device {device_name}; model {matmul_parameters / 1e9:.3f}B matmul parameters; "

@@ -1,23 +1,12 @@
 """The REST API in-process (TestClient), with a real SQLite database and the real
 server-less broker (no worker runs here, so jobs stay queued)."""
 import pytest
-from fastapi.testclient import TestClient
 
-from app.main import create_app
 from tunedeck import metric_store
-from tunedeck.migrate import upgrade_database
-from tunedeck.settings import Settings
 
 SPEC = {"name": "api-test", "model": "builtin:tiny-llama", "dataset": "builtin:arithmetic",
         "method": "lora", "backend": "fsdp", "num_gpus": 2, "max_steps": 5}
 
-
-@pytest.fixture
-def client(tmp_path):
-    settings = Settings(home=tmp_path)
-    upgrade_database(settings.resolved_database_url)
-    with TestClient(create_app(settings, with_ui=False)) as client:
-        yield client
 
 
 def test_healthz(client):

@@ -3,24 +3,12 @@ import json
 import subprocess
 import sys
 
-import pytest
-from fastapi.testclient import TestClient
 
-from app.main import create_app
-from tunedeck.migrate import upgrade_database
-from tunedeck.settings import Settings
 
 SPEC = {"model": "meta-llama/Llama-2-13b-hf", "method": "full", "backend": "fsdp",
         "max_steps": 100, "micro_batch_size": 2, "seq_len": 2048,
         "fsdp": {"activation_checkpointing": True}}
 
-
-@pytest.fixture
-def client(tmp_path):
-    settings = Settings(home=tmp_path)
-    upgrade_database(settings.resolved_database_url)
-    with TestClient(create_app(settings, with_ui=False)) as client:
-        yield client
 
 
 def test_plan_has_every_backend_a_verdict_and_a_recommendation(client):

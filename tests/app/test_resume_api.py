@@ -2,26 +2,12 @@
 broker, and a run folder laid out the way the trainer leaves it."""
 import json
 
-import pytest
-from fastapi.testclient import TestClient
 
-from app.main import create_app
 from tunedeck import job_store
-from tunedeck.migrate import upgrade_database
 from tunedeck.run_folder import CHECKPOINT_STATE_FILE, RunFolder
-from tunedeck.settings import Settings
 
 SPEC = {"name": "resume-test", "max_steps": 20, "checkpoint_every_steps": 5}
 
-
-@pytest.fixture
-def client(tmp_path):
-    settings = Settings(home=tmp_path)
-    upgrade_database(settings.resolved_database_url)
-    app = create_app(settings, with_ui=False)
-    with TestClient(app) as client:
-        client.app_state = app.state
-        yield client
 
 
 def fail_job_with_checkpoints(client, tmp_path, steps: list[int], partial: list[int] = ()) -> int:

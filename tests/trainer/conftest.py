@@ -136,3 +136,16 @@ def start_trainer(tmp_path, tunedeck_home, builtin_model_dir):
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait()
+
+
+def run_probe(probe: Path, model_dir: Path, report_file: Path, tunedeck_home: Path):
+    """Run a probe script on RANKS torchrun ranks; it writes `report_file` (JSON), returned."""
+    import json
+
+    completed = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+         str(RANKS), str(probe), str(model_dir), str(report_file)],
+        env=trainer_environment(tunedeck_home), capture_output=True, text=True,
+        timeout=RUN_TIMEOUT_SECONDS)
+    assert completed.returncode == 0, (completed.stdout + completed.stderr)[-6000:]
+    return json.loads(report_file.read_text())

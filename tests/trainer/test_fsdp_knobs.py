@@ -1,16 +1,13 @@
 """The FSDP knobs of the spec, carried out by FSDP2 on 2 CPU ranks: prefetching (seen in a
 profile of one step, fsdp_knobs_probe.py), loss scaling, buffer and master-weight dtypes,
 rank-0-only gathering, and torch.compile through the real trainer."""
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from trainer.backends.fsdp_sharding import cast_floating_buffers
-from tests.trainer.conftest import RANKS, RUN_TIMEOUT_SECONDS, trainer_environment
+from tests.trainer.conftest import run_probe
 
 PROBE = Path(__file__).with_name("fsdp_knobs_probe.py")
 LAYERS = ("model.layers.0", "model.layers.1")
@@ -21,13 +18,7 @@ TINY_LLAMA_PARAMETERS = 21  # embeddings, 2 x 9 per layer, final norm, head
 def probe_reports(tmp_path_factory, tunedeck_home, builtin_model_dir) -> list[dict]:
     """One report per rank, each {case: what that rank saw}."""
     report_file = tmp_path_factory.mktemp("fsdp-knobs") / "report.json"
-    completed = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-         str(RANKS), str(PROBE), str(builtin_model_dir), str(report_file)],
-        env=trainer_environment(tunedeck_home), capture_output=True, text=True,
-        timeout=RUN_TIMEOUT_SECONDS)
-    assert completed.returncode == 0, (completed.stdout + completed.stderr)[-6000:]
-    return json.loads(report_file.read_text())
+    return run_probe(PROBE, builtin_model_dir, report_file, tunedeck_home)
 
 
 def gathered_in(report: dict, layer: str) -> list[str]:

@@ -1,15 +1,12 @@
 """QLoRA's 4-bit weights under each backend, on 2 CPU ranks with the trainer's own QLoRA
 model (qlora_probe.py): ZeRO-2 keeps them whole; FSDP2 `fully_shard` strips their
 quantization state, which is why the spec refuses qlora under fsdp."""
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tunedeck.job_spec import JobSpec, format_validation_error
-from tests.trainer.conftest import RANKS, RUN_TIMEOUT_SECONDS, trainer_environment
+from tests.trainer.conftest import run_probe
 
 pytestmark = pytest.mark.torchrun
 
@@ -19,13 +16,7 @@ PROBE = Path(__file__).with_name("qlora_probe.py")
 @pytest.fixture(scope="module")
 def probe_report(tmp_path_factory, tunedeck_home, builtin_model_dir) -> dict:
     report_file = tmp_path_factory.mktemp("qlora-probe") / "report.json"
-    completed = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-         str(RANKS), str(PROBE), str(builtin_model_dir), str(report_file)],
-        env=trainer_environment(tunedeck_home), capture_output=True, text=True,
-        timeout=RUN_TIMEOUT_SECONDS)
-    assert completed.returncode == 0, (completed.stdout + completed.stderr)[-6000:]
-    return json.loads(report_file.read_text())
+    return run_probe(PROBE, builtin_model_dir, report_file, tunedeck_home)
 
 
 def test_zero2_leaves_the_4bit_weights_and_their_quant_state_untouched(probe_report):

@@ -1,0 +1,18 @@
+"""The REST API in-process: a TestClient over a real SQLite database and the real
+server-less broker (no worker runs, so jobs stay queued)."""
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from tunedeck.migrate import upgrade_database
+from tunedeck.settings import Settings
+
+
+@pytest.fixture
+def client(tmp_path):
+    settings = Settings(home=tmp_path)
+    upgrade_database(settings.resolved_database_url)
+    app = create_app(settings, with_ui=False)
+    with TestClient(app) as client:
+        client.app_state = app.state  # for tests that set a job's state directly
+        yield client
