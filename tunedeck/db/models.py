@@ -33,6 +33,10 @@ class Job(Base):
     resume_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     # How many times a worker has launched this job (a resume launches it again).
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # Why a failed job failed, as a kind (out_of_memory, comm_timeout, nan_loss, input_error,
+    # killed_by_signal, worker_lost, error) and the rank that failed first, when known.
+    failure_kind: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    failed_rank: Mapped[int | None] = mapped_column(Integer, nullable=True)
     run_dir: Mapped[str | None] = mapped_column(String(1000), nullable=True)
     worker_host: Mapped[str | None] = mapped_column(String(255), nullable=True)
     launcher_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -60,6 +64,22 @@ class MetricPoint(Base):
     seq: Mapped[int] = mapped_column(Integer)
     step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     time: Mapped[float] = mapped_column(Float)
+    values: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class JobSample(Base):
+    """What the worker sampled while a job ran, about once a second: a GPU (NVML: memory,
+    utilisation, power, temperature) or a rank's process (RSS, CPU)."""
+
+    __tablename__ = "job_samples"
+    __table_args__ = (Index("ix_job_samples_job_time", "job_id", "time"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    time: Mapped[float] = mapped_column(Float)
+    host: Mapped[str] = mapped_column(String(255))
+    source: Mapped[str] = mapped_column(String(16))  # "gpu" or "process"
+    index: Mapped[int] = mapped_column(Integer)  # the GPU's index, or the rank
     values: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
