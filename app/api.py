@@ -8,12 +8,15 @@ from fastapi.responses import FileResponse
 
 from app.artifacts import ARTIFACT_KINDS, artifact_zip
 from app.job_checkpoints import NothingToResume, list_checkpoints, resume_from_latest_checkpoint
+from app.job_retry import RetryRefused, retry_job
 from app.job_submission import cancel_job, submit_job
 from app.job_views import job_config, job_run_folder, job_to_dict, read_job_log_tail
-from tunedeck import job_store, metric_store
+from tunedeck import job_store
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
+from tunedeck.downsample import DEFAULT_MAX_POINTS
 from tunedeck.job_spec import JobSpec
+from tunedeck.job_series import read_job_series
 from tunedeck.plan_request import PlanRequest, plan_json
 
 router = APIRouter()
@@ -55,10 +58,14 @@ def get_job(job_id: int, request: Request) -> dict[str, Any]:
 
 
 @router.get("/api/jobs/{job_id}/metrics")
-def get_job_metrics(job_id: int, request: Request) -> dict[str, list[dict[str, Any]]]:
+def get_job_metrics(job_id: int, request: Request,
+                    max_points: int = Query(DEFAULT_MAX_POINTS, ge=10, le=100_000)
+                    ) -> dict[str, list[dict[str, Any]]]:
+    """Every series, each line downsampled on the server to at most `max_points` (min and
+    max per bucket, so spikes survive; the first and last points always do)."""
     _load_job(request, job_id)
     with _database(request).transaction() as session:
-        return metric_store.read_job_metrics(session=session, job_id=job_id)
+        return read_job_series(session=session, job_id=job_id, max_points=max_points)
 
 
 @router.get("/api/jobs/{job_id}/events")
@@ -96,6 +103,18 @@ def resume(job_id: int, request: Request) -> dict[str, Any]:
     except (NothingToResume, job_store.InvalidTransition) as error:
         raise HTTPException(status_code=409, detail=str(error)) from error
     return job_to_dict(job)
+
+
+@router.post("/api/jobs/{job_id}/retry", status_code=201)
+def retry(job_id: int, request: Request) -> dict[str, Any]:
+    """A new job with the failed job's spec and the change that would help."""
+    _load_job(request, job_id)
+    try:
+        job, change = retry_job(database=_database(request),
+                                celery_app=request.app.state.celery_app, job_id=job_id)
+    except RetryRefused as error:
+        raise HTTPException(status_code=409, detail=str(error)) from error
+    return {**job_to_dict(job), "retry_of": job_id, "change": change.label}
 
 
 @router.get("/api/jobs/{job_id}/config")

@@ -17,6 +17,9 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "status": job.status,
         "spec": job.spec,
         "error": job.error,
+        # Why it failed (tunedeck.failure_kinds) and the rank that failed first, when known.
+        "failure_kind": job.failure_kind,
+        "failed_rank": job.failed_rank,
         "cancel_requested": job.cancel_requested,
         "attempts": job.attempts,
         "worker_host": job.worker_host,

@@ -54,16 +54,17 @@ class RunningServer:
 
 
 @contextmanager
-def running_tunedeck(home: Path, *, extra_env: dict[str, str] | None = None,
+def running_tunedeck(home: Path, *, extra_env: dict[str, str] | None = None, cwd: Path = REPO,
                      startup_seconds: float = 120) -> Iterator[RunningServer]:
-    """`tunedeck up` on a free port with its own TUNEDECK_HOME; everything of it is gone after."""
+    """`tunedeck up` on a free port with its own TUNEDECK_HOME; everything of it is gone after.
+    `cwd` is the folder it runs in, where its ranks' `python -m trainer` looks first."""
     port = free_port()
     env = {**os.environ, "TUNEDECK_HOME": str(home), "GRADIO_ANALYTICS_ENABLED": "False",
            "OMP_NUM_THREADS": "1", **(extra_env or {})}
     home.mkdir(parents=True, exist_ok=True)
     log = (home / "up.log").open("ab")
     process = subprocess.Popen([sys.executable, "-m", "tunedeck.cli", "up", "--port", str(port)],
-                               cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                               cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True)
     server = RunningServer(process, f"http://127.0.0.1:{port}", home)
     try:

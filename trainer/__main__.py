@@ -18,6 +18,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder, read_json
 
+from trainer.failure_notice import accelerator_memory_reading, error_notice
 from trainer.rank import die_with_launcher, rank_context_from_environment, set_cpu_threads
 from trainer.telemetry import open_telemetry
 
@@ -47,8 +48,10 @@ def main(argv: list[str] | None = None) -> int:
 
         spec = JobSpec.model_validate(read_json(run.spec_file))
         train(spec, run, context=context, telemetry=telemetry, resume=arguments.resume)
-    except Exception as error:
-        telemetry.notice(f"{type(error).__name__}: {error}", level="error")
+    except Exception as error:  # MemoryError included: it is an Exception too
+        telemetry.notice(error_notice(error, rank=context.rank,
+                                      memory_reading=accelerator_memory_reading(context.device)),
+                         level="error")
         raise
     finally:
         telemetry.close()

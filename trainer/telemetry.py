@@ -20,7 +20,8 @@ class Telemetry(Protocol):
     def notice(self, message: str, *, level: str = "info") -> None: ...
 
     def step(self, *, step: int, loss: float, learning_rate: float, grad_norm: float,
-             tokens_per_second: float, step_seconds: float, tokens: int) -> None: ...
+             tokens_per_second: float, step_seconds: float, tokens: int,
+             **extra: float) -> None: ...
 
     def memory(self, *, step: int) -> None: ...
 
@@ -71,9 +72,11 @@ class FileTelemetry:
         self._write(NOTICE, level=level, message=message)
 
     def step(self, *, step: int, loss: float, learning_rate: float, grad_norm: float,
-             tokens_per_second: float, step_seconds: float, tokens: int) -> None:
+             tokens_per_second: float, step_seconds: float, tokens: int,
+             **extra: float) -> None:  # extra: mfu, on a GPU
         self._write(STEP, step=step, loss=loss, learning_rate=learning_rate, grad_norm=grad_norm,
-                    tokens_per_second=tokens_per_second, step_seconds=step_seconds, tokens=tokens)
+                    tokens_per_second=tokens_per_second, step_seconds=step_seconds, tokens=tokens,
+                    **extra)
 
     def memory(self, *, step: int) -> None:
         self._write(MEMORY, step=step, host=self._host, device=str(self._device),

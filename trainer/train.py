@@ -25,6 +25,7 @@ from trainer.datasets import MicroBatch, micro_batches, tokenize_examples
 from trainer.evaluation import Evaluation, NoEvaluation, build_evaluation, load_train_and_eval_examples
 from trainer.export import export_weights
 from trainer.method import apply_method, trainable_parameter_count, uses_adapter
+from trainer.mfu import MfuMeter
 from trainer.model_source import load_base_model, load_tokenizer, resolve_model_source
 from trainer.packing import pack_examples
 from trainer.rank import RankContext, seed_everything
@@ -55,6 +56,8 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     if spec.activation_checkpointing:
         # Non-reentrant checkpointing composes with FSDP2, DeepSpeed and frozen (LoRA) inputs.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    mfu_meter = MfuMeter.for_model(model, full_finetune=spec.method == "full",
+                                   device=context.device, world_size=context.world_size)
     backend = backend_type.wrap(model, read_json(run.backend_config_file(spec.backend)), context)
     telemetry.notice(f"training started: {data.total_steps} steps, {data.description}, "
                      f"{trainable_parameter_count(model):,} trainable parameters")
@@ -64,7 +67,8 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     batches = skip_micro_batches(data.batches, steps=start_step, grad_accum=spec.grad_accum)
     throughput = run_training_loop(backend, batches, spec=spec, start_step=start_step,
                                    total_steps=data.total_steps, checkpoints=checkpoints,
-                                   evaluation=evaluation, context=context, telemetry=telemetry)
+                                   evaluation=evaluation, context=context, telemetry=telemetry,
+                                   mfu_meter=mfu_meter)
     if context.is_main:
         # One line on stdout with or without telemetry: bench/overhead.py compares these.
         print(f"training summary: {throughput.as_text()}", flush=True)
@@ -140,7 +144,8 @@ class Throughput:
 def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *, spec: JobSpec,
                       start_step: int, total_steps: int, checkpoints: Checkpoints,
                       evaluation: Evaluation | NoEvaluation, context: RankContext,
-                      telemetry: Telemetry) -> Throughput:
+                      telemetry: Telemetry, mfu_meter: MfuMeter = MfuMeter(None, None)
+                      ) -> Throughput:
     micro_batches_per_step = spec.grad_accum * context.world_size
     throughput = Throughput(first_step=start_step + 1)
     footprint_pending = True
@@ -165,7 +170,7 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *
         stop_on_non_finite_loss(loss, step=step, precision=spec.precision)
         telemetry.step(step=step, loss=loss, learning_rate=learning_rate, grad_norm=grad_norm_value,
                        tokens_per_second=tokens / step_seconds, step_seconds=step_seconds,
-                       tokens=int(tokens))
+                       tokens=int(tokens), **mfu_meter.fields(tokens / step_seconds))
         telemetry.memory(step=step)
         footprint_pending = report_footprint(backend, telemetry, step=step,
                                              pending=footprint_pending)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunedeck.job_spec import JobSpec
+from tunedeck.run_folder import LOGS_DIR, RANK_LOGS_DIR
 
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPSILON = 1e-8
@@ -149,6 +150,12 @@ def build_torchrun_argv(spec: JobSpec, run_dir: str, *, torchrun: str = "torchru
         str(spec.num_nodes),
         "--nproc_per_node",
         str(spec.num_gpus),
+        # Each rank's output also in its own files (tee keeps the combined torchrun.log),
+        # so a failed job can show the log of the rank that failed first.
+        "--log-dir",
+        f"{run_dir}/{LOGS_DIR}/{RANK_LOGS_DIR}",
+        "--tee",
+        "3",
         "-m",
         "trainer",
         "--run-dir",

@@ -86,7 +86,7 @@ def resume_job(*, session: Session, job_id: int, checkpoint_step: int) -> Job:
     """Queue a failed or cancelled job again, to continue from its checkpoint at
     `checkpoint_step`; raises InvalidTransition for any other status."""
     job = _transition(session=session, job_id=job_id, target=QUEUED, error=None,
-                      cancel_requested=False, finished_at=None, launcher_pid=None,
+                      failure_kind=None, failed_rank=None, cancel_requested=False, finished_at=None, launcher_pid=None,
                       resume_requested=True)
     add_job_event(session=session, job_id=job_id, kind="status",
                   message=f"resume requested from the checkpoint at step {checkpoint_step}")
@@ -101,8 +101,12 @@ def mark_job_succeeded(*, session: Session, job_id: int) -> Job:
     return _transition(session=session, job_id=job_id, target=SUCCEEDED, finished_at=utc_now())
 
 
-def mark_job_failed(*, session: Session, job_id: int, error: str) -> Job:
+def mark_job_failed(*, session: Session, job_id: int, error: str,
+                    failure_kind: str | None = None, failed_rank: int | None = None) -> Job:
+    """`failure_kind` says why (worker.failure_triage's kinds), `failed_rank` which rank
+    failed first, when known."""
     return _transition(session=session, job_id=job_id, target=FAILED, error=error,
+                       failure_kind=failure_kind, failed_rank=failed_rank,
                        finished_at=utc_now())
 
 

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from tunedeck import metrics_event
 from tunedeck.db.models import MetricPoint
+from tunedeck.downsample import downsample_tuples
 
 TRAIN_SERIES_RANK = 0  # step and eval events carry all-rank figures; rank 0's row is the job's
 
@@ -71,6 +72,68 @@ def read_job_metrics(*, session: Session, job_id: int) -> dict[str, list[dict[st
     }
 
 
+# The figures whose extremes survive downsampling, per series.
+TRAIN_CHART_KEYS = ("loss", "tokens_per_second", "learning_rate", "grad_norm", "step_seconds")
+EVAL_CHART_KEYS = ("eval_loss",)
+MEMORY_CHART_KEYS = ("allocated_mb", "rss_mb", "peak_reserved_mb")
+IDS_PER_QUERY = 5000  # within every database's limit on bound parameters
+
+
+def read_chart_metrics(*, session: Session, job_id: int,
+                       max_points: int) -> dict[str, list[dict[str, Any]]]:
+    """`read_job_metrics`, with each line (a series, a rank's memory) downsampled to at
+    most `max_points` (min and max a bucket). The figures are picked in SQL first, so the
+    JSON of only the points kept is read: a 100,000-step job costs little more than a
+    2,000-step one."""
+    return {
+        "train": _downsampled_step_series(session, job_id, metrics_event.STEP, TRAIN_CHART_KEYS,
+                                          metrics_event.STEP_FIELDS, max_points),
+        "eval": _downsampled_step_series(session, job_id, metrics_event.EVAL, EVAL_CHART_KEYS,
+                                         metrics_event.EVAL_FIELDS, max_points),
+        "memory": _downsampled_memory(session, job_id, max_points),
+        "footprint": _latest_footprint_per_rank(session, job_id),
+    }
+
+
+def _downsampled_step_series(session: Session, job_id: int, kind: str, keys: tuple[str, ...],
+                             fields: tuple[str, ...], max_points: int) -> list[dict[str, Any]]:
+    found = session.execute(
+        select(MetricPoint.id, MetricPoint.step, *_figures(keys))
+        .where(MetricPoint.job_id == job_id, MetricPoint.kind == kind,
+               MetricPoint.rank == TRAIN_SERIES_RANK)
+        .order_by(MetricPoint.seq)).all()
+    latest = {row[1]: row for row in found if row[1] is not None}  # a resumed run's rows win
+    ordered = [(row[0], *row[2:]) for _step, row in sorted(latest.items())]
+    kept = downsample_tuples(ordered, group_width=0, max_points=max_points)
+    return [{"time": time, **_pick(values, fields)}
+            for time, _rank, values in _points_by_id(session, kept)]
+
+
+def _downsampled_memory(session: Session, job_id: int, max_points: int) -> list[dict[str, Any]]:
+    found = session.execute(
+        select(MetricPoint.id, MetricPoint.rank, *_figures(MEMORY_CHART_KEYS))
+        .where(MetricPoint.job_id == job_id, MetricPoint.kind == metrics_event.MEMORY)
+        .order_by(MetricPoint.time, MetricPoint.rank)).all()
+    kept = downsample_tuples(found, group_width=1, max_points=max_points)
+    return [{"time": time, "rank": rank, **_pick(values, metrics_event.MEMORY_FIELDS)}
+            for time, rank, values in _points_by_id(session, kept)]
+
+
+def _figures(keys: tuple[str, ...]) -> list:
+    return [MetricPoint.values[key].as_float() for key in keys]
+
+
+def _points_by_id(session: Session, ids: list[int]) -> list[tuple[float, int, dict[str, Any]]]:
+    """(time, rank, values) of each id, in the order of `ids`."""
+    by_id = {}
+    for start in range(0, len(ids), IDS_PER_QUERY):
+        by_id.update((point_id, (time, rank, values)) for point_id, time, rank, values in
+                     session.execute(select(MetricPoint.id, MetricPoint.time, MetricPoint.rank,
+                                            MetricPoint.values)
+                                     .where(MetricPoint.id.in_(ids[start:start + IDS_PER_QUERY]))))
+    return [by_id[point_id] for point_id in ids]
+
+
 def _latest_per_step(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row a step, in step order. A job resumed from a checkpoint runs the steps after
     it again; the rows written later (the resumed run's) are the ones that count."""
@@ -124,3 +187,29 @@ def latest_step_summary(*, session: Session, job_id: int) -> dict[str, Any] | No
 
 def count_metric_points(*, session: Session, job_id: int) -> int:
     return session.scalar(select(func.count()).where(MetricPoint.job_id == job_id)) or 0
+
+
+def job_table_summaries(*, session: Session, job_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """For each job: its newest rank-0 step row and `peak_mb`, the most memory any rank
+    reported (the allocator's peak on a GPU, else the process RSS). Two queries for the
+    whole jobs table, however many jobs it shows."""
+    if not job_ids:
+        return {}
+    newest = (select(MetricPoint.job_id, func.max(MetricPoint.seq).label("seq"))
+              .where(MetricPoint.job_id.in_(job_ids), MetricPoint.kind == metrics_event.STEP,
+                     MetricPoint.rank == TRAIN_SERIES_RANK)
+              .group_by(MetricPoint.job_id).subquery())
+    summaries: dict[int, dict[str, Any]] = {job_id: {} for job_id in job_ids}
+    for job_id, values in session.execute(
+            select(MetricPoint.job_id, MetricPoint.values)
+            .join(newest, (MetricPoint.job_id == newest.c.job_id) & (MetricPoint.seq == newest.c.seq))
+            .where(MetricPoint.rank == TRAIN_SERIES_RANK)):
+        summaries[job_id].update(values)
+    peaks = session.execute(
+        select(MetricPoint.job_id, func.max(MetricPoint.values["peak_mb"].as_float()),
+               func.max(MetricPoint.values["rss_mb"].as_float()))
+        .where(MetricPoint.job_id.in_(job_ids), MetricPoint.kind == metrics_event.MEMORY)
+        .group_by(MetricPoint.job_id))
+    for job_id, peak_mb, rss_mb in peaks:
+        summaries[job_id]["peak_mb"] = peak_mb if peak_mb is not None else rss_mb
+    return summaries

@@ -2,7 +2,7 @@
 
 Each line is a JSON object with `kind` and `time` (Unix seconds) and `rank`:
 - kind "step":   step, loss, learning_rate, grad_norm, tokens_per_second, step_seconds,
-                 tokens (this step, all ranks)
+                 tokens (this step, all ranks), mfu (on a GPU only: model FLOPs utilisation)
 - kind "memory": step, host, device, allocated_mb, reserved_mb, peak_mb (allocated),
                  peak_reserved_mb, rss_mb
 - kind "eval":   step, eval_loss (mean over every answer token of the eval set, all
@@ -25,7 +25,7 @@ FOOTPRINT = "footprint"
 KINDS = (STEP, MEMORY, NOTICE, EVAL, FOOTPRINT)
 
 STEP_FIELDS = ("step", "loss", "learning_rate", "grad_norm", "tokens_per_second",
-               "step_seconds", "tokens")
+               "step_seconds", "tokens", "mfu")
 MEMORY_FIELDS = ("step", "host", "device", "allocated_mb", "reserved_mb", "peak_mb",
                  "peak_reserved_mb", "rss_mb")
 NOTICE_FIELDS = ("level", "message")

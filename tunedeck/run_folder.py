@@ -13,6 +13,10 @@ LAUNCH_FILE = "launch.json"
 METRICS_DIR = "metrics"
 LOGS_DIR = "logs"
 LAUNCHER_LOG_FILE = "torchrun.log"
+# torchrun --log-dir: <rdzv id>_<random>/attempt_<N>/<local rank>/{stdout,stderr}.log, a new
+# first folder for each launch (a resumed job has several).
+RANK_LOGS_DIR = "ranks"
+RANK_LOG_NAMES = ("stdout.log", "stderr.log")
 CHECKPOINTS_DIR = "checkpoints"
 CHECKPOINT_PREFIX = "step-"
 # Written by rank 0 after every rank has saved its part: a checkpoint without it is partial.
@@ -50,6 +54,20 @@ class RunFolder:
     @property
     def launcher_log_file(self) -> Path:
         return self.logs_dir / LAUNCHER_LOG_FILE
+
+    @property
+    def rank_logs_dir(self) -> Path:
+        return self.logs_dir / RANK_LOGS_DIR
+
+    def rank_log_files(self, rank: int) -> list[Path]:
+        """The rank's stdout and stderr logs of the newest launch and attempt (those that
+        exist). The folder is the local rank's: on one node, the rank itself."""
+        attempts = [path for path in self.rank_logs_dir.glob(f"*/attempt_*/{rank}") if path.is_dir()]
+        if not attempts:
+            return []
+        newest = max(attempts, key=lambda path: (path.parent.parent.stat().st_mtime,
+                                                 int(path.parent.name.removeprefix("attempt_"))))
+        return [newest / name for name in RANK_LOG_NAMES if (newest / name).is_file()]
 
     @property
     def checkpoints_dir(self) -> Path:

@@ -15,25 +15,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from tunedeck import job_store, metric_store, metrics_event
+from tunedeck import job_store, metric_store, metrics_event, sample_store
 from tunedeck.backend_config import backend_config, build_torchrun_argv
 from tunedeck.db.engine import Database
+from tunedeck.failure_kinds import ERROR
 from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import InvalidTransition
 from tunedeck.run_folder import RunFolder, write_run_folder
 from tunedeck.settings import Settings
+from worker.failure_triage import FailureEvidence, FailureReason, classify_failure, describe_failure
 from worker.input_check import find_input_problems
 from worker.metrics_tail import MetricsTail
 from worker.process_group import JobProcesses, start_process_group
+from worker.sampler import JobSampler
 
 log = logging.getLogger(__name__)
 LOG_TAIL_LINES = 30
+# torchrun's failure report alone is ~20 lines; the ranks' tracebacks come before it.
+TRIAGE_LOG_LINES = 300
 
 
 @dataclass
 class JobOutcome:
     status: str
     error: str | None = None
+    failure: FailureReason | None = None  # why it failed, for the row and the "Retry with…"
 
 
 @dataclass
@@ -78,13 +84,14 @@ def _launch_and_supervise(job_id: int, spec: JobSpec, run: RunFolder, *, setting
                           resume: bool = False) -> JobOutcome:
     problems = find_input_problems(spec)
     if problems:
-        return JobOutcome("failed", "\n".join(problems))
+        return JobOutcome("failed", "\n".join(problems),
+                          classify_failure(FailureEvidence(input_problems=tuple(problems))))
     try:
         argv, env = _prepare_run_folder(spec, run, settings, resume=resume)
         # The worker's own folder, so relative model and dataset paths mean what the check saw.
         process = start_process_group(argv, cwd=Path.cwd(), env=env, log_file=run.launcher_log_file)
     except OSError as error:
-        return JobOutcome("failed", f"could not start torchrun: {error}")
+        return JobOutcome("failed", f"could not start torchrun: {error}", FailureReason(ERROR))
     with database.transaction() as session:
         job_store.record_launcher_pid(session=session, job_id=job_id, launcher_pid=process.pid)
     processes = JobProcesses(process)
@@ -132,8 +139,11 @@ PROCESS_SCAN_SECONDS = 5.0  # ranks start once; scanning /proc every poll would 
 
 
 def _supervise(job_id: int, processes: JobProcesses, run: RunFolder, *, settings: Settings,
-               database: Database, shutdown_requested: Callable[[], bool]) -> Supervision:
+               database: Database, shutdown_requested: Callable[[], bool],
+               sampler: JobSampler | None = None) -> Supervision:
     tail = MetricsTail(run)
+    # The launch environment is ours plus TuneDeck's keys, so its CUDA_VISIBLE_DEVICES is ours.
+    sampler = sampler or JobSampler.for_launch(host=socket.gethostname(), launch_env=dict(os.environ))
     with database.transaction() as session:
         supervision = Supervision(stored_lines=metric_store.last_seq_by_rank(session=session,
                                                                              job_id=job_id))
@@ -143,7 +153,9 @@ def _supervise(job_id: int, processes: JobProcesses, run: RunFolder, *, settings
         if time.monotonic() - last_scan > PROCESS_SCAN_SECONDS:
             processes.refresh()
             last_scan = time.monotonic()
-        cancel_requested = _ingest_and_read_cancel_flag(job_id, tail, supervision, database=database)
+        samples = sampler.sample_if_due(processes.known_pids())  # at most once a second
+        cancel_requested = _ingest_and_read_cancel_flag(job_id, tail, supervision, database=database,
+                                                        samples=samples)
         if finished:
             return supervision
         if cancel_requested or shutdown_requested():
@@ -156,10 +168,11 @@ def _supervise(job_id: int, processes: JobProcesses, run: RunFolder, *, settings
 
 
 def _ingest_and_read_cancel_flag(job_id: int, tail: MetricsTail, supervision: Supervision, *,
-                                 database: Database) -> bool:
-    """One transaction a poll: store the new metric lines, read the cancel flag."""
+                                 database: Database, samples: list[dict] = ()) -> bool:
+    """One transaction a poll: store the new metric lines and samples, read the cancel flag."""
     events = tail.read_new_events()
     with database.transaction() as session:
+        sample_store.add_samples(session=session, job_id=job_id, samples=samples)
         if events:
             metric_store.add_metric_points(session=session, job_id=job_id, events=events)
         for seq, event in events:
@@ -182,17 +195,29 @@ def _record_notice(job_id: int, event: dict, supervision: Supervision, *, sessio
 def _judge(returncode: int | None, supervision: Supervision, run: RunFolder) -> JobOutcome:
     if supervision.cancelled:
         return JobOutcome("cancelled")
-    if supervision.stopped_by_shutdown:
-        return JobOutcome("failed", f"the worker on {socket.gethostname()} was shut down while "
-                                    "the job ran; the job's processes were stopped")
-    if returncode == 0 and run.merged_dir.is_dir():
+    if returncode == 0 and run.merged_dir.is_dir() and not supervision.stopped_by_shutdown:
         return JobOutcome("succeeded")
+    failure = classify_failure(FailureEvidence(
+        stopped_by_shutdown=supervision.stopped_by_shutdown, returncode=returncode,
+        error_notices=tuple(supervision.error_notices),
+        log_tail=read_log_tail(run, TRIAGE_LOG_LINES)))
+    return JobOutcome("failed", _failure_text(returncode, supervision, run, failure), failure)
+
+
+def _failure_text(returncode: int | None, supervision: Supervision, run: RunFolder,
+                  failure: FailureReason) -> str:
+    if supervision.stopped_by_shutdown:
+        return (f"the worker on {socket.gethostname()} was shut down while the job ran; the "
+                "job's processes were stopped")
     if supervision.error_notices:
-        _time, rank, message = min(supervision.error_notices)  # the rank that failed first
-        return JobOutcome("failed", f"rank {rank}: {message}")
+        # The notice of the rank the triage blames (a peer's timeout may come earlier),
+        # else the first by time.
+        blamed = [notice for notice in supervision.error_notices if notice[1] == failure.rank]
+        _time, rank, message = min(blamed or supervision.error_notices)
+        return f"rank {rank}: {message}"
     if returncode == 0:
-        return JobOutcome("failed", "the trainer exited without writing merged/")
-    return JobOutcome("failed", f"torchrun exited with code {returncode}\n" + read_log_tail(run))
+        return "the trainer exited without writing merged/"
+    return f"torchrun exited with code {returncode}\n" + read_log_tail(run)
 
 
 def read_log_tail(run: RunFolder, lines: int = LOG_TAIL_LINES) -> str:
@@ -211,6 +236,10 @@ def _record_outcome(job_id: int, outcome: JobOutcome, *, database: Database) -> 
             elif outcome.status == "cancelled":
                 job_store.mark_job_cancelled(session=session, job_id=job_id)
             else:
-                job_store.mark_job_failed(session=session, job_id=job_id, error=outcome.error or "")
+                failure = outcome.failure or FailureReason(ERROR)
+                job_store.mark_job_failed(session=session, job_id=job_id, error=outcome.error or "",
+                                          failure_kind=failure.kind, failed_rank=failure.rank)
+                job_store.add_job_event(session=session, job_id=job_id, kind="failure",
+                                        message=describe_failure(failure))
         except InvalidTransition as reason:
             log.warning("job %s: %s", job_id, reason)

@@ -69,6 +69,10 @@ class JobProcesses:
         for process in found:
             self._known.setdefault(process.pid, process)
 
+    def known_pids(self) -> list[int]:
+        """Every process seen so far, live or not: cheap (no /proc scan), for the sampler."""
+        return list(self._known)
+
     def alive_pids(self) -> list[int]:
         alive = set(live_group_members(self.launcher.pid))
         for pid, process in self._known.items():

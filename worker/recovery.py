@@ -6,6 +6,7 @@ import psutil
 from sqlalchemy.orm import Session
 
 from tunedeck import job_store
+from tunedeck.failure_kinds import WORKER_LOST
 
 
 def fail_jobs_whose_launcher_is_gone(*, session: Session, worker_host: str) -> list[int]:
@@ -16,7 +17,8 @@ def fail_jobs_whose_launcher_is_gone(*, session: Session, worker_host: str) -> l
         job_store.mark_job_failed(
             session=session, job_id=job.id,
             error=f"worker lost: the worker on {worker_host} stopped while the job ran, "
-                  "and none of the job's processes is left")
+                  "and none of the job's processes is left",
+            failure_kind=WORKER_LOST)
         failed.append(job.id)
     return failed
 

@@ -1,4 +1,4 @@
-"""What the job page's buttons do (Cancel, Resume) and its checkpoints table: plain values
+"""What the job page's buttons do (Cancel, Resume, Retry with…) and its checkpoints table: plain values
 in, plain values out."""
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 
 from app.job_checkpoints import NothingToResume, list_checkpoints, resume_from_latest_checkpoint
+from app.job_retry import RetryRefused, retry_job
 from app.job_submission import cancel_job
 from app.ui.job_ids import parse_job_id
 from tunedeck import job_store
@@ -55,3 +56,17 @@ def resume_from_page(job_id: Any, *, database, celery_app) -> str:
     except (NothingToResume, job_store.InvalidTransition) as reason:
         return f"Not resumed: {reason}"
     return f"Job {job_id} is queued again; it resumes from its latest checkpoint."
+
+
+def retry_from_page(job_id: Any, *, database, celery_app) -> str:
+    """"Retry with…": a new job with the change; says which job to open."""
+    job_id = parse_job_id(job_id)
+    if job_id is None:
+        return "Pick a job first."
+    try:
+        new_job, change = retry_job(database=database, celery_app=celery_app, job_id=job_id)
+    except job_store.JobNotFound:
+        return f"There is no job {job_id}."
+    except RetryRefused as reason:
+        return f"Not retried: {reason}"
+    return f"Retried as job {new_job.id} ({change.label}): open it by its id."

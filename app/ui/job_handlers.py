@@ -12,16 +12,20 @@ import pandas as pd
 from pydantic import ValidationError
 
 from app.artifacts import ARTIFACT_KINDS, artifact_folder
+from app.failure_view import FailureView, failure_view
 from app.ui.job_actions import checkpoints_frame, is_resumable
+from app.ui.live_charts import LiveCharts, live_charts
 from app.ui.memory_compare import memory_comparison_markdown
 from app.ui.job_ids import job_id_from_row, parse_job_id  # noqa: F401 (the tabs use them from here)
 from app.job_views import job_config, job_run_folder, read_job_log_tail
 from tunedeck import job_store, metric_store
 from tunedeck.db.models import Job
-from tunedeck.job_states import FINISHED_STATUSES, QUEUED, RUNNING, SUCCEEDED
+from tunedeck.failure_kinds import failure_label
+from tunedeck.job_series import read_job_series
+from tunedeck.job_states import FAILED, FINISHED_STATUSES, QUEUED, RUNNING, SUCCEEDED
 
-JOBS_TABLE_COLUMNS = ["id", "name", "method", "backend", "status", "step / max steps",
-                      "latest loss", "tokens/s", "created", "error"]
+JOBS_TABLE_COLUMNS = ["id", "name", "method", "backend", "status", "reason", "step / max steps",
+                      "latest loss", "tokens/s", "peak memory MB", "created", "error"]
 JOBS_TABLE_LIMIT = 100
 LOG_TAIL_LINES = 200
 EVENT_COLUMNS = ["time", "kind", "message"]
@@ -35,10 +39,13 @@ NO_JOB_HEADLINE = "Pick a job: type its id, or click it in the Jobs tab."
 
 
 def jobs_table(*, database, limit: int = JOBS_TABLE_LIMIT) -> pd.DataFrame:
-    """One row a job, newest first, with its latest step's figures."""
+    """One row a job, newest first, with its latest step's figures and its peak memory."""
     with database.transaction() as session:
-        rows = [_job_row(job, metric_store.latest_step_summary(session=session, job_id=job.id))
-                for job in job_store.list_jobs(session=session, limit=limit)]
+        jobs = job_store.list_jobs(session=session, limit=limit)
+        # One summary query for the whole table, not one a job: it refreshes every 2 s.
+        summaries = metric_store.job_table_summaries(session=session,
+                                                     job_ids=[job.id for job in jobs])
+        rows = [_job_row(job, summaries.get(job.id)) for job in jobs]
     return pd.DataFrame(rows, columns=JOBS_TABLE_COLUMNS)
 
 
@@ -47,9 +54,11 @@ def _job_row(job: Job, latest_step: dict[str, Any] | None) -> list[Any]:
     spec = job.spec or {}
     return [
         job.id, job.name, spec.get("method", ""), spec.get("backend", ""), job.status,
+        failure_label(job.failure_kind, job.failed_rank) if job.status == FAILED else "",
         _step_progress(latest_step.get("step"), spec.get("max_steps")),
         _format_number(latest_step.get("loss"), "{:.4f}"),
         _format_number(latest_step.get("tokens_per_second"), "{:,.0f}"),
+        _format_number(latest_step.get("peak_mb"), "{:,.0f}"),
         _format_time(job.created_at), _first_line(job.error),
     ]
 
@@ -91,6 +100,8 @@ class JobPage:
     downloads_html: str = ""
     checkpoints: pd.DataFrame = field(default_factory=lambda: checkpoints_frame(None))
     memory_comparison: str = ""
+    failure: FailureView = field(default_factory=FailureView)
+    live: LiveCharts = field(default_factory=LiveCharts)
 
     @property
     def finished(self) -> bool:
@@ -114,7 +125,7 @@ def load_job_page(job_id: Any, *, database) -> JobPage:
             job = job_store.get_job(session=session, job_id=job_id)
         except job_store.JobNotFound:
             return JobPage(job_id, None, f"There is no job {job_id}.")
-        metrics = metric_store.read_job_metrics(session=session, job_id=job_id)
+        metrics = read_job_series(session=session, job_id=job_id)  # downsampled for the charts
         events = job_store.list_job_events(session=session, job_id=job_id)
     train, evaluations = metrics["train"], metrics["eval"]
     config_json, command_line = _config_texts(job)
@@ -130,6 +141,9 @@ def load_job_page(job_id: Any, *, database) -> JobPage:
         config_json=config_json, command_line=command_line, downloads_html=downloads_html(job),
         checkpoints=checkpoints_frame(job),
         memory_comparison=memory_comparison_markdown(job.spec, metrics),
+        failure=failure_view(job),
+        live=live_charts(spec_data=job.spec or {}, series=metrics, status=job.status,
+                         started_at=job.started_at, finished_at=job.finished_at),
     )
 
 

@@ -19,7 +19,7 @@ def memory_comparison_markdown(spec_data: dict[str, Any], metrics: dict[str, lis
         return ""
     try:
         spec = JobSpec.model_validate(spec_data)
-        strategy = _strategy(spec)
+        strategy = job_strategy(spec)
         planned = plan_strategies(spec, GpuSet(spec.num_gpus, 80, spec.num_nodes),
                                   resolve_model_shape(spec.model))[strategy].breakdown
     except ValueError as error:  # a model folder only the worker's host can see
@@ -41,7 +41,8 @@ def memory_comparison_markdown(spec_data: dict[str, Any], metrics: dict[str, lis
             + "\n".join(lines))
 
 
-def _strategy(spec: JobSpec) -> str:
+def job_strategy(spec: JobSpec) -> str:
+    """The memory planner's name for the way the job trains (zero2, fsdp_offload, ...)."""
     offloaded = spec.zero2.offload_optimizer if spec.backend == "zero2" else spec.fsdp.cpu_offload
     return f"{spec.backend}_offload" if offloaded else spec.backend
 

@@ -4,6 +4,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
+from tunedeck.db.engine import Database
 from tunedeck.migrate import upgrade_database
 from tunedeck.settings import Settings
 
@@ -16,3 +17,13 @@ def client(tmp_path):
     with TestClient(app) as client:
         client.app_state = app.state  # for tests that set a job's state directly
         yield client
+
+
+@pytest.fixture
+def database(tmp_path) -> Database:
+    """The UI handlers' tests run on SQLite only (the store itself is tested on both)."""
+    url = f"sqlite:///{tmp_path / 'tunedeck.db'}"
+    upgrade_database(url)
+    database = Database(url)
+    yield database
+    database.dispose()

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 
 from app.ui import form_handlers, job_actions, job_handlers
 from app.ui.build_ui import build_ui
@@ -12,7 +11,6 @@ from tunedeck import job_store, metric_store
 from tunedeck.broker import RUN_JOB_TASK
 from tunedeck.db.engine import Database
 from tunedeck.job_spec import JobSpec
-from tunedeck.migrate import upgrade_database
 from tunedeck.run_folder import RunFolder
 
 
@@ -25,14 +23,6 @@ class RecordingCelery:
     def send_task(self, name, args=None, **options):
         self.sent.append((name, list(args or []), options))
 
-
-@pytest.fixture
-def database(tmp_path) -> Database:
-    url = f"sqlite:///{tmp_path / 't.db'}"
-    upgrade_database(url)
-    database = Database(url)
-    yield database
-    database.dispose()
 
 
 def make_form(**changes) -> dict:
@@ -164,7 +154,8 @@ def test_zero2_preview_shows_the_deepspeed_json_and_the_torchrun_command():
     assert config["fp16"]["enabled"] is True
     assert config["train_batch_size"] == 4 * 1 * 2
     assert preview.command_line.startswith("torchrun ")
-    assert "--nproc_per_node 2 -m trainer --run-dir" in preview.command_line
+    assert "--nproc_per_node 2 --log-dir" in preview.command_line
+    assert "--tee 3 -m trainer --run-dir" in preview.command_line
     assert "var/runs/job-<id>" in preview.command_line
 
 

@@ -92,7 +92,7 @@ def test_submit_a_job_and_watch_it_train(page, server):
     expect(page.locator("#new-job-config-title")).to_contain_text("DeepSpeed ZeRO-2")
     expect(page.locator("#new-job-config")).to_contain_text('"zero_optimization"')
     expect(page.locator("#new-job-command textarea")).to_have_value(
-        re.compile("--nproc_per_node 2 -m trainer"))
+        re.compile("--nproc_per_node 2 --log-dir .* --tee 3 -m trainer"))
     expect(page.locator("#new-job-errors")).not_to_contain_text("fix")
     # The memory plan follows the form: a card too small for the job is warned about.
     expect(page.locator("#new-job-plan")).to_contain_text("Recommended: zero2")

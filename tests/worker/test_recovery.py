@@ -43,6 +43,8 @@ def test_jobs_of_a_dead_launcher_fail_and_live_or_foreign_ones_stay(database, tm
         assert sorted(failed) == sorted([lost, never_launched, reused_pid])
         status, error = status_and_error(database, lost)
         assert status == "failed" and error.startswith("worker lost: the worker on gpu-1 stopped")
+        with database.transaction() as session:
+            assert job_store.get_job(session=session, job_id=lost).failure_kind == "worker_lost"
         assert status_and_error(database, alive)[0] == "running"
         assert status_and_error(database, elsewhere)[0] == "running"
     finally:

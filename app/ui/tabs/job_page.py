@@ -1,5 +1,5 @@
 """The "Job" tab: one job's status, live charts, log, events, config, checkpoints, cancel,
-resume and downloads."""
+resume, retry (after a failure) and downloads."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,6 +8,8 @@ import gradio as gr
 
 from app.ui import job_actions, job_handlers
 from app.ui.job_handlers import JobPage
+from app.ui.tabs.failure_panel import build_failure_panel, show_failure
+from app.ui.tabs.live_panel import build_live_panel, build_progress, show_live
 
 REFRESH_SECONDS = 1.0
 PLOT_HEIGHT = 280
@@ -29,14 +31,17 @@ def build_job_page_tab(*, database, celery_app) -> JobPageTab:
                                           elem_id="job-resume")
             cancel_message = gr.Markdown(elem_id="job-cancel-result")
     headline = gr.Markdown(job_handlers.NO_JOB_HEADLINE, elem_id="job-status")
+    progress = build_progress()
     error = gr.HTML(visible=False, elem_id="job-error")
+    failure = build_failure_panel()
     downloads = gr.HTML(visible=False, elem_id="job-downloads")
     charts = _charts()
+    live = build_live_panel(progress)
     details = _details()
     refresh_timer = gr.Timer(REFRESH_SECONDS, active=False)
 
     outputs = [headline, error, downloads, *charts, *details, cancel_button, resume_button,
-               refresh_timer]
+               refresh_timer, *failure.outputs, *live.outputs]
 
     def refresh(selected_job_id):
         return _show(job_handlers.load_job_page(selected_job_id, database=database))
@@ -48,12 +53,18 @@ def build_job_page_tab(*, database, celery_app) -> JobPageTab:
         return job_actions.resume_from_page(selected_job_id, database=database,
                                             celery_app=celery_app)
 
+    def retry(selected_job_id):
+        return job_actions.retry_from_page(selected_job_id, database=database,
+                                           celery_app=celery_app)
+
     job_id.change(refresh, job_id, outputs, show_progress="hidden", trigger_mode="always_last")
     refresh_timer.tick(refresh, job_id, outputs, show_progress="hidden", concurrency_limit=None)
     cancel_button.click(cancel, job_id, cancel_message).then(refresh, job_id, outputs,
                                                              show_progress="hidden")
     resume_button.click(resume, job_id, cancel_message).then(refresh, job_id, outputs,
                                                              show_progress="hidden")
+    failure.retry_button.click(retry, job_id, cancel_message).then(refresh, job_id, outputs,
+                                                                   show_progress="hidden")
     return JobPageTab(job_id=job_id)
 
 
@@ -104,4 +115,6 @@ def _show(page: JobPage) -> tuple:
         gr.Button(interactive=page.cancellable),
         gr.Button(interactive=page.resumable),
         gr.Timer(active=not page.finished),
+        *show_failure(page.failure),
+        *show_live(page.live),
     )

@@ -1,0 +1,113 @@
+"""The job page's live signals and the jobs table's figures, as handlers of plain values
+(and, for the table, a real SQLite database)."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from app.ui import job_handlers, live_charts
+from tunedeck import job_store, metric_store
+from tunedeck.job_spec import JobSpec
+
+SPEC = JobSpec(model="builtin:tiny-llama", method="lora", backend="zero2", num_gpus=2,
+               max_steps=100).model_dump(mode="json")
+START = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def _steps(count, step_seconds=0.5):
+    return [{"step": step, "loss": 3.0 - step / 100, "learning_rate": 1e-4 * step,
+             "grad_norm": 1.5, "step_seconds": step_seconds, "tokens_per_second": 900.0}
+            for step in range(1, count + 1)]
+
+
+def _gpu(time, gpu, used_mb):
+    return {"time": time, "host": "node-a", "gpu": gpu, "used_mb": used_mb, "total_mb": 81920.0}
+
+
+def test_progress_shows_steps_elapsed_and_eta_from_the_median_recent_step():
+    train = _steps(40)
+    train[-1]["step_seconds"] = 30.0  # one slow step (an eval) does not move the median
+    text = live_charts.progress_html(train, max_steps=100, status="running", started_at=START,
+                                     finished_at=None, now=START + timedelta(seconds=125))
+    assert 'value="40" max="100"' in text
+    assert "step 40 / 100 · elapsed 2m 05s · ETA 30s" in text  # 60 steps x 0.5 s
+
+
+def test_a_finished_job_shows_no_eta_and_its_run_time():
+    text = live_charts.progress_html(_steps(100), max_steps=100, status="succeeded",
+                                     started_at=START, finished_at=START + timedelta(hours=2),
+                                     now=START + timedelta(days=3))
+    assert "step 100 / 100 · elapsed 2h 00m" in text and "ETA" not in text
+
+
+def test_eta_needs_step_times_and_a_total():
+    assert live_charts.eta_seconds([], 100) is None
+    assert live_charts.eta_seconds(_steps(3), None) is None
+    assert live_charts.eta_seconds([{"step": 1, "step_seconds": None}], 10) is None
+    assert live_charts.eta_seconds(_steps(10, step_seconds=2.0), 20) == 20.0
+
+
+def test_memory_per_gpu_has_a_line_a_gpu_the_capacity_and_the_planned_peak():
+    gpus = [_gpu(100.0, 0, 1000.0), _gpu(100.0, 1, 1100.0), _gpu(101.5, 0, 1200.0)]
+    frame = live_charts.gpu_memory_frame(gpus, planned_mb=5000.0)
+    lines = {series: list(zip(rows["seconds"], rows["memory_mb"]))
+             for series, rows in frame.groupby("series")}
+    assert lines == {"GPU 0": [(0.0, 1000.0), (1.5, 1200.0)], "GPU 1": [(0.0, 1100.0)],
+                     "card capacity": [(0.0, 81920.0), (1.5, 81920.0)],
+                     "planned peak": [(0.0, 5000.0), (1.5, 5000.0)]}
+
+
+def test_the_planned_peak_comes_from_the_memory_planner_for_the_jobs_strategy():
+    planned = live_charts.planned_peak_mb(SPEC, [_gpu(1.0, 0, 1.0)])
+    assert planned is not None and planned > 0
+    assert live_charts.planned_peak_mb({**SPEC, "model": "/no/such/folder"}, []) is None
+
+
+def test_on_a_cpu_host_the_sampled_chart_is_each_ranks_rss():
+    processes = [{"time": 10.0, "host": "h", "rank": 0, "rss_mb": 500.0},
+                 {"time": 10.0, "host": "h", "rank": 1, "rss_mb": 510.0},
+                 {"time": 11.0, "host": "h", "rank": 0, "rss_mb": None}]
+    charts = live_charts.live_charts(spec_data=SPEC, series={"train": _steps(3),
+                                                             "processes": processes},
+                                     status="running", started_at=START, finished_at=None,
+                                     now=START)
+    assert "RSS" in charts.sampled_memory_title
+    assert sorted(charts.sampled_memory["series"]) == ["rank 0", "rank 1"]
+    assert list(charts.learning_rate["learning_rate"]) == pytest.approx([1e-4, 2e-4, 3e-4])
+    assert list(charts.grad_norm["grad_norm"]) == [1.5, 1.5, 1.5]
+    assert list(charts.step_time["step_seconds"]) == [0.5, 0.5, 0.5]
+    assert not charts.has_mfu  # CPU steps carry no MFU: the chart stays hidden
+
+
+def test_mfu_is_charted_when_the_steps_carry_it():
+    train = [{**row, "mfu": 0.41} for row in _steps(2)]
+    charts = live_charts.live_charts(spec_data=SPEC, series={"train": train, "gpus": [
+        _gpu(1.0, 0, 10.0)]}, status="running", started_at=None, finished_at=None)
+    assert charts.has_mfu and list(charts.mfu["mfu"]) == [0.41, 0.41]
+    assert charts.sampled_memory_title == "Memory per GPU (NVML)"
+
+
+
+def test_jobs_table_shows_progress_loss_throughput_and_peak_memory(database):
+    with database.transaction() as session:
+        gpu_job = job_store.create_job(session=session, spec=JobSpec(max_steps=20)).id
+        cpu_job = job_store.create_job(session=session, spec=JobSpec(max_steps=30)).id
+        idle_job = job_store.create_job(session=session, spec=JobSpec(max_steps=5)).id
+        events = [(0, {"kind": "step", "rank": 0, "time": 1.0, "step": 1, "loss": 2.5,
+                       "tokens_per_second": 800.0}),
+                  (1, {"kind": "step", "rank": 0, "time": 2.0, "step": 2, "loss": 2.25,
+                       "tokens_per_second": 1200.0}),
+                  (2, {"kind": "memory", "rank": 0, "time": 2.0, "peak_mb": 3000.0,
+                       "rss_mb": 900.0})]
+        metric_store.add_metric_points(session=session, job_id=gpu_job, events=events)
+        metric_store.add_metric_points(session=session, job_id=gpu_job, events=[
+            (0, {"kind": "memory", "rank": 1, "time": 2.0, "peak_mb": 3500.0, "rss_mb": 1.0})])
+        metric_store.add_metric_points(session=session, job_id=cpu_job, events=[
+            (0, {"kind": "step", "rank": 0, "time": 1.0, "step": 7, "loss": 1.0}),
+            (1, {"kind": "memory", "rank": 0, "time": 1.0, "rss_mb": 640.0})])
+    rows = {row["id"]: row for row in job_handlers.jobs_table(database=database).to_dict("records")}
+    assert rows[gpu_job]["step / max steps"] == "2 / 20" and rows[gpu_job]["latest loss"] == "2.2500"
+    assert rows[gpu_job]["tokens/s"] == "1,200" and rows[gpu_job]["peak memory MB"] == "3,500"
+    assert rows[cpu_job]["step / max steps"] == "7 / 30" and rows[cpu_job]["peak memory MB"] == "640"
+    assert rows[idle_job]["step / max steps"] == "0 / 5" and rows[idle_job]["peak memory MB"] == ""

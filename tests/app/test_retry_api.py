@@ -1,0 +1,99 @@
+"""Failure reasons in the API and on the pages, and "Retry with…": a real SQLite database and
+the real server-less broker (no worker runs), job rows failed through the store."""
+from tunedeck import job_store
+from tunedeck.run_folder import RunFolder
+
+from app.failure_view import failure_markdown, failure_view, rank_log_tail
+from app.ui import job_actions
+from app.ui.job_handlers import jobs_table, load_job_page
+
+SPEC = {"name": "oom-job", "num_gpus": 2, "max_steps": 10, "micro_batch_size": 8,
+        "backend": "fsdp", "learning_rate": 1e-3, "precision": "fp16"}
+
+
+def failed_job(client, tmp_path, *, kind: str, rank: int | None, error: str = "boom") -> int:
+    job_id = client.post("/api/jobs", json=SPEC).json()["id"]
+    run = RunFolder(tmp_path / "runs" / f"job-{job_id}")
+    with client.app_state.database.transaction() as session:
+        job_store.mark_job_running(session=session, job_id=job_id, run_dir=str(run.path),
+                                   worker_host="h")
+        job_store.mark_job_failed(session=session, job_id=job_id, error=error,
+                                  failure_kind=kind, failed_rank=rank)
+    return job_id
+
+
+def write_rank_logs(tmp_path, job_id: int, rank: int, lines: int) -> None:
+    folder = (RunFolder(tmp_path / "runs" / f"job-{job_id}").rank_logs_dir
+              / "abc_1" / "attempt_0" / str(rank))
+    folder.mkdir(parents=True)
+    (folder / "stdout.log").write_text("".join(f"step {n}\n" for n in range(lines)))
+    (folder / "stderr.log").write_text("Traceback\nMemoryError\n")
+
+
+def test_the_job_row_says_why_and_which_rank(client, tmp_path):
+    job_id = failed_job(client, tmp_path, kind="out_of_memory", rank=1)
+    job = client.get(f"/api/jobs/{job_id}").json()
+    assert (job["failure_kind"], job["failed_rank"]) == ("out_of_memory", 1)
+    queued = client.post("/api/jobs", json=SPEC).json()
+    assert (queued["failure_kind"], queued["failed_rank"]) == (None, None)
+
+
+def test_retry_after_out_of_memory_is_a_new_job_with_the_planners_change(client, tmp_path):
+    job_id = failed_job(client, tmp_path, kind="out_of_memory", rank=1)
+    response = client.post(f"/api/jobs/{job_id}/retry")
+    assert response.status_code == 201, response.text
+    retried = response.json()
+    assert retried["id"] != job_id and retried["status"] == "queued"
+    assert retried["name"] == "oom-job (retry: activation checkpointing)"
+    assert retried["spec"]["fsdp"]["activation_checkpointing"] is True
+    assert (retried["retry_of"], retried["change"]) == (job_id, "activation checkpointing")
+    events = [event["message"] for event in client.get(f"/api/jobs/{job_id}/events").json()]
+    assert f"retried as job {retried['id']} (activation checkpointing)" in events
+    assert len(list((tmp_path / "broker" / "queue").iterdir())) == 2  # submit, then retry
+
+
+def test_retry_after_nan_loss_lowers_the_rate_and_leaves_fp16(client, tmp_path):
+    job_id = failed_job(client, tmp_path, kind="nan_loss", rank=0)
+    retried = client.post(f"/api/jobs/{job_id}/retry").json()
+    assert retried["spec"]["learning_rate"] == 1e-4 and retried["spec"]["precision"] == "bf16"
+
+
+def test_retry_is_409_for_an_input_error_and_for_a_job_that_did_not_fail(client, tmp_path):
+    job_id = failed_job(client, tmp_path, kind="input_error", rank=None,
+                        error="dataset /x.jsonl: no such file")
+    response = client.post(f"/api/jobs/{job_id}/retry")
+    assert response.status_code == 409
+    assert response.json()["detail"] == "fix the file first: dataset /x.jsonl: no such file"
+    queued = client.post("/api/jobs", json=SPEC).json()["id"]
+    assert client.post(f"/api/jobs/{queued}/retry").status_code == 409
+    assert client.post("/api/jobs/999/retry").status_code == 404
+
+
+def test_the_jobs_table_and_the_page_show_the_reason_the_rank_log_and_the_retry(client, tmp_path):
+    database = client.app_state.database
+    job_id = failed_job(client, tmp_path, kind="out_of_memory", rank=1)
+    write_rank_logs(tmp_path, job_id, rank=1, lines=50)
+    row = jobs_table(database=database).set_index("id").loc[job_id]
+    assert row["reason"] == "out of memory (rank 1)"
+    page = load_job_page(job_id, database=database)
+    assert page.failure.reason == "out of memory (rank 1)"
+    assert page.failure.retry_label == "Retry with activation checkpointing"
+    log = page.failure.rank_log.splitlines()
+    assert log[0] == "--- rank 1 stdout.log ---" and log[1] == "step 20" and log[-1] == "MemoryError"
+    assert failure_markdown(page.failure) == "**Why it failed:** out of memory (rank 1)"
+    message = job_actions.retry_from_page(job_id, database=database,
+                                          celery_app=client.app_state.celery_app)
+    assert message.startswith("Retried as job ") and "(activation checkpointing)" in message
+
+
+def test_no_failure_panel_for_other_jobs_and_no_retry_for_input_errors(client, tmp_path):
+    database = client.app_state.database
+    queued = client.post("/api/jobs", json=SPEC).json()["id"]
+    assert not load_job_page(queued, database=database).failure.reason
+    job_id = failed_job(client, tmp_path, kind="input_error", rank=None, error="model /m: no such folder")
+    with database.transaction() as session:
+        job = job_store.get_job(session=session, job_id=job_id)
+    view = failure_view(job)
+    assert (view.reason, view.retryable) == ("input error", False)
+    assert "No retry: fix the file first: model /m: no such folder" in failure_markdown(view)
+    assert rank_log_tail(job, None) == ""

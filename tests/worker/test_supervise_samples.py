@@ -1,0 +1,50 @@
+"""The supervise loop stores the sampler's rows with the metric ingest: a fake launcher
+starts two rank processes (RANK in their environment), as torchrun does, and exits."""
+import socket
+import sys
+
+from tunedeck import job_store, sample_store
+from tunedeck.job_spec import JobSpec
+from tunedeck.run_folder import RunFolder
+from tunedeck.settings import Settings
+from worker import job_runner
+from worker.job_runner import _supervise
+from worker.process_group import JobProcesses, start_process_group
+from worker.sampler import JobSampler
+from tests.worker.test_sampler import FakeNvml
+
+LAUNCHER = """
+import os, subprocess, sys, time
+ranks = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2.5)"],
+                          env={**os.environ, "RANK": str(rank)}) for rank in (0, 1)]
+for rank in ranks:
+    rank.wait()
+"""
+
+
+def test_samples_of_every_gpu_and_rank_are_stored_while_the_job_runs(database, tmp_path,
+                                                                    monkeypatch):
+    # Ranks live 2.5 s here; the loop's 5 s scan for new processes would miss them.
+    monkeypatch.setattr(job_runner, "PROCESS_SCAN_SECONDS", 0.3)
+    settings = Settings(home=tmp_path)
+    with database.transaction() as session:
+        job_id = job_store.create_job(session=session, spec=JobSpec(max_steps=1)).id
+    run = RunFolder(tmp_path / "run")
+    (run.path / "metrics").mkdir(parents=True)
+    launcher = start_process_group([sys.executable, "-c", LAUNCHER], cwd=tmp_path, env={},
+                                   log_file=tmp_path / "launcher.log")
+    processes = JobProcesses(launcher)
+    sampler = JobSampler(host=socket.gethostname(), gpu_ids=[0], nvml=FakeNvml(),
+                         interval_seconds=0.5)
+    try:
+        _supervise(job_id, processes, run, settings=settings, database=database,
+                   shutdown_requested=lambda: False, sampler=sampler)
+    finally:
+        processes.kill()
+    with database.transaction() as session:
+        gpus = sample_store.read_samples(session=session, job_id=job_id, source="gpu")
+        ranks = sample_store.read_samples(session=session, job_id=job_id, source="process")
+    assert len(gpus) >= 2 and {row["gpu"] for row in gpus} == {0}
+    assert gpus[0]["used_mb"] == 10240.0
+    assert {row["rank"] for row in ranks} == {0, 1}
+    assert all(row["rss_mb"] > 0 for row in ranks)

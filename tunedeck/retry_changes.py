@@ -1,0 +1,144 @@
+""""Retry with…": the change to a failed job's spec that would help, by why it failed.
+
+Pure: a spec and a failure kind in, a new spec and the words for the change out. For out of
+memory, the memory planner's first suggestion, planned against a card exactly as large as
+the planner says this job needs (the job did not fit, so the real card was no larger).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tunedeck.failure_kinds import INPUT_ERROR, NAN_LOSS, OUT_OF_MEMORY
+from tunedeck.job_spec import JobSpec
+
+SAME_SPEC = "same spec"
+NAN_LEARNING_RATE_DIVISOR = 10
+_GPUS_PER_NODE = re.compile(r"(\d+) GPUs per node")
+
+
+class NoRetry(Exception):
+    """The failure needs the user's hand (a file to fix), not a new launch."""
+
+
+@dataclass(frozen=True)
+class RetryChange:
+    label: str  # "activation checkpointing", for the button and the new job's name
+    spec: JobSpec
+
+
+def retry_change(spec: JobSpec, failure_kind: str | None, *, error: str | None = None) -> RetryChange:
+    if failure_kind == INPUT_ERROR:
+        raise NoRetry(f"fix the file first: {error or 'a model or dataset file is missing or malformed'}")
+    if failure_kind == OUT_OF_MEMORY:
+        return memory_retry(spec)
+    if failure_kind == NAN_LOSS:
+        return nan_retry(spec)
+    # A timeout, a kill or a lost worker says nothing against the spec: run it again.
+    return RetryChange(SAME_SPEC, spec)
+
+
+def retried_spec(spec: JobSpec, change: RetryChange) -> JobSpec:
+    """The new job's spec, validated again (a copy skips validation), named for the change."""
+    data = change.spec.model_dump(mode="json")
+    data["name"] = retry_name(spec.display_name, change.label)
+    return JobSpec.model_validate(data)
+
+
+def nan_retry(spec: JobSpec) -> RetryChange:
+    learning_rate = spec.learning_rate / NAN_LEARNING_RATE_DIVISOR
+    update: dict = {"learning_rate": learning_rate}
+    label = f"learning rate {learning_rate:g}"
+    if spec.precision == "fp16":  # fp16 overflows where bf16, with fp32's range, does not
+        update["precision"] = "bf16"
+        label += " and bf16"
+    return RetryChange(label, spec.model_copy(update=update))
+
+
+def memory_retry(spec: JobSpec) -> RetryChange:
+    for suggestion in planner_suggestions(spec):
+        changed = apply_suggestion(spec, suggestion["change"])
+        if changed is not None:
+            return RetryChange(suggestion["change"], changed)
+    return fallback_memory_retry(spec)
+
+
+def planner_suggestions(spec: JobSpec) -> list[dict]:
+    """The planner's suggestions for a card just as large as this job's planned need."""
+    from tunedeck.memory_advice import RUNTIME_RESERVE_BYTES, plan_memory
+    from tunedeck.memory_plan import GB, GpuSet, plan_strategies
+    from tunedeck.model_shapes import resolve_model_shape
+
+    try:
+        shape = resolve_model_shape(spec.model)
+    except ValueError:
+        return []  # a model whose shape cannot be found: the fallback still helps
+    gpus = GpuSet(count=spec.num_gpus, nodes=spec.num_nodes)
+    strategy = _strategy_name(spec)
+    needed_bytes = plan_strategies(spec, gpus, shape)[strategy].breakdown.total
+    card = GpuSet(spec.num_gpus, (needed_bytes + RUNTIME_RESERVE_BYTES) / GB, spec.num_nodes)
+    return plan_memory(spec, card, shape).suggestions
+
+
+def _strategy_name(spec: JobSpec) -> str:
+    offloaded = spec.zero2.offload_optimizer if spec.backend == "zero2" else spec.fsdp.cpu_offload
+    return f"{spec.backend}_offload" if offloaded else spec.backend
+
+
+def apply_suggestion(spec: JobSpec, change: str) -> JobSpec | None:
+    """The planner's change ("activation checkpointing + micro-batch 1 (more gradient
+    accumulation)") applied to the spec; None for a change this cannot make."""
+    for part in change.split(" + "):
+        spec = _apply_one(spec, part.strip())
+        if spec is None:
+            return None
+    return spec
+
+
+def _apply_one(spec: JobSpec, change: str) -> JobSpec | None:
+    gpus = _GPUS_PER_NODE.fullmatch(change)
+    if gpus:
+        return spec.model_copy(update={"num_gpus": int(gpus.group(1))})
+    if change == "activation checkpointing":
+        return with_activation_checkpointing(spec)
+    if change == "DeepSpeed buckets of 2e8 elements":
+        from tunedeck.memory_advice import SMALL_BUCKET_ELEMENTS
+
+        return spec.model_copy(update={"zero2": spec.zero2.model_copy(update={
+            "reduce_bucket_size": SMALL_BUCKET_ELEMENTS,
+            "allgather_bucket_size": SMALL_BUCKET_ELEMENTS})})
+    if change == "micro-batch 1 (more gradient accumulation)":
+        return spec.model_copy(update={"micro_batch_size": 1,
+                                       "grad_accum": spec.grad_accum * spec.micro_batch_size})
+    if change == "method lora":
+        return spec.model_copy(update={"method": "lora"})
+    if change == "method qlora (zero2)":
+        return spec.model_copy(update={"method": "qlora", "backend": "zero2"})
+    return None
+
+
+def with_activation_checkpointing(spec: JobSpec) -> JobSpec:
+    return spec.model_copy(update={
+        "zero2": spec.zero2.model_copy(update={"activation_checkpointing": True}),
+        "fsdp": spec.fsdp.model_copy(update={"activation_checkpointing": True})})
+
+
+def fallback_memory_retry(spec: JobSpec) -> RetryChange:
+    """Without a planner suggestion: checkpointing, then half the micro-batch (the same
+    examples per step through twice the accumulation), then offload."""
+    if not spec.activation_checkpointing:
+        return RetryChange("activation checkpointing", with_activation_checkpointing(spec))
+    if spec.micro_batch_size > 1:
+        half = spec.micro_batch_size // 2
+        return RetryChange(f"micro-batch {half}, grad_accum {spec.grad_accum * 2}",
+                           spec.model_copy(update={"micro_batch_size": half,
+                                                   "grad_accum": spec.grad_accum * 2}))
+    if spec.backend == "zero2":
+        return RetryChange("optimizer offload", spec.model_copy(update={
+            "zero2": spec.zero2.model_copy(update={"offload_optimizer": True})}))
+    return RetryChange("CPU offload", spec.model_copy(update={
+        "fsdp": spec.fsdp.model_copy(update={"cpu_offload": True})}))
+
+
+def retry_name(name: str, label: str) -> str:
+    return f"{name} (retry: {label})"[:200]
