@@ -154,12 +154,14 @@ def _changes(spec: JobSpec, gpus: GpuSet):
     def with_method(method):
         return lambda s, g: (s.model_copy(update={"method": method}), g)
 
-    def with_double_gpus(s, g):
-        return s, GpuSet(min(MAX_GPUS_PER_NODE, g.count * 2), g.memory_gb, g.nodes)
+    def with_gpus(count):
+        return lambda s, g: (s, GpuSet(count, g.memory_gb, g.nodes))
 
     if not spec.activation_checkpointing:
         yield "activation checkpointing", with_checkpointing
-    if max(spec.zero2.reduce_bucket_size, spec.zero2.allgather_bucket_size) > SMALL_BUCKET_ELEMENTS:
+    # DeepSpeed's buckets are a ZeRO-2 knob: an FSDP spec's retry would not feel them.
+    if spec.backend == "zero2" and max(spec.zero2.reduce_bucket_size,
+                                       spec.zero2.allgather_bucket_size) > SMALL_BUCKET_ELEMENTS:
         yield "DeepSpeed buckets of 2e8 elements", with_small_buckets
     if spec.micro_batch_size > 1:
         yield "micro-batch 1 (more gradient accumulation)", with_micro_batch_one
@@ -170,4 +172,4 @@ def _changes(spec: JobSpec, gpus: GpuSet):
     count = gpus.count
     while count < MAX_GPUS_PER_NODE:
         count = min(MAX_GPUS_PER_NODE, count * 2)
-        yield f"{count} GPUs per node", with_double_gpus
+        yield f"{count} GPUs per node", with_gpus(count)

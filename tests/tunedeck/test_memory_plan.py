@@ -154,3 +154,18 @@ def test_plan_matches_golden(name):
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(json.dumps(actual, indent=2, sort_keys=True) + "\n")
     assert actual == json.loads(path.read_text())
+
+
+def test_each_more_gpus_change_plans_the_count_its_label_says():
+    from tunedeck.memory_advice import _changes
+
+    spec = JobSpec(max_steps=1, method="qlora", micro_batch_size=1,
+                   zero2={"activation_checkpointing": True, "reduce_bucket_size": 100_000_000,
+                          "allgather_bucket_size": 100_000_000})
+    gpus = GpuSet(1, 24)
+    changes = list(_changes(spec, gpus))
+    assert [label for label, _change in changes] == [
+        "2 GPUs per node", "4 GPUs per node", "8 GPUs per node"]
+    for label, change in changes:
+        _spec, changed = change(spec, gpus)  # applied to the job as it is, not cumulatively
+        assert label == f"{changed.count} GPUs per node"
