@@ -3,11 +3,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Body, HTTPException, Query, Request
 from fastapi.responses import FileResponse
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.artifacts import ARTIFACT_KINDS, artifact_zip
+from app.backend_comparison import ComparisonRefused, compare_backends, compare_url
 from app.job_checkpoints import NothingToResume, list_checkpoints, resume_from_latest_checkpoint
+from app.job_compare import BadJobIds, compare_jobs, parse_job_ids
 from app.job_retry import RetryRefused, retry_job
 from app.job_submission import cancel_job, submit_job
 from app.job_views import job_config, job_run_folder, job_to_dict, read_job_log_tail
@@ -115,6 +118,41 @@ def retry(job_id: int, request: Request) -> dict[str, Any]:
     except RetryRefused as error:
         raise HTTPException(status_code=409, detail=str(error)) from error
     return {**job_to_dict(job), "retry_of": job_id, "change": change.label}
+
+
+class CompareBackendsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_steps: int | None = Field(None, ge=1, le=10_000_000)
+
+
+@router.post("/api/jobs/{job_id}/compare-backends", status_code=201)
+def compare_job_backends(job_id: int, request: Request,
+                         body: CompareBackendsRequest | None = Body(None)) -> dict[str, Any]:
+    """The job's spec as a ZeRO-2 and an FSDP job with a short step budget, both queued."""
+    _load_job(request, job_id)
+    try:
+        jobs = compare_backends(database=_database(request),
+                                celery_app=request.app.state.celery_app, job_id=job_id,
+                                max_steps=body.max_steps if body else None)
+    except ComparisonRefused as error:
+        raise HTTPException(status_code=409, detail=str(error)) from error
+    return {"jobs": [job_to_dict(job) for job in jobs], "compare_url": compare_url(jobs)}
+
+
+@router.get("/api/compare")
+def compare(request: Request, ids: str = Query(..., description="job ids, e.g. 1,2,3"),
+            max_points: int = Query(DEFAULT_MAX_POINTS, ge=10, le=100_000)) -> dict[str, Any]:
+    """Two or more jobs overlaid: their rows, the spec fields that differ, and the loss,
+    throughput and memory series, each row naming its `job_id`."""
+    try:
+        job_ids = parse_job_ids(ids)
+    except BadJobIds as error:
+        raise HTTPException(status_code=422, detail=[{
+            "loc": ["query", "ids"], "msg": str(error), "type": "value_error"}]) from error
+    try:
+        return compare_jobs(database=_database(request), job_ids=job_ids, max_points=max_points)
+    except job_store.JobNotFound as error:
+        raise HTTPException(status_code=404, detail=str(error)) from error
 
 
 @router.get("/api/jobs/{job_id}/config")

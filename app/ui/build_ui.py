@@ -7,6 +7,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import gradio as gr  # noqa: E402
 
+from app.ui.tabs.compare import build_compare_tab  # noqa: E402
 from app.ui.tabs.job_page import build_job_page_tab  # noqa: E402
 from app.ui.tabs.jobs import build_jobs_tab  # noqa: E402
 from app.ui.tabs.new_job import build_new_job_tab  # noqa: E402
@@ -14,6 +15,7 @@ from app.ui.tabs.new_job import build_new_job_tab  # noqa: E402
 NEW_JOB_TAB = "new-job"
 JOBS_TAB = "jobs"
 JOB_TAB = "job"
+COMPARE_TAB = "compare"
 
 
 def build_ui(*, database, celery_app) -> gr.Blocks:
@@ -29,10 +31,14 @@ def build_ui(*, database, celery_app) -> gr.Blocks:
                 jobs = build_jobs_tab(database=database)
             with gr.Tab("Job", id=JOB_TAB, elem_id="tab-job"):
                 job_page = build_job_page_tab(database=database, celery_app=celery_app)
+            with gr.Tab("Compare", id=COMPARE_TAB, elem_id="tab-compare"):
+                compare = build_compare_tab(database=database)
         new_job.submitted.then(open_job, new_job.submitted_job_id, [job_page.job_id, tabs],
                                show_progress="hidden")
         jobs.selected.then(open_job, jobs.selected_job_id, [job_page.job_id, tabs],
                            show_progress="hidden")
+        job_page.backends_compared.then(fill_compare_ids, job_page.compared_job_ids,
+                                        compare.job_ids, show_progress="hidden")
     return blocks
 
 
@@ -41,3 +47,8 @@ def open_job(job_id: int | None):
     if job_id is None:
         return gr.skip(), gr.skip()
     return job_id, gr.Tabs(selected=JOB_TAB)
+
+
+def fill_compare_ids(job_ids: str | None):
+    """Put the jobs "Compare backends" started into the Compare tab (it stays where it is)."""
+    return job_ids if job_ids else gr.skip()

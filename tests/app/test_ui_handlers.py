@@ -348,7 +348,9 @@ def test_build_ui_builds(database):
     blocks = build_ui(database=database, celery_app=RecordingCelery())
     element_ids = {getattr(block, "elem_id", None) for block in blocks.blocks.values()}
     for element_id in ("new-job-submit", "new-job-model", "new-job-config", "jobs-table",
-                       "job-id", "job-status", "job-loss-plot", "job-memory-plot", "job-cancel"):
+                       "job-id", "job-status", "job-loss-plot", "job-memory-plot", "job-cancel",
+                       "job-compare-backends", "compare-ids", "compare-loss-plot",
+                       "compare-memory-plot", "compare-diff"):
         assert element_id in element_ids
 
 

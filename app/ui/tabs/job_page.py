@@ -3,10 +3,11 @@ resume, retry (after a failure) and downloads."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 
-from app.ui import job_actions, job_handlers
+from app.ui import compare_handlers, job_actions, job_handlers
 from app.ui.job_handlers import JobPage
 from app.ui.tabs.failure_panel import build_failure_panel, show_failure
 from app.ui.tabs.live_panel import build_live_panel, build_progress, show_live
@@ -18,6 +19,8 @@ PLOT_HEIGHT = 280
 @dataclass(frozen=True)
 class JobPageTab:
     job_id: gr.Number  # set it to open a job
+    backends_compared: Any  # the Compare-backends click, for build_ui to fill the Compare tab
+    compared_job_ids: gr.State  # "A, B" once Compare backends started two jobs
 
 
 def build_job_page_tab(*, database, celery_app) -> JobPageTab:
@@ -29,6 +32,7 @@ def build_job_page_tab(*, database, celery_app) -> JobPageTab:
                                           elem_id="job-cancel")
                 resume_button = gr.Button("Resume from latest checkpoint", interactive=False,
                                           elem_id="job-resume")
+                compare_button = gr.Button("Compare backends", elem_id="job-compare-backends")
             cancel_message = gr.Markdown(elem_id="job-cancel-result")
     headline = gr.Markdown(job_handlers.NO_JOB_HEADLINE, elem_id="job-status")
     progress = build_progress()
@@ -39,6 +43,7 @@ def build_job_page_tab(*, database, celery_app) -> JobPageTab:
     live = build_live_panel(progress)
     details = _details()
     refresh_timer = gr.Timer(REFRESH_SECONDS, active=False)
+    compared_job_ids = gr.State(None)
 
     outputs = [headline, error, downloads, *charts, *details, cancel_button, resume_button,
                refresh_timer, *failure.outputs, *live.outputs]
@@ -57,6 +62,10 @@ def build_job_page_tab(*, database, celery_app) -> JobPageTab:
         return job_actions.retry_from_page(selected_job_id, database=database,
                                            celery_app=celery_app)
 
+    def compare_backends(selected_job_id):
+        return compare_handlers.compare_backends_from_page(selected_job_id, database=database,
+                                                           celery_app=celery_app)
+
     job_id.change(refresh, job_id, outputs, show_progress="hidden", trigger_mode="always_last")
     refresh_timer.tick(refresh, job_id, outputs, show_progress="hidden", concurrency_limit=None)
     cancel_button.click(cancel, job_id, cancel_message).then(refresh, job_id, outputs,
@@ -65,7 +74,11 @@ def build_job_page_tab(*, database, celery_app) -> JobPageTab:
                                                              show_progress="hidden")
     failure.retry_button.click(retry, job_id, cancel_message).then(refresh, job_id, outputs,
                                                                    show_progress="hidden")
-    return JobPageTab(job_id=job_id)
+    backends_compared = compare_button.click(compare_backends, job_id,
+                                             [cancel_message, compared_job_ids])
+    backends_compared.then(refresh, job_id, outputs, show_progress="hidden")  # its new event
+    return JobPageTab(job_id=job_id, backends_compared=backends_compared,
+                      compared_job_ids=compared_job_ids)
 
 
 def _charts() -> tuple[gr.LinePlot, gr.LinePlot, gr.LinePlot, gr.Markdown]:

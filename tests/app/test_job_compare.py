@@ -1,0 +1,154 @@
+"""Comparing jobs and "Compare backends", through the handlers: a real SQLite database,
+metric points seeded through the store, and a broker that only records what it is sent."""
+from __future__ import annotations
+
+import pytest
+
+from app.backend_comparison import ComparisonRefused, backend_variants
+from app.job_compare import BadJobIds, compare_jobs, parse_job_ids, spec_diff
+from app.ui import compare_handlers
+from tunedeck import job_store, metric_store
+from tunedeck.db.engine import Database
+from tunedeck.job_spec import JobSpec
+
+
+class RecordingCelery:
+    def __init__(self):
+        self.sent: list[tuple[str, list]] = []
+
+    def send_task(self, name, args=None, **options):
+        self.sent.append((name, list(args or [])))
+
+
+def create_job(database: Database, **spec_fields) -> int:
+    spec = JobSpec(**{"max_steps": 20, "num_gpus": 2, **spec_fields})
+    with database.transaction() as session:
+        return job_store.create_job(session=session, spec=spec).id
+
+
+def seed_points(database: Database, job_id: int, *, steps: int, start_time: float) -> None:
+    events = []
+    for step in range(1, steps + 1):
+        time = start_time + step
+        events.append({"kind": "step", "rank": 0, "time": time, "step": step,
+                       "loss": 3.0 / step, "tokens_per_second": 100.0 * job_id})
+        events += [{"kind": "memory", "rank": rank, "time": time, "rss_mb": 500.0 + rank}
+                   for rank in (0, 1)]
+    events.append({"kind": "eval", "rank": 0, "time": start_time + steps, "step": steps,
+                   "eval_loss": 1.5})
+    with database.transaction() as session:
+        metric_store.add_metric_points(session=session, job_id=job_id,
+                                       events=list(enumerate(events)))
+
+
+@pytest.mark.parametrize("text, ids", [("3, 5, 8", [3, 5, 8]), ("1,2", [1, 2]),
+                                       ("4 2 4", [4, 2])])
+def test_job_ids_parse_in_order_without_repeats(text, ids):
+    assert parse_job_ids(text) == ids
+
+
+@pytest.mark.parametrize("text", ["", "1", "1,1", "1,x", "0,2", "1.5,2"])
+def test_fewer_than_two_ids_or_a_bad_list_is_refused(text):
+    with pytest.raises(BadJobIds):
+        parse_job_ids(text)
+
+
+def test_spec_diff_lists_only_the_dotted_fields_that_differ():
+    zero2 = JobSpec(max_steps=5).model_dump(mode="json")
+    fsdp = JobSpec(max_steps=5, backend="fsdp",
+                   fsdp={"sharding_strategy": "shard_grad_op"}).model_dump(mode="json")
+    assert spec_diff([zero2, fsdp, zero2]) == [
+        {"field": "backend", "values": ["zero2", "fsdp", "zero2"]},
+        {"field": "fsdp.sharding_strategy", "values": ["full_shard", "shard_grad_op", "full_shard"]},
+    ]
+    assert spec_diff([zero2, zero2]) == []
+
+
+def test_compare_overlays_each_jobs_series_keyed_by_job(database):
+    first, second = create_job(database), create_job(database, backend="fsdp", learning_rate=1e-3)
+    seed_points(database, first, steps=5, start_time=1000.0)
+    seed_points(database, second, steps=3, start_time=5000.0)
+    compared = compare_jobs(database=database, job_ids=[second, first])
+    assert [job["id"] for job in compared["jobs"]] == [second, first]
+    assert {entry["field"]: entry["values"] for entry in compared["diff"]} == {
+        "backend": ["fsdp", "zero2"], "learning_rate": [1e-3, 2e-4]}
+    train = [(row["job_id"], row["step"]) for row in compared["series"]["loss"]
+             if row["kind"] == "train"]
+    assert train == [(second, step) for step in (1, 2, 3)] + [(first, step) for step in range(1, 6)]
+    assert {(row["job_id"], row["loss"]) for row in compared["series"]["loss"]
+            if row["kind"] == "eval"} == {(first, 1.5), (second, 1.5)}
+    assert {row["tokens_per_second"] for row in compared["series"]["tokens_per_second"]
+            if row["job_id"] == second} == {100.0 * second}
+    memory = [row for row in compared["series"]["memory"] if row["job_id"] == second]
+    # Seconds since each job's own first reading, so runs started at different times line up.
+    assert min(row["seconds"] for row in memory) == 0.0 and {row["rank"] for row in memory} == {0, 1}
+
+
+def test_compare_downsamples_each_line(database):
+    first, second = create_job(database), create_job(database)
+    seed_points(database, first, steps=300, start_time=0.0)
+    seed_points(database, second, steps=3, start_time=0.0)
+    compared = compare_jobs(database=database, job_ids=[first, second], max_points=20)
+    first_rows = [row for row in compared["series"]["loss"]
+                  if row["job_id"] == first and row["kind"] == "train"]
+    assert len(first_rows) <= 20 and first_rows[-1]["step"] == 300
+
+
+def test_compare_names_a_missing_job(database):
+    first = create_job(database)
+    with pytest.raises(job_store.JobNotFound, match="job 99"):
+        compare_jobs(database=database, job_ids=[first, 99])
+
+
+def test_compare_tab_frames_are_coloured_by_job_and_refresh_while_one_runs(database):
+    first, second = create_job(database), create_job(database, backend="fsdp")
+    seed_points(database, first, steps=4, start_time=0.0)
+    comparison = compare_handlers.load_comparison(f"{first}, {second}", database=database)
+    assert comparison.running  # both are queued
+    assert set(comparison.loss["job"]) == {f"job {first} (zero2)", f"job {first} (zero2) eval"}
+    assert list(comparison.throughput.columns) == ["step", "tokens_per_second", "job"]
+    assert set(comparison.memory["job"]) == {f"job {first} (zero2) rank 0",
+                                             f"job {first} (zero2) rank 1"}
+    assert comparison.diff.values.tolist() == [["backend", "zero2", "fsdp"]]
+    assert "Cannot compare" in compare_handlers.load_comparison("7", database=database).message
+    assert "job 99 does not exist" in compare_handlers.load_comparison(
+        f"{first}, 99", database=database).message
+    empty = compare_handlers.load_comparison("", database=database)
+    assert empty.message == compare_handlers.NO_COMPARISON and not empty.running
+    assert empty.loss["step"].dtype == "float64"
+
+
+def test_backend_variants_differ_only_in_backend_name_and_budget():
+    spec = JobSpec(name="base", max_steps=500, checkpoint_every_steps=10, learning_rate=1e-3)
+    zero2, fsdp = backend_variants(spec)
+    assert (zero2.backend, fsdp.backend) == ("zero2", "fsdp")
+    assert (zero2.name, fsdp.name) == ("base (zero2)", "base (fsdp)")
+    assert zero2.max_steps == fsdp.max_steps == 50
+    assert zero2.checkpoint_every_steps == fsdp.checkpoint_every_steps == 0
+    assert spec_diff([zero2.model_dump(), fsdp.model_dump()]) == [
+        {"field": "backend", "values": ["zero2", "fsdp"]},
+        {"field": "name", "values": ["base (zero2)", "base (fsdp)"]}]
+    assert backend_variants(JobSpec(epochs=2), max_steps=7)[0].max_steps == 7
+    assert backend_variants(JobSpec(max_steps=6))[1].max_steps == 6
+    with pytest.raises(ComparisonRefused, match="qlora"):
+        backend_variants(JobSpec(max_steps=5, method="qlora"))
+
+
+def test_compare_backends_button_starts_two_jobs_and_names_them(database):
+    source = create_job(database, name="src")
+    celery = RecordingCelery()
+    message, ids = compare_handlers.compare_backends_from_page(source, database=database,
+                                                               celery_app=celery)
+    first, second = (int(part) for part in ids.split(","))
+    assert message == (f"Started jobs {first} and {second}; open Compare with ids "
+                       f"{first},{second}")
+    assert [args for _name, args in celery.sent] == [[first], [second]]
+    with database.transaction() as session:
+        events = [event.message for event in job_store.list_job_events(session=session,
+                                                                        job_id=source)]
+    assert f"compared backends: jobs {first} and {second}" in events
+    refused, no_ids = compare_handlers.compare_backends_from_page(
+        create_job(database, method="qlora"), database=database, celery_app=celery)
+    assert refused.startswith("Not compared: qlora") and no_ids is None
+    assert compare_handlers.compare_backends_from_page(None, database=database,
+                                                       celery_app=celery) == ("Pick a job first.", None)
