@@ -94,14 +94,14 @@ def trainer_environment(tunedeck_home: Path) -> dict[str, str]:
 
 
 def launch_trainer(run: RunFolder, tunedeck_home: Path, *extra_arguments: str,
-                   ranks: int = RANKS) -> TrainerRun:
+                   ranks: int = RANKS, timeout_seconds: float = RUN_TIMEOUT_SECONDS) -> TrainerRun:
     """`ranks` must match the spec's num_gpus (DeepSpeed checks its batch size against it)."""
     import time
 
     started = time.monotonic()
     completed = subprocess.run(torchrun_command(run, *extra_arguments, ranks=ranks),
                                env=trainer_environment(tunedeck_home),
-                               cwd=run.path, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS)
+                               cwd=run.path, capture_output=True, text=True, timeout=timeout_seconds)
     return TrainerRun(run=run, ranks=ranks, returncode=completed.returncode,
                       output=(completed.stdout + completed.stderr)[-6000:],
                       seconds=time.monotonic() - started)

@@ -75,6 +75,8 @@ def main(source: str, report_file: str) -> None:
     if context.is_main:
         with open(report_file, "w", encoding="utf-8") as file:
             json.dump(reports, file, indent=2)
+    # Leave together: a rank that tears gloo down while rank 0 still writes can abort.
+    dist.barrier()
     dist.destroy_process_group()
 
 

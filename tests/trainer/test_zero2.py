@@ -11,6 +11,7 @@ from tunedeck.job_spec import JobSpec
 
 from trainer.backends.zero2 import config_for_host
 from trainer.rank import RankContext
+from tests.trainer.conftest import launch_trainer, write_run
 
 OFFLOAD_STEPS = 6
 
@@ -36,14 +37,36 @@ def test_a_config_without_offload_passes_through():
     assert config_for_host(settings, context_on("cpu")) is settings
 
 
+COLD_COMPILE_TIMEOUT_SECONDS = 900
+
+
 @pytest.mark.torchrun
-def test_offloaded_optimizer_trains_on_cpu_ranks(run_trainer, builtin_model_dir):
+def test_offloaded_optimizer_trains_on_cpu_ranks(tmp_path, tunedeck_home, builtin_model_dir):
     from tests.trainer.test_trainer_runs import assert_merged_matches_base_plus_adapter
 
-    result = run_trainer(backend="zero2", method="lora", precision="bf16", max_steps=OFFLOAD_STEPS,
-                         zero2={"offload_optimizer": True})
+    run = write_run(tmp_path / "run", backend="zero2", method="lora", precision="bf16",
+                    max_steps=OFFLOAD_STEPS, zero2={"offload_optimizer": True})
+    # DeepSpeed JIT-compiles its CPU Adam (and comm op) on a fresh clone: minutes on 2 cores.
+    result = launch_trainer(run, tunedeck_home, timeout_seconds=COLD_COMPILE_TIMEOUT_SECONDS)
     assert result.returncode == 0, result.output
     print(f"zero2 offload run: {result.seconds:.1f} s")
     losses = [event["loss"] for event in result.events_of_kind(0, "step")]
     assert len(losses) == OFFLOAD_STEPS and mean(losses[-2:]) < mean(losses[:2]) - 1.0, losses
     assert_merged_matches_base_plus_adapter(result.run, builtin_model_dir)
+
+
+def test_a_build_lock_left_by_a_killed_build_is_removed_and_a_fresh_one_kept(tmp_path):
+    """torch waits forever on a JIT build's lock file; a job cancelled mid-build leaves one."""
+    import os
+    import time
+
+    from trainer.backends.zero2 import STALE_BUILD_LOCK_SECONDS, remove_stale_build_locks
+
+    stale, fresh = tmp_path / "cpu_adam" / "lock", tmp_path / "shm_comm" / "lock"
+    for lock in (stale, fresh):
+        lock.parent.mkdir()
+        lock.write_text("")
+    old = time.time() - STALE_BUILD_LOCK_SECONDS - 60
+    os.utime(stale, (old, old))
+    assert remove_stale_build_locks(tmp_path) == [stale]
+    assert not stale.exists() and fresh.exists()

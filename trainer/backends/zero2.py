@@ -21,6 +21,27 @@ def default_torch_extensions_dir() -> str:
     return str(Path.home() / ".cache" / "tunedeck" / "torch_extensions")
 
 
+# A JIT build of a DeepSpeed op takes a few minutes at most; a lock older than this was left
+# by a process killed mid-build (a cancelled job), and torch would wait on it forever.
+STALE_BUILD_LOCK_SECONDS = 20 * 60
+
+
+def remove_stale_build_locks(extensions_dir: Path, *, now: float | None = None) -> list[Path]:
+    """Remove torch extension build locks older than STALE_BUILD_LOCK_SECONDS."""
+    import time
+
+    now = time.time() if now is None else now
+    removed = []
+    for lock in extensions_dir.glob("*/lock"):
+        try:
+            if now - lock.stat().st_mtime > STALE_BUILD_LOCK_SECONDS:
+                lock.unlink()
+                removed.append(lock)
+        except FileNotFoundError:  # another rank removed it first
+            continue
+    return removed
+
+
 def config_for_host(settings: dict[str, Any], context: RankContext) -> dict[str, Any]:
     """The generated config, less what this host cannot do. Pinned (page-locked) host memory
     only speeds copies between host and GPU, and pinning needs CUDA: on a CPU-only host the
@@ -43,6 +64,7 @@ class Zero2Backend:
     @classmethod
     def init_distributed(cls, context: RankContext) -> None:
         os.environ.setdefault("TORCH_EXTENSIONS_DIR", default_torch_extensions_dir())
+        remove_stale_build_locks(Path(os.environ["TORCH_EXTENSIONS_DIR"]))
         import deepspeed
         import torch
 
