@@ -52,31 +52,16 @@ def _row(job_id: int, seq: int, event: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_job_metrics(*, session: Session, job_id: int) -> dict[str, list[dict[str, Any]]]:
-    """The API's metrics body: `train` (one row a step), `eval` (one row an evaluation),
-    `memory` (one row a rank reading) and `footprint` (one row a rank)."""
-    train = _rank_zero_series(session, job_id, metrics_event.STEP)
-    evaluations = _rank_zero_series(session, job_id, metrics_event.EVAL)
-    memory = session.execute(
-        select(MetricPoint.time, MetricPoint.rank, MetricPoint.values)
-        .where(MetricPoint.job_id == job_id, MetricPoint.kind == metrics_event.MEMORY)
-        .order_by(MetricPoint.time, MetricPoint.rank)
-    )
-    return {
-        "train": _latest_per_step([{"time": time, **_pick(values, metrics_event.STEP_FIELDS)}
-                                   for time, values in train]),
-        "eval": _latest_per_step([{"time": time, **_pick(values, metrics_event.EVAL_FIELDS)}
-                                  for time, values in evaluations]),
-        "memory": [{"time": time, "rank": rank, **_pick(values, metrics_event.MEMORY_FIELDS)}
-                   for time, rank, values in memory],
-        "footprint": _latest_footprint_per_rank(session, job_id),
-    }
+    """Every point of `read_chart_metrics`, none dropped (one reading path for both)."""
+    return read_chart_metrics(session=session, job_id=job_id, max_points=ALL_POINTS)
 
 
 # The figures whose extremes survive downsampling, per series.
 TRAIN_CHART_KEYS = ("loss", "tokens_per_second", "learning_rate", "grad_norm", "step_seconds")
 EVAL_CHART_KEYS = ("eval_loss",)
 MEMORY_CHART_KEYS = ("allocated_mb", "rss_mb", "peak_reserved_mb")
-IDS_PER_QUERY = 5000  # within every database's limit on bound parameters
+IDS_PER_QUERY = 5000
+ALL_POINTS = 2**62  # a max_points no series reaches  # within every database's limit on bound parameters
 
 
 def read_chart_metrics(*, session: Session, job_id: int,
@@ -134,13 +119,6 @@ def _points_by_id(session: Session, ids: list[int]) -> list[tuple[float, int, di
     return [by_id[point_id] for point_id in ids]
 
 
-def _latest_per_step(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row a step, in step order. A job resumed from a checkpoint runs the steps after
-    it again; the rows written later (the resumed run's) are the ones that count."""
-    by_step = {row["step"]: row for row in rows}
-    return [by_step[step] for step in sorted(by_step)]
-
-
 def _latest_footprint_per_rank(session: Session, job_id: int) -> list[dict[str, Any]]:
     """Each rank's measured bytes of parameters, gradients and optimizer state (its latest
     launch's), by rank."""
@@ -151,15 +129,6 @@ def _latest_footprint_per_rank(session: Session, job_id: int) -> list[dict[str, 
     latest = {rank: values for rank, values in rows}
     return [{"rank": rank, **_pick(values, metrics_event.FOOTPRINT_FIELDS)}
             for rank, values in sorted(latest.items())]
-
-
-def _rank_zero_series(session: Session, job_id: int, kind: str):
-    return session.execute(
-        select(MetricPoint.time, MetricPoint.values)
-        .where(MetricPoint.job_id == job_id, MetricPoint.kind == kind,
-               MetricPoint.rank == TRAIN_SERIES_RANK)
-        .order_by(MetricPoint.seq)
-    )
 
 
 def _pick(values: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
