@@ -4,10 +4,11 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Body, HTTPException, Query, Request
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.artifacts import ARTIFACT_KINDS, artifact_zip
+from app.cluster_view import cluster_overview
 from app.backend_comparison import ComparisonRefused, compare_backends, compare_url
 from app.job_checkpoints import NothingToResume, list_checkpoints, resume_from_latest_checkpoint
 from app.job_compare import BadJobIds, compare_jobs, parse_job_ids
@@ -49,6 +50,14 @@ def create_job(spec: JobSpec, request: Request) -> dict[str, Any]:
     return job_to_dict(job)
 
 
+@router.get("/api/workers")
+def list_workers(request: Request) -> dict[str, Any]:
+    """Every worker from its heartbeats (state, host, queues, GPUs with free memory and the
+    job holding each), and the queued jobs with what each waits for."""
+    return cluster_overview(database=_database(request),
+                            worker_lost_seconds=request.app.state.settings.worker_lost_seconds)
+
+
 @router.get("/api/jobs")
 def list_jobs(request: Request, limit: int = Query(200, ge=1, le=1000)) -> list[dict[str, Any]]:
     with _database(request).transaction() as session:
@@ -60,15 +69,19 @@ def get_job(job_id: int, request: Request) -> dict[str, Any]:
     return job_to_dict(_load_job(request, job_id))
 
 
-@router.get("/api/jobs/{job_id}/metrics")
+@router.get("/api/jobs/{job_id}/metrics", response_class=JSONResponse)
 def get_job_metrics(job_id: int, request: Request,
                     max_points: int = Query(DEFAULT_MAX_POINTS, ge=10, le=100_000)
-                    ) -> dict[str, list[dict[str, Any]]]:
+                    ) -> JSONResponse:
     """Every series, each line downsampled on the server to at most `max_points` (min and
     max per bucket, so spikes survive; the first and last points always do)."""
     _load_job(request, job_id)
     with _database(request).transaction() as session:
-        return read_job_series(session=session, job_id=job_id, max_points=max_points)
+        series = read_job_series(session=session, job_id=job_id, max_points=max_points)
+    # Already plain JSON values (the stores turn NaN and infinity into None): handed to
+    # json.dumps as is, since jsonable_encoder walking thousands of points a request cost
+    # more than reading them.
+    return JSONResponse(series)
 
 
 @router.get("/api/jobs/{job_id}/events")

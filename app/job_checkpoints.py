@@ -55,5 +55,5 @@ def resume_from_latest_checkpoint(*, database: Database, celery_app, job_id: int
                 "checkpoint_every_steps in the spec to save them); submit its spec again instead")
         job = job_store.resume_job(session=session, job_id=job_id,
                                    checkpoint_step=checkpoints[0]["step"])
-    enqueue_job(celery_app, job_id)
+    enqueue_job(celery_app, job_id, job.spec)
     return job

@@ -39,7 +39,7 @@ def retry_job(*, database: Database, celery_app, job_id: int) -> tuple[Job, Retr
         job_store.add_job_event(session=session, job_id=job_id, kind="retry",
                                 message=f"retried as job {new_job.id} ({change.label})")
     try:
-        enqueue_job(celery_app, new_job.id)
+        enqueue_job(celery_app, new_job.id, new_job.spec)
     except Exception:  # the row is the record; a worker's start-up sweep re-sends it
         log.exception("job %s stored but not enqueued; a worker will pick it up on start",
                       new_job.id)

@@ -16,7 +16,7 @@ def submit_job(*, database: Database, celery_app, spec: JobSpec) -> Job:
     with database.transaction() as session:
         job = job_store.create_job(session=session, spec=spec)
     try:
-        enqueue_job(celery_app, job.id)
+        enqueue_job(celery_app, job.id, job.spec)
     except Exception:  # the row is the record; a worker's start-up sweep re-sends it
         log.exception("job %s stored but not enqueued; a worker will pick it up on start", job.id)
     return job

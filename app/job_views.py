@@ -23,6 +23,9 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "cancel_requested": job.cancel_requested,
         "attempts": job.attempts,
         "worker_host": job.worker_host,
+        # The worker that runs (or last ran) it, and the GPUs it holds there.
+        "worker_name": job.worker_name,
+        "gpu_indices": job.gpu_indices,
         "created_at": _iso(job.created_at),
         "started_at": _iso(job.started_at),
         "finished_at": _iso(job.finished_at),

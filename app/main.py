@@ -25,7 +25,8 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True) -> Fas
 
         from app.ui.build_ui import build_ui
 
-        blocks = build_ui(database=api.state.database, celery_app=api.state.celery_app)
+        blocks = build_ui(database=api.state.database, celery_app=api.state.celery_app,
+                          worker_lost_seconds=settings.worker_lost_seconds)
         api = gr.mount_gradio_app(api, blocks, path="/")
         _slow_down_idle_queue_polling(blocks)
     return api

@@ -79,7 +79,8 @@ def _wait_until_healthy(server: RunningServer, timeout_seconds: float) -> None:
     deadline = time.monotonic() + timeout_seconds
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
-            raise AssertionError("tunedeck up exited: " + (server.home / "up.log").read_text()[-3000:])
+            logs = "".join(log.read_text()[-3000:] for log in server.home.glob("*.log"))
+            raise AssertionError("tunedeck exited: " + logs)
         try:
             if server.http.get("/healthz").status_code == 200:
                 return
@@ -103,3 +104,35 @@ def _stop(process: subprocess.Popen) -> None:
             pass
     if process.poll() is None:
         process.wait(timeout=10)
+
+
+@contextmanager
+def running_service(command: list[str], *, home: Path, env: dict[str, str], log_name: str,
+                    cwd: Path = REPO) -> Iterator[subprocess.Popen]:
+    """One long-running `tunedeck` service (`web`, `worker`) in its own session, as a team
+    set-up runs them: each its own process, sharing the database, the broker and
+    TUNEDECK_HOME. Stopped (and every process of it gone) afterwards."""
+    full_env = {**os.environ, "TUNEDECK_HOME": str(home), "GRADIO_ANALYTICS_ENABLED": "False",
+                "OMP_NUM_THREADS": "1", **env}
+    home.mkdir(parents=True, exist_ok=True)
+    log = (home / log_name).open("ab")
+    process = subprocess.Popen([sys.executable, "-m", "tunedeck.cli", *command], cwd=cwd,
+                               env=full_env, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    try:
+        yield process
+    finally:
+        _stop(process)
+        log.close()
+
+
+@contextmanager
+def running_web(home: Path, *, env: dict[str, str],
+                startup_seconds: float = 120) -> Iterator[RunningServer]:
+    """`tunedeck web` alone on a free port (its workers are started separately)."""
+    port = free_port()
+    with running_service(["web", "--port", str(port)], home=home, env=env,
+                         log_name="web.log") as process:
+        server = RunningServer(process, f"http://127.0.0.1:{port}", home)
+        _wait_until_healthy(server, startup_seconds)
+        yield server

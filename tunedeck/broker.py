@@ -6,15 +6,16 @@ The broker only carries job ids; the database is the record of what must run.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping
 
+from tunedeck.job_placement import DEFAULT_QUEUE, broker_queue_for, worker_broker_queue
 from tunedeck.settings import Settings
 
 if TYPE_CHECKING:
     from celery import Celery
 
 RUN_JOB_TASK = "tunedeck.run_job"
-JOBS_QUEUE = "tunedeck.jobs"
+JOBS_QUEUE = broker_queue_for({"queue": DEFAULT_QUEUE})
 
 
 def make_celery(settings: Settings) -> "Celery":
@@ -36,6 +37,9 @@ def make_celery(settings: Settings) -> "Celery":
     )
     if settings.uses_embedded_broker:
         app.conf.broker_transport_options = _filesystem_transport_options(settings)
+    else:
+        app.conf.broker_transport_options = {
+            "visibility_timeout": settings.broker_visibility_timeout_seconds}
     return app
 
 
@@ -53,6 +57,13 @@ def _filesystem_transport_options(settings: Settings) -> dict:
     }
 
 
-def enqueue_job(celery_app: "Celery", job_id: int) -> None:
-    """Send the job id (never the spec) by task name; call only after the row is committed."""
-    celery_app.send_task(RUN_JOB_TASK, args=[job_id], queue=JOBS_QUEUE)
+def enqueue_job(celery_app: "Celery", job_id: int, spec: Mapping[str, Any]) -> None:
+    """Send the job id (never the spec) by task name, to the queue of the workers that may
+    run it (`spec` as stored decides: its queue or host); call only after the row is
+    committed."""
+    celery_app.send_task(RUN_JOB_TASK, args=[job_id], queue=broker_queue_for(spec))
+
+
+def send_to_worker(celery_app: "Celery", job_id: int, worker_name: str) -> None:
+    """Hand a job's id to one worker (one that has room for it)."""
+    celery_app.send_task(RUN_JOB_TASK, args=[job_id], queue=worker_broker_queue(worker_name))

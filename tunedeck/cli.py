@@ -89,9 +89,16 @@ def _run_web(arguments: argparse.Namespace) -> int:
 
     from app.main import create_app
 
+    from tunedeck.broker import enqueue_job
+    from tunedeck.cluster_sweep import Sweeper
+
     settings = _settings_with(arguments)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
-                log_level="warning")
+    app = create_app(settings)
+    # The web sweeps too: with one worker host, nobody else would see that worker die.
+    Sweeper(database=app.state.database, settings=settings,
+            send=lambda job_id, spec: enqueue_job(app.state.celery_app, job_id, spec)
+            ).start_thread()
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
     return 0
 
 

@@ -7,12 +7,15 @@ loses. The first and the last point are always kept: the chart starts where the 
 started and ends at the newest point. Pure functions; no I/O.
 
 The core works on columns (one list of numbers or None a figure), so a store can hand it
-figures straight from SQL without building a dict a point.
+figures straight from SQL without building a dict a point; the buckets' extremes are
+whole-array numpy reductions, not a Python loop a point.
 """
 from __future__ import annotations
 
 import math
 from typing import Any, Callable, Hashable, Iterable, Sequence
+
+import numpy as np
 
 DEFAULT_MAX_POINTS = 2000
 
@@ -22,22 +25,41 @@ Column = Sequence[Any]
 
 def keep_indices(columns: Sequence[Column], count: int, max_points: int) -> list[int]:
     """The sorted indices (of `count` points) to keep: at most `max_points`."""
+    return keep_positions(figure_array(columns, count), max_points).tolist()
+
+
+def figure_array(columns: Sequence[Column], count: int) -> np.ndarray:
+    """The columns as one float array, a row a figure, with NaN for a missing value (None,
+    NaN, an infinity, anything not a number)."""
+    if not columns:
+        return np.empty((0, count))
+    try:
+        # One C pass: a store's columns come out of SQL as floats and None already.
+        figures = np.array(columns, dtype=float).reshape(len(columns), count)
+    except (TypeError, ValueError):
+        figures = np.array([[value if value.__class__ in (float, int) else math.nan
+                             for value in column] for column in columns],
+                           dtype=float).reshape(len(columns), count)
+    figures[~np.isfinite(figures)] = math.nan
+    return figures
+
+
+def keep_positions(figures: np.ndarray, max_points: int) -> np.ndarray:
+    """`keep_indices` for a line given as `figure_array`: the sorted positions to keep."""
+    count = figures.shape[1]
     if count <= max_points:
-        return list(range(count))
+        return np.arange(count)
     if max_points < 3:
-        return [0, count - 1][:max(0, max_points)] if count > 1 else [0]
-    lowest_first = [_numbers_or(column, math.inf) for column in columns]
-    highest_first = [_numbers_or(column, -math.inf) for column in columns]
+        return np.array([0, count - 1][:max(0, max_points)] if count > 1 else [0], dtype=int)
     # Each bucket keeps up to two points a figure; the first and last points come on top.
-    buckets = max(1, (max_points - 2) // (2 * max(1, len(columns))))
-    kept = _bucket_extremes(lowest_first, highest_first, count, buckets)
+    buckets = max(1, (max_points - 2) // (2 * max(1, len(figures))))
+    kept = _bucket_extremes(figures, buckets)
     if len(kept) < max_points // 2:
         # Flat figures (a constant learning rate) share their points: one finer pass,
         # taken only if it stays within the limit.
-        finer = _bucket_extremes(lowest_first, highest_first, count,
-                                 buckets * (max_points - 2) // len(kept))
+        finer = _bucket_extremes(figures, buckets * (max_points - 2) // len(kept))
         kept = finer if len(finer) <= max_points else kept
-    return sorted(kept)
+    return kept
 
 
 def downsample_rows(rows: Sequence[Row], max_points: int, value_keys: Iterable[str]) -> list[Row]:
@@ -59,48 +81,52 @@ def downsample_groups(rows: Sequence[Row], max_points: int, value_keys: Iterable
     return [row for row in rows if id(row) in kept]
 
 
-def _bucket_extremes(lowest_first: list[list[float]], highest_first: list[list[float]],
-                     count: int, buckets: int) -> set[int]:
-    kept = {0, count - 1}
+def _bucket_extremes(figures: np.ndarray, buckets: int) -> np.ndarray:
+    """The first and last positions, and in each of `buckets` equal runs of the points
+    between them the first point holding each figure's minimum and maximum (a run with
+    no value at all keeps its first point, to mark where the line runs)."""
+    count = figures.shape[1]
     inner = count - 2
     buckets = max(1, min(buckets, inner))
-    for bucket in range(buckets):
-        start = 1 + bucket * inner // buckets
-        stop = 1 + (bucket + 1) * inner // buckets
-        if start >= stop:
-            continue
-        found = False
-        for low_column, high_column in zip(lowest_first, highest_first):
-            # min/max and index run in C: this loop is the hot path of a 10^5-point page.
-            low_segment, high_segment = low_column[start:stop], high_column[start:stop]
-            low, high = min(low_segment), max(high_segment)
-            if low != math.inf:
-                kept.add(start + low_segment.index(low))
-                found = True
-            if high != -math.inf:
-                kept.add(start + high_segment.index(high))
-        if not found:
-            kept.add(start)  # a bucket of empty values still marks where the line runs
-    return kept
-
-
-def _numbers_or(column: Column, missing: float) -> list[float]:
-    """The column with `missing` for None, NaN and anything not a number (one comprehension:
-    this runs over every point of a 10^5-point series)."""
-    return [value if (value.__class__ is float or value.__class__ is int) and value == value
-            else missing for value in column]
+    # Offsets into the inner points (1 .. count - 2) where each bucket starts; every bucket
+    # holds at least one point since buckets <= inner. Whole-array reductions in C: this
+    # is the hot path of a 10^5-point page.
+    offsets = np.arange(buckets) * inner // buckets
+    sizes = np.diff(offsets, append=inner)
+    positions = np.arange(inner)
+    kept = [np.array([0, count - 1]), ]
+    found = np.zeros(buckets, dtype=bool)
+    for figure in figures[:, 1:count - 1]:
+        for extreme in (np.fmin.reduceat(figure, offsets), np.fmax.reduceat(figure, offsets)):
+            # fmin/fmax skip NaN; a bucket's extreme is NaN only when it has no value.
+            holders = np.where(figure == np.repeat(extreme, sizes), positions, inner)
+            first = np.minimum.reduceat(holders, offsets)
+            kept.append(first[first < inner] + 1)
+        found |= ~np.isnan(extreme)
+    kept.append(offsets[~found] + 1)
+    return np.unique(np.concatenate(kept))
 
 
 def downsample_tuples(rows: Sequence[Sequence[Any]], *, group_width: int,
                       max_points: int) -> list[Any]:
     """For rows `(id, *group key, *figures)` in chart order (as a store selects them): the
     ids to keep, each group (a rank, a GPU) downsampled on its own, in the rows' order."""
-    groups: dict[tuple, list[Sequence[Any]]] = {}
-    for row in rows:
-        groups.setdefault(tuple(row[1:1 + group_width]), []).append(row)
-    kept: set[Any] = set()
-    for group in groups.values():
-        figures = range(1 + group_width, len(group[0]))
-        columns = [[row[position] for row in group] for position in figures]
-        kept.update(group[index][0] for index in keep_indices(columns, len(group), max_points))
-    return [row[0] for row in rows if row[0] in kept]
+    if not rows:
+        return []
+    columns = list(zip(*rows))  # transposed in C, not a Python loop a point
+    ids, keys = columns[0], columns[1:1 + group_width]
+    figures = figure_array(columns[1 + group_width:], len(rows))
+    kept = [line[keep_positions(figures[:, line], max_points)]
+            for line in _line_positions(keys, len(rows))]
+    return [ids[position] for position in np.sort(np.concatenate(kept))]
+
+
+def _line_positions(keys: Sequence[Sequence[Any]], count: int) -> list[np.ndarray]:
+    """The positions of each line's rows (rows sharing every key column), each ascending."""
+    code = np.zeros(count, dtype=np.int64)
+    for key in keys:
+        _values, inverse = np.unique(np.asarray(key), return_inverse=True)  # ints, or str
+        code = code * (int(inverse.max()) + 1) + inverse
+    order = np.argsort(code, kind="stable")
+    _codes, starts = np.unique(code[order], return_index=True)
+    return np.split(order, starts[1:])

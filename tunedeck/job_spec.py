@@ -28,6 +28,11 @@ DTYPES: tuple[str, ...] = DType.__args__
 DEFAULT_BUCKET_ELEMENTS = 500_000_000
 
 
+# A queue or host name: it becomes part of a broker queue name, so letters, digits and
+# . _ - only.
+PLACEMENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+
+
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -110,6 +115,13 @@ class JobSpec(StrictModel):
     # Save a checkpoint every N optimizer steps (0: none) and keep the newest K.
     checkpoint_every_steps: int = Field(0, ge=0, le=10_000_000)
     keep_checkpoints: int = Field(2, ge=1, le=1000)
+    # Where it runs: a worker queue (workers serve the queues TUNEDECK_WORKER_QUEUES names)
+    # or one host; with neither, any worker of the "default" queue with enough free GPUs.
+    queue: str | None = Field(None, pattern=PLACEMENT_NAME)
+    host: str | None = Field(None, pattern=PLACEMENT_NAME)
+    # When the worker running it is lost, queue it again (from its latest checkpoint, on
+    # any worker) up to this many times; 0: it fails with "worker lost".
+    max_restarts: int = Field(0, ge=0, le=100)
     lora: LoraSettings = LoraSettings()
     zero2: Zero2Settings = Zero2Settings()
     fsdp: FsdpSettings = FsdpSettings()

@@ -12,7 +12,8 @@ FINISHED_STATUSES = frozenset({SUCCEEDED, FAILED, CANCELLED})
 
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     QUEUED: frozenset({RUNNING, FAILED, CANCELLED}),
-    RUNNING: frozenset({SUCCEEDED, FAILED, CANCELLED}),
+    # Running → queued only when its worker was lost and the spec allows a restart.
+    RUNNING: frozenset({SUCCEEDED, FAILED, CANCELLED, QUEUED}),
     SUCCEEDED: frozenset(),
     # Only "Resume" takes these: the job runs again from its latest checkpoint.
     FAILED: frozenset({QUEUED}),

@@ -6,7 +6,9 @@ The caller owns the transaction.
 """
 from __future__ import annotations
 
-from sqlalchemy import select, update
+from datetime import timedelta
+
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from tunedeck.db.models import Job, JobEvent, utc_now
@@ -49,6 +51,46 @@ def list_running_jobs(*, session: Session, worker_host: str) -> list[Job]:
     return list(session.scalars(query.order_by(Job.id)))
 
 
+def list_running_jobs_of_worker(*, session: Session, worker_name: str) -> list[Job]:
+    query = select(Job).where(Job.status == RUNNING, Job.worker_name == worker_name)
+    return list(session.scalars(query.order_by(Job.id)))
+
+
+def list_queued_jobs(*, session: Session, limit: int = 100) -> list[Job]:
+    """The oldest queued jobs first."""
+    return list(session.scalars(select(Job).where(Job.status == QUEUED).order_by(Job.id)
+                                .limit(limit)))
+
+
+def take_undispatched_queued_jobs(*, session: Session, older_than_seconds: float,
+                                  limit: int = 100) -> list[Job]:
+    """Queued jobs whose id was last sent (or which were queued) longer ago than
+    `older_than_seconds`, stamped as sent now: the caller sends them again after commit.
+    Nobody holds a queued job, so a message lost with a broker restart or a dead worker
+    would otherwise strand it; a duplicate is harmless (only one claim succeeds)."""
+    cutoff = utc_now() - timedelta(seconds=older_than_seconds)
+    last_sent = func.coalesce(Job.dispatched_at, Job.updated_at)
+    jobs = list(session.scalars(select(Job).where(Job.status == QUEUED, last_sent < cutoff)
+                                .order_by(Job.id).limit(limit)))
+    if jobs:
+        session.execute(update(Job).where(Job.id.in_([job.id for job in jobs]))
+                        .values(dispatched_at=utc_now())
+                        .execution_options(synchronize_session=False))
+    return jobs
+
+
+def note_job_waiting(*, session: Session, job_id: int, reason: str) -> None:
+    """A worker saw the queued job but had no room: stamp it (so the sweep does not send it
+    again at once) and say why on its page, once per distinct reason."""
+    session.execute(update(Job).where(Job.id == job_id, Job.status == QUEUED)
+                    .values(dispatched_at=utc_now())
+                    .execution_options(synchronize_session=False))
+    last = session.scalar(select(JobEvent.message).where(JobEvent.job_id == job_id)
+                          .order_by(JobEvent.id.desc()).limit(1))
+    if last != reason:
+        add_job_event(session=session, job_id=job_id, kind="placement", message=reason)
+
+
 def add_job_event(*, session: Session, job_id: int, kind: str, message: str) -> None:
     session.add(JobEvent(job_id=job_id, kind=kind, message=message))
 
@@ -58,10 +100,16 @@ def list_job_events(*, session: Session, job_id: int, limit: int = 200) -> list[
     return list(reversed(list(session.scalars(query.limit(limit)))))
 
 
-def _transition(*, session: Session, job_id: int, target: str, **values) -> Job:
+def _transition(*, session: Session, job_id: int, target: str,
+                from_statuses: tuple[str, ...] | None = None, **values) -> Job:
+    """`from_statuses` narrows the state machine's sources where a named change means only
+    some of them (resume: failed or cancelled; a lost worker's requeue: running)."""
+    sources = sources_of(target)
+    if from_statuses is not None:
+        sources = [status for status in sources if status in from_statuses]
     result = session.execute(
         update(Job)
-        .where(Job.id == job_id, Job.status.in_(sources_of(target)))
+        .where(Job.id == job_id, Job.status.in_(sources))
         .values(status=target, updated_at=utc_now(), **values)
         .execution_options(synchronize_session=False)
     )
@@ -76,16 +124,31 @@ def _status_message(job: Job) -> str:
     return f"{job.status}: {job.error}" if job.error else job.status
 
 
-def mark_job_running(*, session: Session, job_id: int, run_dir: str, worker_host: str) -> Job:
-    """Claim a queued job; raises InvalidTransition when someone else already did."""
+def mark_job_running(*, session: Session, job_id: int, run_dir: str, worker_host: str,
+                     worker_name: str | None = None, gpu_indices: list[int] | None = None) -> Job:
+    """Claim a queued job for a worker and the GPUs it gives the job; raises
+    InvalidTransition when someone else already did."""
     return _transition(session=session, job_id=job_id, target=RUNNING, run_dir=run_dir,
-                       worker_host=worker_host, started_at=utc_now(), attempts=Job.attempts + 1)
+                       worker_host=worker_host, worker_name=worker_name, gpu_indices=gpu_indices,
+                       started_at=utc_now(), attempts=Job.attempts + 1)
+
+
+def requeue_lost_job(*, session: Session, job_id: int, reason: str) -> Job:
+    """A running job whose worker was lost, with restarts left: queued again, to continue
+    from its latest checkpoint on whichever worker claims it."""
+    job = _transition(session=session, job_id=job_id, target=QUEUED, from_statuses=(RUNNING,),
+                      worker_name=None,
+                      gpu_indices=None, launcher_pid=None, cancel_requested=False,
+                      resume_requested=True, dispatched_at=None)
+    add_job_event(session=session, job_id=job_id, kind="status", message=reason)
+    return job
 
 
 def resume_job(*, session: Session, job_id: int, checkpoint_step: int) -> Job:
     """Queue a failed or cancelled job again, to continue from its checkpoint at
     `checkpoint_step`; raises InvalidTransition for any other status."""
-    job = _transition(session=session, job_id=job_id, target=QUEUED, error=None,
+    job = _transition(session=session, job_id=job_id, target=QUEUED,
+                      from_statuses=(FAILED, CANCELLED), error=None,
                       failure_kind=None, failed_rank=None, cancel_requested=False, finished_at=None, launcher_pid=None,
                       resume_requested=True)
     add_job_event(session=session, job_id=job_id, kind="status",
@@ -135,9 +198,21 @@ def is_cancel_requested(*, session: Session, job_id: int) -> bool:
     return bool(flag)
 
 
+def run_control(*, session: Session, job_id: int, worker_name: str | None) -> tuple[bool, bool]:
+    """What a supervising worker obeys: (cancel requested, still ours). A job is no longer
+    ours once the sweep gave it up for lost (it is failed, or queued for another worker)."""
+    row = session.execute(select(Job.cancel_requested, Job.status, Job.worker_name)
+                          .where(Job.id == job_id)).one_or_none()
+    if row is None:
+        return True, False
+    cancel, status, owner = row
+    return bool(cancel), status == RUNNING and (worker_name is None or owner == worker_name)
+
+
 __all__ = [
     "JobNotFound", "InvalidTransition", "create_job", "get_job", "list_jobs",
-    "list_queued_job_ids", "list_running_jobs", "add_job_event", "list_job_events", "mark_job_running",
+    "list_queued_job_ids", "list_running_jobs", "list_running_jobs_of_worker", "list_queued_jobs",
+    "take_undispatched_queued_jobs", "note_job_waiting", "requeue_lost_job", "run_control", "add_job_event", "list_job_events", "mark_job_running",
     "resume_job",
     "record_launcher_pid", "mark_job_succeeded", "mark_job_failed", "mark_job_cancelled",
     "request_cancel", "is_cancel_requested", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED",

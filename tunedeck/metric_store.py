@@ -4,12 +4,13 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
+import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from tunedeck import metrics_event
 from tunedeck.db.models import MetricPoint
-from tunedeck.downsample import downsample_tuples
+from tunedeck.downsample import downsample_tuples, figure_array, keep_positions
 
 TRAIN_SERIES_RANK = 0  # step and eval events carry all-rank figures; rank 0's row is the job's
 
@@ -82,20 +83,31 @@ def read_chart_metrics(*, session: Session, job_id: int,
 
 def _downsampled_step_series(session: Session, job_id: int, kind: str, keys: tuple[str, ...],
                              fields: tuple[str, ...], max_points: int) -> list[dict[str, Any]]:
-    found = session.execute(
+    # Core rows, not ORM ones: this reads every point of the series.
+    found = session.connection().execute(
         select(MetricPoint.id, MetricPoint.step, *_figures(keys))
         .where(MetricPoint.job_id == job_id, MetricPoint.kind == kind,
-               MetricPoint.rank == TRAIN_SERIES_RANK)
+               MetricPoint.rank == TRAIN_SERIES_RANK, MetricPoint.step.is_not(None))
         .order_by(MetricPoint.seq)).all()
-    latest = {row[1]: row for row in found if row[1] is not None}  # a resumed run's rows win
-    ordered = [(row[0], *row[2:]) for _step, row in sorted(latest.items())]
-    kept = downsample_tuples(ordered, group_width=0, max_points=max_points)
+    if not found:
+        return []
+    ids, steps, *figures = zip(*found)
+    latest = _latest_per_step(np.array(steps))  # a resumed run's rows win
+    kept = latest[keep_positions(figure_array(figures, len(found))[:, latest], max_points)]
     return [{"time": time, **_pick(values, fields)}
-            for time, _rank, values in _points_by_id(session, kept)]
+            for time, _rank, values in _points_by_id(session, [ids[position] for position in kept])]
+
+
+def _latest_per_step(steps: np.ndarray) -> np.ndarray:
+    """Positions (of rows in line order) of each step's last row, in step order: a step
+    run again after a resume counts once, with the later values."""
+    order = np.argsort(steps, kind="stable")  # stable: a step's rows stay in line order
+    ordered = steps[order]
+    return order[np.append(ordered[1:] != ordered[:-1], True)]
 
 
 def _downsampled_memory(session: Session, job_id: int, max_points: int) -> list[dict[str, Any]]:
-    found = session.execute(
+    found = session.connection().execute(
         select(MetricPoint.id, MetricPoint.rank, *_figures(MEMORY_CHART_KEYS))
         .where(MetricPoint.job_id == job_id, MetricPoint.kind == metrics_event.MEMORY)
         .order_by(MetricPoint.time, MetricPoint.rank)).all()
@@ -113,7 +125,7 @@ def _points_by_id(session: Session, ids: list[int]) -> list[tuple[float, int, di
     by_id = {}
     for start in range(0, len(ids), IDS_PER_QUERY):
         by_id.update((point_id, (time, rank, values)) for point_id, time, rank, values in
-                     session.execute(select(MetricPoint.id, MetricPoint.time, MetricPoint.rank,
+                     session.connection().execute(select(MetricPoint.id, MetricPoint.time, MetricPoint.rank,
                                             MetricPoint.values)
                                      .where(MetricPoint.id.in_(ids[start:start + IDS_PER_QUERY]))))
     return [by_id[point_id] for point_id in ids]

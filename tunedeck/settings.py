@@ -19,7 +19,30 @@ class Settings(BaseSettings):
     broker_url: str | None = Field(None, description="Celery broker; default a folder under home")
     host: str = "127.0.0.1"
     port: int = Field(7860, ge=1, le=65535)
-    worker_concurrency: int = Field(1, ge=1, le=64, description="jobs one worker runs at once")
+    worker_concurrency: int | None = Field(
+        None, ge=1, le=64,
+        description="jobs one worker runs at once; default: one per GPU (1 on a host without GPUs)")
+    worker_name: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,200}$",
+        description="this worker's name on the cluster page; default QUEUES@HOSTNAME")
+    worker_queues: str = Field(
+        "default", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}(,[A-Za-z0-9][A-Za-z0-9_.-]{0,127})*$",
+        description="comma-separated job queues this worker serves (a job's spec names one)")
+    worker_gpus: str | None = Field(
+        None, description="the GPUs this worker hands out (comma-separated CUDA ids); "
+                          "default: every GPU it sees (CUDA_VISIBLE_DEVICES or NVML)")
+    broker_visibility_timeout_seconds: float = Field(
+        3600.0, gt=0, le=7 * 24 * 3600,
+        description="Redis: an unacknowledged message goes to another worker after this long "
+                    "(jobs are acknowledged when they start, so a long job never runs twice)")
+    heartbeat_seconds: float = Field(5.0, gt=0, le=60, description="how often a worker reports")
+    # 20 s plus one heartbeat interval of sweep delay stays within the promised 30 s.
+    worker_lost_seconds: float = Field(
+        20.0, gt=0, le=3600,
+        description="a worker silent this long is lost: its jobs fail or restart")
+    redispatch_seconds: float = Field(
+        30.0, gt=0, le=3600,
+        description="a queued job nobody claimed is sent to the broker again after this long")
     poll_seconds: float = Field(0.5, gt=0, le=10, description="how often the worker tails metrics")
     cancel_grace_seconds: float = Field(10.0, ge=0, le=600)
     torch_extensions_dir: Path = Field(
@@ -50,6 +73,10 @@ class Settings(BaseSettings):
     @property
     def uses_embedded_broker(self) -> bool:
         return self.broker_url is None
+
+    @property
+    def worker_queue_list(self) -> list[str]:
+        return [queue for queue in self.worker_queues.split(",") if queue]
 
     def run_dir_for(self, job_id: int) -> Path:
         return self.runs_dir / f"job-{job_id}"

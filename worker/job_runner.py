@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from sqlalchemy.exc import DBAPIError
+
 from tunedeck import job_store, metric_store, metrics_event, sample_store
 from tunedeck.backend_config import backend_config, build_torchrun_argv
 from tunedeck.db.engine import Database
@@ -25,9 +27,11 @@ from tunedeck.run_folder import RunFolder, write_run_folder
 from tunedeck.settings import Settings
 from worker.failure_triage import FailureEvidence, FailureReason, classify_failure, describe_failure
 from worker.input_check import find_input_problems
+from worker.job_claim import Claim, claim_job
 from worker.metrics_tail import MetricsTail
 from worker.process_group import JobProcesses, start_process_group
 from worker.sampler import JobSampler
+from worker.worker_identity import WorkerIdentity
 
 log = logging.getLogger(__name__)
 LOG_TAIL_LINES = 30
@@ -48,6 +52,14 @@ class Supervision:
 
     cancelled: bool = False
     stopped_by_shutdown: bool = False
+    # The sweep gave the job up while we ran it (our heartbeats stopped reaching the
+    # database): it is failed or queued for another worker, and its row is not ours.
+    taken_away: bool = False
+    # What was read from the run folder but not stored yet: the database did not answer.
+    # Kept (and retried every poll) until it does, so an outage loses no metric point.
+    pending_events: list[tuple[int, dict]] = field(default_factory=list)
+    pending_samples: list[dict] = field(default_factory=list)
+    database_down_since: float | None = None
     error_notices: list[tuple[float, int, str]] = field(default_factory=list)
     # Per rank, the last line an earlier launch of this job stored (a resumed job's files
     # grow on): its notices are events already, and must not be told twice.
@@ -59,35 +71,42 @@ def never() -> bool:
 
 
 def run_job(job_id: int, *, settings: Settings, database: Database,
-            shutdown_requested: Callable[[], bool] = never) -> str:
+            shutdown_requested: Callable[[], bool] = never,
+            identity: WorkerIdentity | None = None,
+            hand_on: Callable[[int, str], None] | None = None) -> str:
     """Run a queued job to its end; returns its final status (or its current one if it
-    was not ours to run: already claimed, cancelled, or finished). When
-    `shutdown_requested()` turns true, the job is stopped and marked failed."""
+    was not ours to run: already claimed, cancelled, finished, or waiting for GPUs).
+    A job this worker has no room for goes to `hand_on(job_id, worker_name)` when another
+    worker has. When `shutdown_requested()` turns true, the job is stopped and marked failed."""
+    identity = identity or WorkerIdentity.from_settings(settings)
     run = RunFolder(settings.run_dir_for(job_id))
-    try:
-        with database.transaction() as session:
-            job = job_store.mark_job_running(session=session, job_id=job_id, run_dir=str(run.path),
-                                             worker_host=socket.gethostname())
-            spec = JobSpec.model_validate(job.spec)
-            resume = job.resume_requested
-    except (InvalidTransition, job_store.JobNotFound) as reason:
-        log.info("not running job %s: %s", job_id, reason)
-        return getattr(reason, "current", "missing")
-    outcome = _launch_and_supervise(job_id, spec, run, settings=settings, database=database,
-                                    shutdown_requested=shutdown_requested, resume=resume)
-    _record_outcome(job_id, outcome, database=database)
+    claim = claim_job(job_id, identity=identity, database=database, run_dir=str(run.path),
+                      worker_lost_seconds=settings.worker_lost_seconds)
+    if claim.spec is None:
+        if claim.hand_on_to and hand_on is not None:
+            hand_on(job_id, claim.hand_on_to)
+        log.info("not running job %s here: %s%s", job_id, claim.status,
+                 f" (handed on to {claim.hand_on_to})" if claim.hand_on_to else "")
+        return claim.status
+    outcome = _launch_and_supervise(job_id, claim, run, identity=identity, settings=settings,
+                                    database=database, shutdown_requested=shutdown_requested)
+    if outcome.status != "taken_away":
+        _record_outcome(job_id, outcome, database=database)
     return outcome.status
 
 
-def _launch_and_supervise(job_id: int, spec: JobSpec, run: RunFolder, *, settings: Settings,
-                          database: Database, shutdown_requested: Callable[[], bool],
-                          resume: bool = False) -> JobOutcome:
+def _launch_and_supervise(job_id: int, claim: Claim, run: RunFolder, *,
+                          identity: WorkerIdentity, settings: Settings, database: Database,
+                          shutdown_requested: Callable[[], bool]) -> JobOutcome:
+    spec = claim.spec
+    assert spec is not None
     problems = find_input_problems(spec)
     if problems:
         return JobOutcome("failed", "\n".join(problems),
                           classify_failure(FailureEvidence(input_problems=tuple(problems))))
     try:
-        argv, env = _prepare_run_folder(spec, run, settings, resume=resume)
+        argv, env = _prepare_run_folder(spec, run, settings, resume=claim.resume,
+                                        gpus=_visible_devices(identity, claim.gpus))
         # The worker's own folder, so relative model and dataset paths mean what the check saw.
         process = start_process_group(argv, cwd=Path.cwd(), env=env, log_file=run.launcher_log_file)
     except OSError as error:
@@ -97,13 +116,24 @@ def _launch_and_supervise(job_id: int, spec: JobSpec, run: RunFolder, *, setting
     processes = JobProcesses(process)
     try:
         supervision = _supervise(job_id, processes, run, settings=settings, database=database,
-                                 shutdown_requested=shutdown_requested)
+                                 shutdown_requested=shutdown_requested, launch_env=env,
+                                 worker_name=identity.name)
     finally:
         processes.kill()  # nothing of the job outlives its supervision
+    if supervision.taken_away:
+        return JobOutcome("taken_away")
     return _judge(process.returncode, supervision, run)
 
 
-def _prepare_run_folder(spec: JobSpec, run: RunFolder, settings: Settings, *, resume: bool):
+def _visible_devices(identity: WorkerIdentity, gpus: list[int] | None) -> str | None:
+    """The CUDA_VISIBLE_DEVICES of a job holding `gpus` (None on a host without GPUs)."""
+    if identity.gpu_ids is None or not gpus:
+        return None
+    return identity.cuda_visible_devices(gpus)
+
+
+def _prepare_run_folder(spec: JobSpec, run: RunFolder, settings: Settings, *, resume: bool,
+                        gpus: str | None = None):
     """Write spec, config and launch record. A resumed job keeps its folder's checkpoints,
     metrics and logs: the trainer continues from the latest checkpoint, and each rank's
     metrics file grows on, so no point is ingested twice."""
@@ -112,6 +142,8 @@ def _prepare_run_folder(spec: JobSpec, run: RunFolder, settings: Settings, *, re
         torchrun = shutil.which("torchrun") or "torchrun"
     argv = build_torchrun_argv(spec, str(run.path), torchrun=torchrun, resume=resume)
     launch_env = _launch_environment(spec, settings)
+    if gpus is not None:  # the job's GPUs only: another job on this host holds the others
+        launch_env["CUDA_VISIBLE_DEVICES"] = gpus
     write_run_folder(run, spec_json=spec.model_dump(mode="json"), backend=spec.backend,
                      backend_config=backend_config(spec),
                      launch={"argv": argv, "env": launch_env, "cwd": str(Path.cwd())})
@@ -140,10 +172,12 @@ PROCESS_SCAN_SECONDS = 5.0  # ranks start once; scanning /proc every poll would 
 
 def _supervise(job_id: int, processes: JobProcesses, run: RunFolder, *, settings: Settings,
                database: Database, shutdown_requested: Callable[[], bool],
-               sampler: JobSampler | None = None) -> Supervision:
+               sampler: JobSampler | None = None, launch_env: dict[str, str] | None = None,
+               worker_name: str | None = None) -> Supervision:
     tail = MetricsTail(run)
-    # The launch environment is ours plus TuneDeck's keys, so its CUDA_VISIBLE_DEVICES is ours.
-    sampler = sampler or JobSampler.for_launch(host=socket.gethostname(), launch_env=dict(os.environ))
+    # The job's own CUDA_VISIBLE_DEVICES: the GPUs it was given, not all of the worker's.
+    sampler = sampler or JobSampler.for_launch(host=socket.gethostname(),
+                                               launch_env=launch_env or dict(os.environ))
     with database.transaction() as session:
         supervision = Supervision(stored_lines=metric_store.last_seq_by_rank(session=session,
                                                                              job_id=job_id))
@@ -154,42 +188,94 @@ def _supervise(job_id: int, processes: JobProcesses, run: RunFolder, *, settings
             processes.refresh()
             last_scan = time.monotonic()
         samples = sampler.sample_if_due(processes.known_pids())  # at most once a second
-        cancel_requested = _ingest_and_read_cancel_flag(job_id, tail, supervision, database=database,
-                                                        samples=samples)
+        cancel_requested, ours = _ingest_and_read_control(job_id, tail, supervision,
+                                                          database=database, samples=samples,
+                                                          worker_name=worker_name)
         if finished:
+            _drain(job_id, tail, supervision, database=database, worker_name=worker_name)
             return supervision
-        if cancel_requested or shutdown_requested():
-            supervision.cancelled = cancel_requested
-            supervision.stopped_by_shutdown = not cancel_requested
+        if cancel_requested or shutdown_requested() or not ours:
+            supervision.taken_away = not ours
+            supervision.cancelled = cancel_requested and ours
+            supervision.stopped_by_shutdown = not cancel_requested and ours
             processes.stop(grace_seconds=settings.cancel_grace_seconds)
-            _ingest_and_read_cancel_flag(job_id, tail, supervision, database=database)
+            _drain(job_id, tail, supervision, database=database, worker_name=worker_name)
             return supervision
         time.sleep(settings.poll_seconds)
 
 
-def _ingest_and_read_cancel_flag(job_id: int, tail: MetricsTail, supervision: Supervision, *,
-                                 database: Database, samples: list[dict] = ()) -> bool:
-    """One transaction a poll: store the new metric lines and samples, read the cancel flag."""
-    events = tail.read_new_events()
-    with database.transaction() as session:
-        sample_store.add_samples(session=session, job_id=job_id, samples=samples)
-        if events:
-            metric_store.add_metric_points(session=session, job_id=job_id, events=events)
-        for seq, event in events:
-            already_told = seq <= supervision.stored_lines.get(event["rank"], -1)
-            if event["kind"] == metrics_event.NOTICE and not already_told:
-                _record_notice(job_id, event, supervision, session=session)
-        return job_store.is_cancel_requested(session=session, job_id=job_id)
+# How long a finished job's worker keeps retrying a database that does not answer, to
+# store the last lines and the outcome, before it gives up (and logs what it could not store).
+DATABASE_RETRY_SECONDS = 600.0
+DATABASE_RETRY_INTERVAL = 2.0
 
 
-def _record_notice(job_id: int, event: dict, supervision: Supervision, *, session) -> None:
+def _drain(job_id: int, tail: MetricsTail, supervision: Supervision, *, database: Database,
+           worker_name: str | None) -> None:
+    """Store the job's last lines, waiting out a database outage."""
+    deadline = time.monotonic() + DATABASE_RETRY_SECONDS
+    _ingest_and_read_control(job_id, tail, supervision, database=database, worker_name=worker_name)
+    while supervision.database_down_since is not None and time.monotonic() < deadline:
+        time.sleep(DATABASE_RETRY_INTERVAL)
+        _ingest_and_read_control(job_id, tail, supervision, database=database,
+                                 worker_name=worker_name)
+    if supervision.pending_events:
+        log.error("job %s: %d metric lines could not be stored; they stay in %s", job_id,
+                  len(supervision.pending_events), tail.run_path)
+
+
+# Samples are a view of the moment; while the database is away only the newest are kept
+# (about ten minutes of one GPU host). Metric lines are all kept.
+MAX_PENDING_SAMPLES = 10_000
+
+
+def _ingest_and_read_control(job_id: int, tail: MetricsTail, supervision: Supervision, *,
+                             database: Database, samples: list[dict] = (),
+                             worker_name: str | None = None) -> tuple[bool, bool]:
+    """One transaction a poll: store the new metric lines and samples (and any left from
+    polls the database did not answer), read whether the job is to be cancelled and
+    whether it is still ours. With the database away, the job runs on and the lines wait."""
+    supervision.pending_events.extend(tail.read_new_events())
+    supervision.pending_samples.extend(samples)
+    del supervision.pending_samples[:-MAX_PENDING_SAMPLES]
+    events = supervision.pending_events
+    try:
+        with database.transaction() as session:
+            sample_store.add_samples(session=session, job_id=job_id,
+                                     samples=supervision.pending_samples)
+            if events:  # idempotent per (rank, line): a retried batch is stored once
+                metric_store.add_metric_points(session=session, job_id=job_id, events=events)
+            error_notices = [_record_notice(job_id, event, session=session)
+                             for seq, event in events
+                             if event["kind"] == metrics_event.NOTICE
+                             and seq > supervision.stored_lines.get(event["rank"], -1)]
+            control = job_store.run_control(session=session, job_id=job_id,
+                                            worker_name=worker_name)
+    except DBAPIError as error:
+        if supervision.database_down_since is None:
+            supervision.database_down_since = time.monotonic()
+            log.warning("job %s: the database did not answer (%s); keeping its metric lines "
+                        "until it does", job_id, error.__class__.__name__)
+        return False, True
+    if supervision.database_down_since is not None:
+        log.warning("job %s: the database is back after %.0f s; %d buffered lines stored",
+                    job_id, time.monotonic() - supervision.database_down_since, len(events))
+        supervision.database_down_since = None
+    supervision.error_notices.extend(notice for notice in error_notices if notice is not None)
+    supervision.pending_events, supervision.pending_samples = [], []
+    return control
+
+
+def _record_notice(job_id: int, event: dict, *, session) -> tuple[float, int, str] | None:
+    """Store a notice as a job event; an error notice is also returned, for the triage."""
     message = str(event.get("message", ""))
     if event.get("level") == "error":
-        supervision.error_notices.append((event["time"], event["rank"], message))
         job_store.add_job_event(session=session, job_id=job_id, kind="error",
                                 message=f"rank {event['rank']}: {message}")
-    elif event["rank"] == 0:
+        return event["time"], event["rank"], message
+    if event["rank"] == 0:
         job_store.add_job_event(session=session, job_id=job_id, kind="notice", message=message)
+    return None
 
 
 def _judge(returncode: int | None, supervision: Supervision, run: RunFolder) -> JobOutcome:
@@ -229,6 +315,19 @@ def read_log_tail(run: RunFolder, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def _record_outcome(job_id: int, outcome: JobOutcome, *, database: Database) -> None:
+    """Store how the job ended, waiting out a database outage (the row is the record)."""
+    deadline = time.monotonic() + DATABASE_RETRY_SECONDS
+    while True:
+        try:
+            return _store_outcome(job_id, outcome, database=database)
+        except DBAPIError:
+            if time.monotonic() > deadline:
+                raise
+            log.warning("job %s: the database did not answer; retrying its outcome", job_id)
+            time.sleep(DATABASE_RETRY_INTERVAL)
+
+
+def _store_outcome(job_id: int, outcome: JobOutcome, *, database: Database) -> None:
     with database.transaction() as session:
         try:
             if outcome.status == "succeeded":

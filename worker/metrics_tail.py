@@ -14,6 +14,10 @@ class MetricsTail:
         self._offsets: dict[int, int] = {}
         self._line_counts: dict[int, int] = {}
 
+    @property
+    def run_path(self) -> Path:
+        return self._run.path
+
     def read_new_events(self) -> list[tuple[int, dict[str, Any]]]:
         """(seq, event) for every complete line written since the last call, all ranks."""
         events: list[tuple[int, dict[str, Any]]] = []

@@ -1,26 +1,25 @@
 """What a worker settles when it starts: jobs its host was running when a previous worker
-died. Their launcher is gone, so nothing will ever finish them; say so on the row."""
+died. Their launcher is gone, so nothing will ever finish them: they are failed as
+"worker lost", or queued again where their spec allows restarts."""
 from __future__ import annotations
 
 import psutil
 from sqlalchemy.orm import Session
 
 from tunedeck import job_store
-from tunedeck.failure_kinds import WORKER_LOST
+from tunedeck.cluster_sweep import SweepResult, give_up_job
 
 
-def fail_jobs_whose_launcher_is_gone(*, session: Session, worker_host: str) -> list[int]:
-    failed = []
+def settle_jobs_whose_launcher_is_gone(*, session: Session, worker_host: str) -> SweepResult:
+    """The caller sends `to_send` (the jobs queued again) once the transaction commits."""
+    result = SweepResult()
     for job in job_store.list_running_jobs(session=session, worker_host=worker_host):
         if _launcher_alive(job.launcher_pid, job.run_dir):
             continue  # another worker on this host still runs it
-        job_store.mark_job_failed(
-            session=session, job_id=job.id,
-            error=f"worker lost: the worker on {worker_host} stopped while the job ran, "
-                  "and none of the job's processes is left",
-            failure_kind=WORKER_LOST)
-        failed.append(job.id)
-    return failed
+        give_up_job(session=session, job=job, result=result,
+                    why=f"worker lost: the worker on {worker_host} stopped while the job ran, "
+                        "and none of the job's processes is left")
+    return result
 
 
 def _launcher_alive(pid: int | None, run_dir: str | None) -> bool:

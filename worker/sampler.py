@@ -94,6 +94,8 @@ class JobSampler:
         for rank, process in sorted(self._rank_processes(pids).items()):
             try:
                 with process.oneshot():
+                    if process.status() == psutil.STATUS_ZOMBIE:
+                        continue  # it has exited: its memory reads 0, which is no reading
                     values = {"pid": process.pid,
                               "rss_mb": process.memory_info().rss / BYTES_PER_MB,
                               "cpu_percent": process.cpu_percent(interval=None)}

@@ -1,18 +1,20 @@
 """The Celery app of a worker host and its one task, as thin as a web view."""
 from __future__ import annotations
 
-import socket
 import threading
 from functools import lru_cache
 
 from celery.signals import worker_ready, worker_shutting_down
 
-from tunedeck import job_store
-from tunedeck.broker import RUN_JOB_TASK, enqueue_job, make_celery
+from tunedeck.broker import RUN_JOB_TASK, enqueue_job, make_celery, send_to_worker
 from tunedeck.db.engine import Database
+from tunedeck.job_states import FINISHED_STATUSES
 from tunedeck.settings import load_settings
+from worker.heartbeat import Heartbeat
+from worker.job_claim import jobs_to_offer
 from worker.job_runner import run_job
-from worker.recovery import fail_jobs_whose_launcher_is_gone
+from worker.recovery import settle_jobs_whose_launcher_is_gone
+from worker.worker_identity import WorkerIdentity
 
 settings = load_settings()
 celery_app = make_celery(settings)
@@ -26,24 +28,49 @@ def worker_database() -> Database:
     return Database(settings.resolved_database_url)
 
 
+@lru_cache(maxsize=1)
+def worker_identity() -> WorkerIdentity:
+    return WorkerIdentity.from_settings(settings)
+
+
+@lru_cache(maxsize=1)
+def heartbeat() -> Heartbeat:
+    return Heartbeat(identity=worker_identity(), settings=settings, database=worker_database(),
+                     send=lambda job_id, spec: enqueue_job(celery_app, job_id, spec))
+
+
+def hand_on(job_id: int, worker_name: str) -> None:
+    send_to_worker(celery_app, job_id, worker_name)
+
+
 @celery_app.task(name=RUN_JOB_TASK)
 def run_job_task(job_id: int) -> str:
-    return run_job(job_id, settings=settings, database=worker_database(),
-                   shutdown_requested=shutdown_requested.is_set)
+    status = run_job(job_id, settings=settings, database=worker_database(),
+                     shutdown_requested=shutdown_requested.is_set, identity=worker_identity(),
+                     hand_on=hand_on)
+    if status in FINISHED_STATUSES and not shutdown_requested.is_set():
+        # Its GPUs are free again: jobs waiting for them get a turn now.
+        for waiting_job_id in jobs_to_offer(identity=worker_identity(), database=worker_database()):
+            hand_on(waiting_job_id, worker_identity().name)
+    return status
 
 
 @worker_shutting_down.connect
 def stop_running_jobs(**_kwargs) -> None:
     shutdown_requested.set()
+    heartbeat().stop()
 
 
 @worker_ready.connect
 def settle_jobs_at_start(**_kwargs) -> None:
-    """Settle this host's jobs whose worker died, then re-send every queued job: a message
-    lost with a dead worker or a broker restart must not strand a job. Duplicates are
-    harmless: only one claim succeeds."""
+    """Settle this host's jobs whose worker died, start the heartbeat, then re-send every
+    queued job this worker serves: a message lost with a dead worker or a broker restart
+    must not strand a job. Duplicates are harmless: only one claim succeeds."""
+    identity = worker_identity()
     with worker_database().transaction() as session:
-        fail_jobs_whose_launcher_is_gone(session=session, worker_host=socket.gethostname())
-        queued_job_ids = job_store.list_queued_job_ids(session=session)
-    for job_id in queued_job_ids:
-        enqueue_job(celery_app, job_id)
+        settled = settle_jobs_whose_launcher_is_gone(session=session, worker_host=identity.host)
+    for job_id, spec in settled.to_send:
+        enqueue_job(celery_app, job_id, spec)
+    heartbeat().start()
+    for job_id in jobs_to_offer(identity=identity, database=worker_database(), limit=1000):
+        hand_on(job_id, identity.name)

@@ -7,18 +7,23 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import gradio as gr  # noqa: E402
 
+from app.ui.tabs.cluster import build_cluster_tab  # noqa: E402
 from app.ui.tabs.compare import build_compare_tab  # noqa: E402
 from app.ui.tabs.job_page import build_job_page_tab  # noqa: E402
 from app.ui.tabs.jobs import build_jobs_tab  # noqa: E402
 from app.ui.tabs.new_job import build_new_job_tab  # noqa: E402
+from tunedeck.settings import Settings  # noqa: E402
 
 NEW_JOB_TAB = "new-job"
 JOBS_TAB = "jobs"
 JOB_TAB = "job"
 COMPARE_TAB = "compare"
+CLUSTER_TAB = "cluster"
+DEFAULT_WORKER_LOST_SECONDS = Settings.model_fields["worker_lost_seconds"].default
 
 
-def build_ui(*, database, celery_app) -> gr.Blocks:
+def build_ui(*, database, celery_app,
+             worker_lost_seconds: float = DEFAULT_WORKER_LOST_SECONDS) -> gr.Blocks:
     """The whole UI. Nothing here is shared between browsers but the database and broker."""
     with gr.Blocks(title="TuneDeck", analytics_enabled=False) as blocks:
         gr.Markdown("# TuneDeck\nLaunch LoRA and full fine-tunes on DeepSpeed ZeRO-2 or "
@@ -33,6 +38,8 @@ def build_ui(*, database, celery_app) -> gr.Blocks:
                 job_page = build_job_page_tab(database=database, celery_app=celery_app)
             with gr.Tab("Compare", id=COMPARE_TAB, elem_id="tab-compare"):
                 compare = build_compare_tab(database=database)
+            with gr.Tab("Cluster", id=CLUSTER_TAB, elem_id="tab-cluster"):
+                build_cluster_tab(database=database, worker_lost_seconds=worker_lost_seconds)
         new_job.submitted.then(open_job, new_job.submitted_job_id, [job_page.job_id, tabs],
                                show_progress="hidden")
         jobs.selected.then(open_job, jobs.selected_job_id, [job_page.job_id, tabs],

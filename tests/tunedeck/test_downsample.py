@@ -1,7 +1,8 @@
 """Min/max-per-bucket downsampling keeps the ends and the extremes, and stays within bounds."""
 import math
+import random
 
-from tunedeck.downsample import downsample_groups, downsample_rows
+from tunedeck.downsample import downsample_groups, downsample_rows, downsample_tuples, keep_indices
 
 
 def _rows(count, spike_at=None):
@@ -54,3 +55,52 @@ def test_each_group_is_downsampled_on_its_own():
     by_rank = {rank: [row for row in kept if row["rank"] == rank] for rank in (0, 1)}
     assert all(len(line) <= 100 for line in by_rank.values())
     assert by_rank[0][-1]["mb"] == 9998.0 and by_rank[1][-1]["mb"] == 9999.0
+
+
+def _loop_keep_indices(columns, count, max_points):
+    """The plain per-bucket loop the numpy reductions replaced: first holder of each bucket's
+    min and max, None/NaN skipped, an all-empty bucket keeps its first point."""
+    def extremes(buckets):
+        kept, inner = {0, count - 1}, count - 2
+        buckets = max(1, min(buckets, inner))
+        for bucket in range(buckets):
+            start, stop = 1 + bucket * inner // buckets, 1 + (bucket + 1) * inner // buckets
+            found = False
+            for column in columns:
+                values = [(value, index) for index, value in enumerate(column[start:stop], start)
+                          if value is not None and value == value]
+                if values:
+                    found = True
+                    kept.add(min(values)[1])
+                    kept.add(min(values, key=lambda pair: (-pair[0], pair[1]))[1])
+            if not found:
+                kept.add(start)
+        return kept
+    buckets = max(1, (max_points - 2) // (2 * max(1, len(columns))))
+    kept = extremes(buckets)
+    if len(kept) < max_points // 2:
+        finer = extremes(buckets * (max_points - 2) // len(kept))
+        kept = finer if len(finer) <= max_points else kept
+    return sorted(kept)
+
+
+def test_the_vectorised_buckets_keep_what_a_plain_loop_keeps():
+    generator = random.Random(5)
+    for count, max_points in ((5000, 300), (1234, 100), (999, 50), (20_000, 2000)):
+        columns = [
+            [generator.choice([None, float("nan"), 1.0, 2.0, generator.random()]) for _ in range(count)],
+            [3.0] * count,  # flat: shares its points, so the finer pass runs
+            [generator.randint(0, 5) for _ in range(count)],  # ties: the first holder is kept
+            [None] * (count // 2) + [generator.gauss(0, 1) for _ in range(count - count // 2)],
+        ]
+        assert keep_indices(columns, count, max_points) == _loop_keep_indices(columns, count, max_points)
+
+
+def test_lines_keyed_by_several_columns_are_downsampled_apart():
+    rows = [(step * 4 + line, "a" if line < 2 else "b", line % 2, float(step % 7))
+            for step in range(1000) for line in range(4)]
+    kept = downsample_tuples(rows, group_width=2, max_points=20)
+    assert kept == sorted(kept)
+    for line in range(4):
+        mine = [point_id for point_id in kept if point_id % 4 == line]
+        assert 2 < len(mine) <= 20 and mine[0] == line and mine[-1] == 999 * 4 + line

@@ -48,3 +48,21 @@ def test_an_infinite_gradient_norm_reads_back_as_null(database):
         metric_store.add_metric_points(session=session, job_id=job_id, events=[(0, decode_event(line))])
         train = metric_store.read_job_metrics(session=session, job_id=job_id)["train"]
     assert train[0]["grad_norm"] is None and train[0]["loss"] == 2.0
+
+
+def test_a_downsampled_series_keeps_the_resumed_runs_values_not_the_ones_it_replaced(database):
+    with database.transaction() as session:
+        job_id = job_store.create_job(session=session, spec=JobSpec(max_steps=3000)).id
+    # Steps 1-2000 with a spike at 1500; killed, resumed from step 1000: 1000-3000 again.
+    first = [(step, 50.0 if step == 1500 else 2.0) for step in range(1, 2001)]
+    again = [(step, 1.0) for step in range(1000, 3001)]
+    events = [(seq, {"kind": "step", "rank": 0, "time": float(seq), "step": step, "loss": loss})
+              for seq, (step, loss) in enumerate(first + again)]
+    with database.transaction() as session:
+        metric_store.add_metric_points(session=session, job_id=job_id, events=events)
+        train = metric_store.read_chart_metrics(session=session, job_id=job_id, max_points=100)["train"]
+    steps = [row["step"] for row in train]
+    assert len(train) <= 100 and steps == sorted(set(steps))
+    assert steps[0] == 1 and steps[-1] == 3000
+    assert max(row["loss"] for row in train) == 2.0  # the replaced spike is gone
+    assert all(row["loss"] == 1.0 for row in train if row["step"] >= 1000)

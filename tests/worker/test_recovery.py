@@ -1,15 +1,18 @@
-"""A worker that starts fails the jobs its host was running when an earlier worker died."""
+"""A worker that starts settles the jobs its host was running when an earlier worker died:
+failed as "worker lost", or queued again when the spec allows restarts."""
 import subprocess
 import sys
 
 from tunedeck import job_store
 from tunedeck.job_spec import JobSpec
-from worker.recovery import fail_jobs_whose_launcher_is_gone
+from worker.recovery import settle_jobs_whose_launcher_is_gone
 
 
-def running_job(database, *, host: str, run_dir: str, launcher_pid: int | None) -> int:
+def running_job(database, *, host: str, run_dir: str, launcher_pid: int | None,
+                max_restarts: int = 0) -> int:
     with database.transaction() as session:
-        job_id = job_store.create_job(session=session, spec=JobSpec(max_steps=1)).id
+        spec = JobSpec(max_steps=1, max_restarts=max_restarts)
+        job_id = job_store.create_job(session=session, spec=spec).id
         job_store.mark_job_running(session=session, job_id=job_id, run_dir=run_dir, worker_host=host)
         if launcher_pid is not None:
             job_store.record_launcher_pid(session=session, job_id=job_id, launcher_pid=launcher_pid)
@@ -39,8 +42,9 @@ def test_jobs_of_a_dead_launcher_fail_and_live_or_foreign_ones_stay(database, tm
         elsewhere = running_job(database, host="gpu-2", run_dir=str(tmp_path / "job-2"),
                                 launcher_pid=dead.pid)
         with database.transaction() as session:
-            failed = fail_jobs_whose_launcher_is_gone(session=session, worker_host="gpu-1")
-        assert sorted(failed) == sorted([lost, never_launched, reused_pid])
+            settled = settle_jobs_whose_launcher_is_gone(session=session, worker_host="gpu-1")
+        assert sorted(settled.failed_jobs) == sorted([lost, never_launched, reused_pid])
+        assert settled.to_send == []
         status, error = status_and_error(database, lost)
         assert status == "failed" and error.startswith("worker lost: the worker on gpu-1 stopped")
         with database.transaction() as session:
@@ -50,3 +54,25 @@ def test_jobs_of_a_dead_launcher_fail_and_live_or_foreign_ones_stay(database, tm
     finally:
         live.kill()
         live.wait()
+
+
+def test_a_job_with_restarts_left_is_queued_again_to_resume(database, tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    job_id = running_job(database, host="gpu-1", run_dir=str(tmp_path / "job"),
+                         launcher_pid=dead.pid, max_restarts=1)
+    with database.transaction() as session:
+        settled = settle_jobs_whose_launcher_is_gone(session=session, worker_host="gpu-1")
+    assert settled.failed_jobs == [] and [sent for sent, _spec in settled.to_send] == [job_id]
+    with database.transaction() as session:
+        job = job_store.get_job(session=session, job_id=job_id)
+        assert (job.status, job.resume_requested, job.worker_name) == ("queued", True, None)
+        # Claimed again and lost again: its one restart is used, so now it fails.
+        job_store.mark_job_running(session=session, job_id=job_id, run_dir="x", worker_host="gpu-1",
+                                   worker_name="default@gpu-1", gpu_indices=[0])
+        job_store.record_launcher_pid(session=session, job_id=job_id, launcher_pid=dead.pid)
+    with database.transaction() as session:
+        settled = settle_jobs_whose_launcher_is_gone(session=session, worker_host="gpu-1")
+    assert settled.failed_jobs == [job_id]
+    status, error = status_and_error(database, job_id)
+    assert status == "failed" and "its 1 restart(s) are used up" in error

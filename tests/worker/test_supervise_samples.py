@@ -29,6 +29,9 @@ def test_samples_of_every_gpu_and_rank_are_stored_while_the_job_runs(database, t
     settings = Settings(home=tmp_path)
     with database.transaction() as session:
         job_id = job_store.create_job(session=session, spec=JobSpec(max_steps=1)).id
+        # A job supervision runs is running (a job no longer running is stopped at once).
+        job_store.mark_job_running(session=session, job_id=job_id, run_dir=str(tmp_path / "run"),
+                                   worker_host=socket.gethostname())
     run = RunFolder(tmp_path / "run")
     (run.path / "metrics").mkdir(parents=True)
     launcher = start_process_group([sys.executable, "-c", LAUNCHER], cwd=tmp_path, env={},

@@ -39,6 +39,13 @@ class Job(Base):
     failed_rank: Mapped[int | None] = mapped_column(Integer, nullable=True)
     run_dir: Mapped[str | None] = mapped_column(String(1000), nullable=True)
     worker_host: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # The worker that claimed it (workers.name) and the GPUs it holds there (indices as
+    # that worker counts them); another job on the same worker gets disjoint ones.
+    worker_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    gpu_indices: Mapped[list[int] | None] = mapped_column(JSON, nullable=True)
+    # When its id was last sent to the broker: a queued job not claimed long after is sent
+    # again (a message lost with a broker restart must not strand it).
+    dispatched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     launcher_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
@@ -46,6 +53,23 @@ class Job(Base):
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utc_now, onupdate=utc_now
     )
+
+
+class Worker(Base):
+    """A worker process, from its heartbeats: where it runs, which queues it serves, what
+    it has (GPUs with their live memory, or CPU and RAM), and when it was last seen."""
+
+    __tablename__ = "workers"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    queues: Mapped[list[str]] = mapped_column(JSON)
+    pid: Mapped[int] = mapped_column(Integer)
+    concurrency: Mapped[int] = mapped_column(Integer)
+    resources: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16))  # online, stopped, lost
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class MetricPoint(Base):

@@ -1,0 +1,264 @@
+"""Chaos scenarios on a real team set-up (PostgreSQL, Redis, `tunedeck web` and workers as
+separate processes), each returning what it measured: the chaos tests assert on it, and
+`bench/chaos.py` runs them N times and sums it up.
+
+What every scenario checks of its jobs: each ends in a defined state, none was launched
+more often than its restarts allow (a duplicate launch shows as an extra "running"
+event), and a succeeded job has every training step once (no lost metric point).
+"""
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import time
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+
+from tests.servers import RunningServer, free_port, running_service, running_web
+
+FINISHED = {"succeeded", "failed", "cancelled"}
+# One CPU rank under FSDP: no DeepSpeed op to build, so a job starts in seconds.
+SMALL_JOB = {"model": "builtin:tiny-llama", "dataset": "builtin:arithmetic", "method": "lora",
+             "backend": "fsdp", "num_gpus": 1, "max_steps": 4, "learning_rate": 5e-3,
+             "micro_batch_size": 4, "seq_len": 64, "precision": "bf16",
+             "lora": {"r": 4, "alpha": 8, "dropout": 0.0}}
+
+
+@dataclass
+class ChaosReport:
+    scenario: str
+    submitted: int = 0
+    finished_defined: int = 0
+    duplicate_launches: int = 0
+    lost_points: int = 0
+    detect_seconds: list[float] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def account(self, web: RunningServer, job_id: int, *, restarts: int = 0) -> dict:
+        """Count one finished job: its state, its launches, its points."""
+        job = web.job(job_id)
+        self.finished_defined += job["status"] in FINISHED
+        launches = sum(1 for event in web.http.get(f"/api/jobs/{job_id}/events").json()
+                       if event["kind"] == "status" and event["message"] == "running")
+        self.duplicate_launches += max(0, launches - 1 - restarts)
+        if job["status"] == "succeeded":
+            steps = [point["step"] for point in web.http.get(
+                f"/api/jobs/{job_id}/metrics", params={"max_points": 100000}).json()["train"]]
+            expected = list(range(1, job["spec"]["max_steps"] + 1))
+            self.lost_points += len(set(expected) - set(steps))
+            if steps != expected:
+                self.problems.append(f"job {job_id}: steps {steps[:5]}... not 1..{expected[-1]}")
+        return job
+
+
+@contextmanager
+def private_redis() -> Iterator["RedisServer"]:
+    server = RedisServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class RedisServer:
+    """A redis-server of the test's own on a free port, keeping nothing on disk: a restart
+    loses every message, the worst case for queued jobs."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        self._process = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        import redis
+
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                if redis.Redis.from_url(self.url).ping():
+                    return
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.1)
+        raise AssertionError("redis-server did not start")
+
+    def kill(self) -> None:
+        if self._process is not None:
+            self._process.send_signal(signal.SIGKILL)
+            self._process.wait()
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            self._process.wait(timeout=10)
+
+
+def start_worker(stack: ExitStack, home: Path, env: dict, name: str, queues: str = "default",
+                 **settings: str) -> subprocess.Popen:
+    extra = {f"TUNEDECK_{key.upper()}": value for key, value in settings.items()}
+    return stack.enter_context(running_service(
+        ["worker"], home=home, log_name=f"worker-{name}.log",
+        env={**env, "TUNEDECK_WORKER_NAME": name, "TUNEDECK_WORKER_QUEUES": queues, **extra}))
+
+
+def wait_for_workers(web: RunningServer, names: set[str], timeout_seconds: float = 90) -> dict:
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        workers = {worker["name"]: worker for worker in web.http.get("/api/workers").json()["workers"]
+                   if worker["state"] == "online"}
+        if names <= set(workers):
+            return workers
+        time.sleep(0.5)
+    raise AssertionError(f"workers {names} did not report: {web.http.get('/api/workers').json()}")
+
+
+def wait_until(condition, timeout_seconds: float, what: str):
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def wait_for_steps(web: RunningServer, job_id: int, steps: int, timeout_seconds: float = 180):
+    wait_until(lambda: len(web.http.get(f"/api/jobs/{job_id}/metrics",
+                                        params={"max_points": 100000}).json()["train"]) >= steps,
+               timeout_seconds, f"job {job_id} to log {steps} steps")
+
+
+def job_processes(home: Path, job_id: int) -> list[psutil.Process]:
+    """Every live process whose command line names the job's run folder (torchrun, ranks)."""
+    run_dir = str(home.resolve() / "runs" / f"job-{job_id}")
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        if process.info["status"] != psutil.STATUS_ZOMBIE and run_dir in (process.info["cmdline"] or []):
+            found.append(process)
+    return found
+
+
+def alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def worker_process(name: str) -> psutil.Process:
+    for process in psutil.process_iter(["cmdline", "environ"]):
+        try:
+            if (process.info["cmdline"] or [])[-1:] == ["worker"] and \
+                    (process.info["environ"] or {}).get("TUNEDECK_WORKER_NAME") == name:
+                return process
+        except psutil.Error:
+            continue
+    raise AssertionError(f"no worker process named {name}")
+
+
+def killed_worker(home: Path, env: dict) -> ChaosReport:
+    """A worker running two jobs is SIGKILLed: no process of them survives; the job without
+    restarts fails as "worker lost" within 30 s of the worker's last heartbeat; the one
+    with `max_restarts: 1` resumes from its checkpoint on the other worker and finishes."""
+    report = ChaosReport("worker killed mid-job")
+    with ExitStack() as stack:
+        web = stack.enter_context(running_web(home, env=env))
+        first = start_worker(stack, home, env, "first", worker_concurrency="2")
+        wait_for_workers(web, {"first"})
+        doomed = web.submit({**SMALL_JOB, "name": "no-restarts", "max_steps": 100000})
+        restarting = web.submit({**SMALL_JOB, "name": "restarts", "max_steps": 400,
+                                 "checkpoint_every_steps": 20, "max_restarts": 1})
+        report.submitted += 2
+        for job_id in (doomed, restarting):
+            wait_until(lambda job_id=job_id: web.job(job_id)["status"] == "running", 120,
+                       f"job {job_id} to run")
+        wait_until(lambda: web.http.get(f"/api/jobs/{restarting}/checkpoints").json(), 180,
+                   "the first checkpoint")
+        start_worker(stack, home, env, "second")
+        wait_for_workers(web, {"first", "second"})
+        launched = [process for job_id in (doomed, restarting)
+                    for process in job_processes(home, job_id)]
+        if len(launched) != 4:  # torchrun and its rank, for each job
+            report.problems.append(f"expected 4 job processes before the kill, saw {len(launched)}")
+        worker_process("first").send_signal(signal.SIGKILL)
+        wait_until(lambda: first.poll() is not None, 10, "the killed worker to exit")
+        # torchrun gives its ranks up to 30 s to stop after its own SIGTERM.
+        wait_until(lambda: not any(alive(process) for process in launched), 45,
+                   "the killed worker's job processes to end")
+        lost = web.wait_for(doomed, FINISHED, timeout_seconds=60, poll_seconds=0.25)
+        if (lost["status"], lost["failure_kind"]) != ("failed", "worker_lost"):
+            report.problems.append(f"job {doomed} ended {lost['status']}: {lost['error']}")
+        last_heartbeat = {worker["name"]: worker["last_seen_at"]
+                          for worker in web.http.get("/api/workers").json()["workers"]}["first"]
+        report.detect_seconds.append((datetime.fromisoformat(lost["finished_at"])
+                                      - datetime.fromisoformat(last_heartbeat)).total_seconds())
+        web.wait_for(restarting, FINISHED, timeout_seconds=300)
+        report.account(web, doomed)
+        resumed = report.account(web, restarting, restarts=1)
+        if (resumed["status"], resumed["worker_name"], resumed["attempts"]) != \
+                ("succeeded", "second", 2):
+            report.problems.append(f"job {restarting}: {resumed['status']} on "
+                                   f"{resumed['worker_name']} after {resumed['attempts']} "
+                                   f"attempts: {resumed['error']}")
+    return report
+
+
+def redis_restarted(home: Path, postgres_url: str) -> ChaosReport:
+    """Redis killed and started again, empty, while a job runs, one waits, and one is
+    submitted during the outage: the running job goes on, and the other two run once the
+    sweep sends their ids again."""
+    report = ChaosReport("redis restarted mid-job")
+    with private_redis() as redis_server, ExitStack() as stack:
+        env = {"TUNEDECK_DATABASE_URL": postgres_url, "TUNEDECK_BROKER_URL": redis_server.url,
+               "TUNEDECK_REDISPATCH_SECONDS": "5"}
+        web = stack.enter_context(running_web(home, env=env))
+        start_worker(stack, home, env, "only")
+        wait_for_workers(web, {"only"})
+        running = web.submit({**SMALL_JOB, "name": "running", "max_steps": 200})
+        wait_for_steps(web, running, 1)
+        waiting = web.submit({**SMALL_JOB, "name": "waiting"})
+        redis_server.kill()
+        during = web.submit({**SMALL_JOB, "name": "submitted-while-redis-is-down"})
+        report.submitted += 3
+        time.sleep(2)
+        redis_server.start()
+        for job_id in (running, waiting, during):
+            job = web.wait_for(job_id, FINISHED, timeout_seconds=300)
+            if job["status"] != "succeeded":
+                report.problems.append(f"job {job_id} {job['status']}: {job['error']}")
+            report.account(web, job_id)
+    return report
+
+
+def longer_than_visibility_timeout(home: Path, postgres_url: str, redis_url: str) -> ChaosReport:
+    """Redis hands an unacknowledged message to another worker after its visibility timeout
+    (2 s here); a job running far longer, with a second idle worker, still runs once."""
+    report = ChaosReport("job longer than the visibility timeout")
+    with ExitStack() as stack:
+        env = {"TUNEDECK_DATABASE_URL": postgres_url, "TUNEDECK_BROKER_URL": redis_url,
+               "TUNEDECK_BROKER_VISIBILITY_TIMEOUT_SECONDS": "2"}
+        web = stack.enter_context(running_web(home, env=env))
+        start_worker(stack, home, env, "one")
+        start_worker(stack, home, env, "two")
+        wait_for_workers(web, {"one", "two"})
+        job_id = web.submit({**SMALL_JOB, "name": "long", "max_steps": 150})
+        report.submitted += 1
+        job = web.wait_for(job_id, FINISHED, timeout_seconds=300)
+        started, finished = (datetime.fromisoformat(job[key]) for key in ("started_at", "finished_at"))
+        if (finished - started).total_seconds() < 3 * 2:
+            report.problems.append("the job was too short to outlive the visibility timeout")
+        if job["status"] != "succeeded" or job["attempts"] != 1:
+            report.problems.append(f"job {job_id}: {job['status']} after {job['attempts']} "
+                                   f"attempts: {job['error']}")
+        report.account(web, job_id)
+    return report

@@ -1,0 +1,99 @@
+"""A worker receiving a job's id: it claims the row with GPUs no other job of it holds,
+hands the id on to a worker with room, or leaves it queued saying what it waits for."""
+import threading
+
+from tunedeck import job_store, worker_registry
+from tunedeck.db.models import utc_now
+from tunedeck.job_spec import JobSpec
+from worker.job_claim import claim_job, jobs_to_offer
+from worker.worker_identity import WorkerIdentity, discover_gpu_ids
+
+EIGHT_GPUS = WorkerIdentity(name="default@gpu-1", host="gpu-1", queues=("default",),
+                            gpu_ids=tuple(range(8)), concurrency=8)
+OTHER = WorkerIdentity(name="default@gpu-2", host="gpu-2", queues=("default",),
+                       gpu_ids=("GPU-aaaa", "GPU-bbbb"), concurrency=2)
+
+
+def submit(database, **spec) -> int:
+    with database.transaction() as session:
+        return job_store.create_job(session=session, spec=JobSpec(max_steps=5, **spec)).id
+
+
+def heartbeat(database, identity: WorkerIdentity) -> None:
+    gpus = [{"index": index, "id": str(gpu)} for index, gpu in enumerate(identity.gpu_ids or ())]
+    with database.transaction() as session:
+        worker_registry.record_heartbeat(
+            session=session, name=identity.name, host=identity.host, queues=identity.queues,
+            pid=1, concurrency=identity.concurrency,
+            resources={"gpus": gpus if identity.gpu_ids is not None else None},
+            started_at=utc_now())
+
+
+def claim(database, job_id: int, identity: WorkerIdentity = EIGHT_GPUS):
+    return claim_job(job_id, identity=identity, database=database, run_dir=f"/runs/{job_id}",
+                     worker_lost_seconds=20)
+
+
+def test_two_four_gpu_jobs_run_side_by_side_on_disjoint_gpus_and_a_third_waits(database):
+    jobs = [submit(database, num_gpus=4) for _ in range(3)]
+    # Two threads of the worker claim at once: the lock keeps their GPUs apart.
+    claims = {}
+    threads = [threading.Thread(target=lambda job_id=job_id: claims.__setitem__(
+        job_id, claim(database, job_id))) for job_id in jobs[:2]]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(sorted(claims[job_id].gpus) for job_id in jobs[:2]) == [[0, 1, 2, 3],
+                                                                         [4, 5, 6, 7]]
+    heartbeat(database, EIGHT_GPUS)
+    third = claim(database, jobs[2])
+    assert (third.status, third.spec, third.hand_on_to) == ("queued", None, None)
+    with database.transaction() as session:
+        events = job_store.list_job_events(session=session, job_id=jobs[2])
+        row = job_store.get_job(session=session, job_id=jobs[0])
+    assert events[-1].message == "waiting for 4 free GPU(s) on a worker of queue 'default'"
+    assert (row.status, row.worker_name) == ("running", "default@gpu-1")
+    assert EIGHT_GPUS.cuda_visible_devices(row.gpu_indices) in ("0,1,2,3", "4,5,6,7")
+
+
+def test_a_job_this_worker_has_no_room_for_is_handed_to_a_worker_that_has(database):
+    heartbeat(database, EIGHT_GPUS)
+    heartbeat(database, OTHER)
+    busy = submit(database, num_gpus=8)
+    assert claim(database, busy).gpus == list(range(8))
+    waiting = submit(database, num_gpus=2)
+    handed = claim(database, waiting)
+    assert (handed.status, handed.hand_on_to) == ("queued", "default@gpu-2")
+    taken = claim(database, waiting, OTHER)
+    assert taken.gpus == [0, 1] and OTHER.cuda_visible_devices(taken.gpus) == "GPU-aaaa,GPU-bbbb"
+
+
+def test_a_job_for_another_queue_or_host_is_not_claimed_and_says_why(database):
+    heartbeat(database, EIGHT_GPUS)
+    elsewhere = submit(database, queue="h100")
+    result = claim(database, elsewhere)
+    assert result.spec is None and result.hand_on_to is None
+    with database.transaction() as session:
+        assert job_store.list_job_events(session=session, job_id=elsewhere)[-1].message == \
+            "waiting: no live worker serves queue 'h100'"
+        assert job_store.get_job(session=session, job_id=elsewhere).status == "queued"
+    pinned = submit(database, host="gpu-1")
+    assert claim(database, pinned).gpus == [0]
+    assert jobs_to_offer(identity=EIGHT_GPUS, database=database) == []
+
+
+def test_a_claimed_or_cancelled_job_is_left_alone(database):
+    job_id = submit(database)
+    assert claim(database, job_id).status == "running"
+    assert claim(database, job_id, OTHER).status == "running"  # someone else's now
+    cancelled = submit(database)
+    with database.transaction() as session:
+        job_store.request_cancel(session=session, job_id=cancelled)
+    assert claim(database, cancelled).status == "cancelled"
+
+
+def test_gpus_come_from_the_setting_or_cuda_visible_devices():
+    assert discover_gpu_ids("2,3", {"CUDA_VISIBLE_DEVICES": "0"}) == (2, 3)
+    assert discover_gpu_ids(None, {"CUDA_VISIBLE_DEVICES": "GPU-aaaa,1"}) == ("GPU-aaaa", 1)
+    assert discover_gpu_ids(None, {"CUDA_VISIBLE_DEVICES": ""}) is None

@@ -1,0 +1,103 @@
+"""Where a job may run, as pure functions: the broker queue its id is sent to, which
+workers serve it, and which GPUs of a worker it gets.
+
+Routing: every worker consumes one broker queue per job queue it serves
+(`tunedeck.queue.<name>`), one for its host (`tunedeck.host.<host>`) and one of its own
+(`tunedeck.worker.<name>`, for a job another worker hands on to it). A job naming a host
+goes to that host's queue; otherwise to its job queue ("default" unless it names one).
+The broker only carries the id: the worker that receives it checks free GPUs against
+the database and claims the row, or hands the id on to a worker that has room.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+DEFAULT_QUEUE = "default"
+
+
+def job_queue(spec: Mapping[str, Any]) -> str:
+    return spec.get("queue") or DEFAULT_QUEUE
+
+
+def broker_queue_for(spec: Mapping[str, Any]) -> str:
+    """The broker queue a job's id is sent to (`spec` as stored: a dict)."""
+    if spec.get("host"):
+        return host_broker_queue(spec["host"])
+    return f"tunedeck.queue.{job_queue(spec)}"
+
+
+def host_broker_queue(host: str) -> str:
+    return f"tunedeck.host.{host}"
+
+
+def worker_broker_queue(worker_name: str) -> str:
+    return f"tunedeck.worker.{worker_name}"
+
+
+def broker_queues_of_worker(*, name: str, host: str, queues: Sequence[str]) -> list[str]:
+    """Every broker queue a worker consumes."""
+    return [*(f"tunedeck.queue.{queue}" for queue in queues), host_broker_queue(host),
+            worker_broker_queue(name)]
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    """What placement needs of a worker: its name, host, queues and GPUs (None on a host
+    without GPUs, where ranks run on the CPU and only `concurrency` limits it)."""
+
+    name: str
+    host: str
+    queues: tuple[str, ...]
+    gpu_indices: tuple[int, ...] | None
+    concurrency: int
+
+
+def serves(worker: WorkerView, spec: Mapping[str, Any]) -> bool:
+    if spec.get("host"):
+        return worker.host == spec["host"]
+    return job_queue(spec) in worker.queues
+
+
+def free_gpus(worker: WorkerView, held: Iterable[Sequence[int] | None]) -> list[int] | None:
+    """The worker's GPUs no running job holds (None: a host without GPUs)."""
+    if worker.gpu_indices is None:
+        return None
+    taken = {index for indices in held for index in (indices or ())}
+    return [index for index in worker.gpu_indices if index not in taken]
+
+
+def choose_gpus(free: Sequence[int] | None, count: int) -> list[int] | None:
+    """The GPUs a job needing `count` gets (the lowest free ones), [] on a host without
+    GPUs, or None when too few are free now."""
+    if free is None:
+        return []
+    return sorted(free)[:count] if len(free) >= count else None
+
+
+def can_ever_fit(worker: WorkerView, spec: Mapping[str, Any]) -> bool:
+    """Whether the job would fit on this worker with every GPU free."""
+    return worker.gpu_indices is None or len(worker.gpu_indices) >= int(spec.get("num_gpus", 1))
+
+
+def room_for(worker: WorkerView, spec: Mapping[str, Any], *, running_jobs: int,
+             held: Iterable[Sequence[int] | None]) -> list[int] | None:
+    """The GPUs this worker can give the job now, or None when it has no room (all its
+    job slots busy, or too few GPUs free)."""
+    if running_jobs >= worker.concurrency:
+        return None
+    return choose_gpus(free_gpus(worker, held), int(spec.get("num_gpus", 1)))
+
+
+def waiting_reason(spec: Mapping[str, Any], workers: Sequence[WorkerView]) -> str:
+    """Why a queued job is not running yet, in words for its page."""
+    wanted = int(spec.get("num_gpus", 1))
+    where = f"host {spec['host']}" if spec.get("host") else f"queue {job_queue(spec)!r}"
+    serving = [worker for worker in workers if serves(worker, spec)]
+    if not serving:
+        return f"waiting: no live worker serves {where}"
+    if not any(can_ever_fit(worker, spec) for worker in serving):
+        largest = max(len(worker.gpu_indices or ()) for worker in serving)
+        return (f"waiting: the job needs {wanted} GPUs on one host, and the largest worker of "
+                f"{where} has {largest}; lower num_gpus or add a bigger worker")
+    return f"waiting for {wanted} free GPU(s) on a worker of {where}"

@@ -1,0 +1,109 @@
+"""Who this worker is on the cluster, and what it has: its name, host, the job queues it
+serves, the GPUs it hands out (read once at start), and their live state for heartbeats.
+
+A job's GPUs are stored as positions in this worker's GPU list; `cuda_visible_devices`
+turns them back into the ids CUDA knows (an index, or a GPU-/MIG- UUID).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import psutil
+
+from tunedeck.job_placement import WorkerView
+from tunedeck.settings import Settings
+from worker.sampler import BYTES_PER_MB, JobSampler, load_nvml, visible_gpu_ids
+
+
+@dataclass(frozen=True)
+class WorkerIdentity:
+    name: str
+    host: str
+    queues: tuple[str, ...]
+    # The GPUs this worker hands out, as CUDA ids; None on a host without GPUs.
+    gpu_ids: tuple[int | str, ...] | None
+    concurrency: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings,
+                      environ: Mapping[str, str] | None = None) -> "WorkerIdentity":
+        environ = os.environ if environ is None else environ
+        host = socket.gethostname()
+        queues = tuple(settings.worker_queue_list)
+        gpu_ids = discover_gpu_ids(settings.worker_gpus, environ)
+        concurrency = settings.worker_concurrency or max(1, len(gpu_ids or ()))
+        return cls(name=settings.worker_name or f"{'+'.join(queues)}@{host}", host=host,
+                   queues=queues, gpu_ids=gpu_ids, concurrency=concurrency)
+
+    @property
+    def view(self) -> WorkerView:
+        positions = None if self.gpu_ids is None else tuple(range(len(self.gpu_ids)))
+        return WorkerView(name=self.name, host=self.host, queues=self.queues,
+                          gpu_indices=positions, concurrency=self.concurrency)
+
+    def cuda_visible_devices(self, positions: Sequence[int]) -> str:
+        assert self.gpu_ids is not None
+        return ",".join(str(self.gpu_ids[position]) for position in positions)
+
+
+def discover_gpu_ids(worker_gpus: str | None,
+                     environ: Mapping[str, str]) -> tuple[int | str, ...] | None:
+    """TUNEDECK_WORKER_GPUS, else the worker's own CUDA_VISIBLE_DEVICES, else every GPU NVML
+    counts; None when that leaves none (ranks then run on the CPU)."""
+    for listed in (worker_gpus, environ.get("CUDA_VISIBLE_DEVICES")):
+        if listed is not None:
+            return tuple(visible_gpu_ids(listed) or ()) or None
+    nvml = load_nvml()
+    if nvml is None:
+        return None
+    try:
+        return tuple(range(nvml.nvmlDeviceGetCount())) or None
+    except Exception:  # NVMLError: a driver that answers nothing
+        return None
+
+
+class HostResources:
+    """What a heartbeat says of the host: each GPU this worker hands out (model, memory
+    used and total, utilisation), or, without GPUs, the CPUs and RAM the ranks share."""
+
+    def __init__(self, identity: WorkerIdentity):
+        self._identity = identity
+        nvml = load_nvml() if identity.gpu_ids is not None else None
+        self._sampler = JobSampler(host=identity.host, nvml=nvml,
+                                   gpu_ids=list(identity.gpu_ids or ()))
+        self._models = _gpu_models(nvml, identity.gpu_ids or ())
+
+    def describe(self) -> dict[str, Any]:
+        memory = psutil.virtual_memory()
+        described: dict[str, Any] = {
+            "cpu_count": os.cpu_count(),
+            "memory_total_mb": memory.total / BYTES_PER_MB,
+            "memory_available_mb": memory.available / BYTES_PER_MB,
+            "gpus": None,
+        }
+        if self._identity.gpu_ids is not None:
+            readings = [sample["values"] for sample in self._sampler.sample_gpus(time.time())]
+            if len(readings) != len(self._identity.gpu_ids):
+                readings = [{} for _ in self._identity.gpu_ids]  # NVML could not open them
+            described["gpus"] = [
+                {"index": position, "id": str(gpu_id), "model": model, **reading}
+                for position, (gpu_id, model, reading)
+                in enumerate(zip(self._identity.gpu_ids, self._models, readings))]
+        return described
+
+
+def _gpu_models(nvml: Any, gpu_ids: Sequence[int | str]) -> list[str | None]:
+    models: list[str | None] = []
+    for gpu_id in gpu_ids:
+        try:
+            handle = (nvml.nvmlDeviceGetHandleByIndex(gpu_id) if isinstance(gpu_id, int)
+                      else nvml.nvmlDeviceGetHandleByUUID(gpu_id))
+            name = nvml.nvmlDeviceGetName(handle)
+            models.append(name.decode() if isinstance(name, bytes) else str(name))
+        except Exception:  # no NVML, or a GPU it cannot name
+            models.append(None)
+    return models
