@@ -23,8 +23,8 @@ class Settings(BaseSettings):
         None, ge=1, le=64,
         description="jobs one worker runs at once; default: one per GPU (1 on a host without GPUs)")
     worker_name: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,200}$",
-        description="this worker's name on the cluster page; default QUEUES@HOSTNAME")
+        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,200}$",
+        description="this worker's name on the cluster page; default HOSTNAME-QUEUES")
     worker_queues: str = Field(
         "default", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}(,[A-Za-z0-9][A-Za-z0-9_.-]{0,127})*$",
         description="comma-separated job queues this worker serves (a job's spec names one)")

@@ -36,7 +36,8 @@ class WorkerIdentity:
         queues = tuple(settings.worker_queue_list)
         gpu_ids = discover_gpu_ids(settings.worker_gpus, environ)
         concurrency = settings.worker_concurrency or max(1, len(gpu_ids or ()))
-        return cls(name=settings.worker_name or f"{'+'.join(queues)}@{host}", host=host,
+        # Broker queue names (the embedded broker's files) allow letters, digits and . _ - only.
+        return cls(name=settings.worker_name or f"{host}-{'-'.join(queues)}", host=host,
                    queues=queues, gpu_ids=gpu_ids, concurrency=concurrency)
 
     @property

@@ -97,3 +97,18 @@ def test_gpus_come_from_the_setting_or_cuda_visible_devices():
     assert discover_gpu_ids("2,3", {"CUDA_VISIBLE_DEVICES": "0"}) == (2, 3)
     assert discover_gpu_ids(None, {"CUDA_VISIBLE_DEVICES": "GPU-aaaa,1"}) == ("GPU-aaaa", 1)
     assert discover_gpu_ids(None, {"CUDA_VISIBLE_DEVICES": ""}) is None
+
+
+def test_the_default_worker_name_makes_broker_queues_the_embedded_broker_accepts(tmp_path):
+    import re
+
+    from tunedeck.job_placement import broker_queues_of_worker
+    from tunedeck.settings import Settings
+
+    identity = WorkerIdentity.from_settings(Settings(home=tmp_path, worker_queues="a100,default"),
+                                            environ={"CUDA_VISIBLE_DEVICES": ""})
+    queues = broker_queues_of_worker(name=identity.name, host=identity.host,
+                                     queues=identity.queues)
+    # kombu's filesystem transport refuses any other character in a queue's exchange name.
+    assert all(re.fullmatch(r"[A-Za-z0-9._-]+", queue) for queue in queues), queues
+    assert identity.concurrency == 1 and identity.gpu_ids is None
