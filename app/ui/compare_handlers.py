@@ -31,6 +31,8 @@ class Comparison:
     memory: pd.DataFrame = field(default_factory=lambda: _frame([], MEMORY_COLUMNS))
     diff: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=DIFF_COLUMNS))
     running: bool = False
+    # Each chart's lines, by job, before they have points: {"loss" | "throughput" | "memory": names}
+    lines: dict[str, list[str]] = field(default_factory=dict)
 
 
 def load_comparison(ids_text: str | None, *, database) -> Comparison:
@@ -54,7 +56,29 @@ def load_comparison(ids_text: str | None, *, database) -> Comparison:
                        for row in series["memory"]], MEMORY_COLUMNS),
         diff=diff_frame(compared["diff"], list(labels.values())),
         running=any(job["status"] not in FINISHED_STATUSES for job in compared["jobs"]),
+        lines=_every_line(labels, _specs(database, list(labels))),
     )
+
+
+def _specs(database, job_ids: list[int]) -> dict[int, dict[str, Any]]:
+    with database.transaction() as session:
+        return {job_id: job_store.get_job(session=session, job_id=job_id).spec or {}
+                for job_id in job_ids}
+
+
+def _every_line(labels: dict[int, str],
+                specs: dict[int, dict[str, Any]]) -> dict[str, list[str]]:
+    """The lines each chart draws once every job reports: a loss line a job (and its eval
+    line when it has an eval set), a throughput line a job, and a memory line a rank."""
+    loss, memory = [], []
+    for job_id, label in labels.items():
+        spec = specs.get(job_id, {})
+        loss.append(label)
+        if spec.get("eval_split") or spec.get("eval_dataset"):
+            loss.append(_loss_line(label, "eval"))
+        world_size = int(spec.get("num_gpus") or 1) * int(spec.get("num_nodes") or 1)
+        memory += [f"{label} rank {rank}" for rank in range(world_size)]
+    return {"loss": loss, "throughput": list(labels.values()), "memory": memory}
 
 
 def job_label(job: dict[str, Any]) -> str:
@@ -74,6 +98,19 @@ def diff_frame(diff: list[dict[str, Any]], labels: list[str]) -> pd.DataFrame:
     """One row a differing field, one column a job."""
     rows = [[entry["field"], *(_cell(value) for value in entry["values"])] for entry in diff]
     return pd.DataFrame(rows, columns=DIFF_COLUMNS + labels)
+
+
+def with_every_line(frame: pd.DataFrame, lines: list[str]) -> pd.DataFrame:
+    """The frame after one empty (NaN) row for each line the chart will draw, in job order.
+
+    Why: the chart fixes its colours and legend from the lines in the data it is first drawn
+    with (as `job_handlers.memory_frame` says), so a job that reports only later (queued
+    behind another) would be drawn without a colour and left out of the legend. The rows
+    also keep each job's colour stable. Plots skip the NaN rows."""
+    if not lines:
+        return frame
+    placeholders = _frame([(None, None, line) for line in lines], list(frame.columns))
+    return pd.concat([placeholders, frame], ignore_index=True) if len(frame) else placeholders
 
 
 def _cell(value: Any) -> str:

@@ -52,7 +52,7 @@ def live_charts(*, spec_data: dict[str, Any], series: dict[str, list[dict[str, A
     if gpus:
         memory, title = gpu_memory_frame(gpus, planned_peak_mb(spec_data, gpus)), "Memory per GPU (NVML)"
     else:
-        memory = rank_rss_frame(series.get("processes") or [])
+        memory = rank_rss_frame(series.get("processes") or [], world_size=_world_size(spec_data))
         title = "Memory per rank process (RSS, sampled by the worker)"
     return LiveCharts(
         sampled_memory=memory, sampled_memory_title=title,
@@ -84,13 +84,24 @@ def gpu_memory_frame(gpus: list[dict[str, Any]], planned_mb: float | None) -> pd
     return _frame(rows, SAMPLED_MEMORY_COLUMNS)
 
 
-def rank_rss_frame(processes: list[dict[str, Any]]) -> pd.DataFrame:
-    """One line a rank: its process's RSS, as the worker sampled it."""
-    if not processes:
-        return _frame([], SAMPLED_MEMORY_COLUMNS)
-    start = min(row["time"] for row in processes)
-    return _frame([(row["time"] - start, row["rss_mb"], f"rank {row['rank']}")
-                   for row in processes if row.get("rss_mb") is not None], SAMPLED_MEMORY_COLUMNS)
+def rank_rss_frame(processes: list[dict[str, Any]], *, world_size: int = 0) -> pd.DataFrame:
+    """One line a rank: its process's RSS, as the worker sampled it.
+
+    A rank of the job with no reading yet is one empty (NaN) row, as in
+    `job_handlers.memory_frame`: the chart picks its colours and legend from the series in
+    its first data and keeps them, so a page opened before the first sample would otherwise
+    draw every rank's line without a colour and with no legend. Plots skip the NaN rows.
+    """
+    readings = [row for row in processes if row.get("rss_mb") is not None]
+    start = min((row["time"] for row in readings), default=0.0)
+    rows = [(row["time"] - start, row["rss_mb"], f"rank {row['rank']}") for row in readings]
+    sampled = {row["rank"] for row in readings}
+    rows += [(None, None, f"rank {rank}") for rank in range(world_size) if rank not in sampled]
+    return _frame(rows, SAMPLED_MEMORY_COLUMNS)
+
+
+def _world_size(spec_data: dict[str, Any]) -> int:
+    return int(spec_data.get("num_gpus") or 1) * int(spec_data.get("num_nodes") or 1)
 
 
 def _gpu_name(row: dict[str, Any], with_host: bool) -> str:

@@ -11,49 +11,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.servers import running_tunedeck
+from tests.browser.vega import line_colours, line_points
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
 SCREENSHOT = Path("/tmp/tunedeck-ui.png")
-SERVER_START_SECONDS = 120
 JOB_SECONDS = 400  # a cold DeepSpeed op cache compiles for ~90 s before the first step
 MAX_STEPS = 20
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """`tunedeck up` (web + worker) on a free port; everything of it is gone afterwards."""
-    home = tmp_path_factory.mktemp("tunedeck-home")
-    with running_tunedeck(home, startup_seconds=SERVER_START_SECONDS) as running:
-        yield running.base_url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).is_file():
-        pytest.skip(f"no chromium at {CHROMIUM}")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def page(browser, server):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    page.goto(server)
-    page.locator("#new-job-submit").wait_for()
-    yield page
-    context.close()
+# The `server`, `browser` and `page` fixtures are in conftest.py.
 
 
 def _expect():
@@ -83,6 +48,7 @@ def test_a_bad_value_is_refused_with_the_field_named(page, server):
     assert httpx.get(f"{server}/api/jobs").json() == []
 
 
+@pytest.mark.torchrun
 def test_submit_a_job_and_watch_it_train(page, server):
     expect = _expect()
     _fill_form(page, backend="fsdp")
@@ -115,8 +81,8 @@ def test_submit_a_job_and_watch_it_train(page, server):
 
     train = httpx.get(f"{server}/api/jobs/{job_id}/metrics").json()["train"]
     assert len(train) == MAX_STEPS
-    assert _line_points(page, "#job-loss-plot") == [MAX_STEPS]
-    memory_lines = _line_colours(page, "#job-memory-plot")
+    assert line_points(page, "#job-loss-plot") == [MAX_STEPS]
+    memory_lines = line_colours(page, "#job-memory-plot")
     assert len(memory_lines) == 2 and None not in memory_lines, memory_lines  # one per rank
     expect(page.locator("#job-downloads a[href$='/artifacts/merged']")).to_be_visible()
     expect(page.locator("#job-memory-comparison")).to_contain_text("Planned for zero2")
@@ -148,17 +114,6 @@ def _wait_for_final_status(server: str, job_id: int) -> dict:
             return job
         time.sleep(0.5)
     pytest.fail(f"job {job_id} did not finish in {JOB_SECONDS} s after its last step")
-
-
-def _line_points(page, plot_selector: str) -> list[int]:
-    """Points on each line the chart drew (vega draws a line as 'M x,y L x,y ...')."""
-    paths = page.locator(f"{plot_selector} g.mark-line path")
-    return [path.get_attribute("d").count("L") + 1 for path in paths.all()]
-
-
-def _line_colours(page, plot_selector: str) -> list[str | None]:
-    paths = page.locator(f"{plot_selector} g.mark-line path")
-    return [path.get_attribute("stroke") for path in paths.all()]
 
 
 def test_clicking_a_job_in_the_table_opens_it(page, server):

@@ -54,5 +54,9 @@ def build_compare_tab(*, database) -> CompareTab:
 
 def _show(comparison: Comparison) -> tuple:
     """The comparison as updates, in the order of the tab's outputs."""
-    return (comparison.message, comparison.loss, comparison.throughput, comparison.memory,
+    lines = comparison.lines
+    return (comparison.message,
+            compare_handlers.with_every_line(comparison.loss, lines.get("loss", [])),
+            compare_handlers.with_every_line(comparison.throughput, lines.get("throughput", [])),
+            compare_handlers.with_every_line(comparison.memory, lines.get("memory", [])),
             comparison.diff, gr.Timer(active=comparison.running))

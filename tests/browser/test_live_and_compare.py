@@ -1,0 +1,178 @@
+"""Issue 5 in a real browser: the job page's live charts (memory per rank, loss, the progress
+bar with its ETA), the Compare tab's overlaid loss and spec diff, and the jobs table's figures.
+
+Two tiny LoRA jobs (2 CPU ranks each, FSDP; they differ in learning rate and name) are submitted
+once through the HTTP API and shared by every test here; the worker runs one job at a time,
+so the first is still running while the first test watches it.
+"""
+from __future__ import annotations
+
+import re
+import time
+from typing import Callable, TypeVar
+
+import pytest
+
+from tests.browser.conftest import VIEWPORT
+from tests.browser.tables import table_rows
+from tests.browser.vega import legend_labels, line_colours, line_points
+from tests.servers import RunningServer
+
+pytestmark = [pytest.mark.browser, pytest.mark.torchrun]
+
+MAX_STEPS = 16  # a few seconds of steps: time for several memory samples and a visible ETA
+JOB_SECONDS = 300
+CHART_SECONDS = 30  # the job page refreshes every second, the Compare tab every two
+RANKS = ["rank 0", "rank 1"]
+JOB = {"model": "builtin:tiny-llama", "dataset": "builtin:arithmetic", "method": "lora",
+       "backend": "fsdp", "num_gpus": 2, "max_steps": MAX_STEPS, "micro_batch_size": 8,
+       "seq_len": 64, "precision": "bf16", "lora": {"r": 8, "alpha": 16, "dropout": 0.0}}
+FAST_LR, SLOW_LR = 5e-3, 1e-3
+
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="module")
+def two_jobs(tunedeck_server: RunningServer) -> tuple[int, int]:
+    """The ids of the two jobs, submitted (not yet finished) in this order."""
+    first = tunedeck_server.submit({**JOB, "name": "live-fast", "learning_rate": FAST_LR})
+    second = tunedeck_server.submit({**JOB, "name": "live-slow", "learning_rate": SLOW_LR})
+    return first, second
+
+
+@pytest.fixture(scope="module")
+def early_compare_page(browser, tunedeck_server: RunningServer, two_jobs: tuple[int, int]):
+    """A page on the Compare tab of both jobs, opened while the second is still queued: its
+    line must join the chart (coloured, in the legend) once it reports, with no reload."""
+    first, second = two_jobs
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.goto(tunedeck_server.base_url)
+    _open_tab(page, "Compare")
+    page.locator("#compare-ids textarea, #compare-ids input").first.fill(f"{first}, {second}")
+    page.locator("#compare-button").click()
+    _expect()(page.locator("#compare-message")).to_contain_text(f"job {second}")
+    assert tunedeck_server.job(second)["status"] == "queued"  # else this page proves nothing
+    yield page
+    context.close()
+
+
+def _succeeded(server: RunningServer, *job_ids: int) -> None:
+    for job_id in job_ids:
+        job = server.wait_for(job_id, {"succeeded", "failed", "cancelled"},
+                              timeout_seconds=JOB_SECONDS)
+        assert job["status"] == "succeeded", (job_id, job["error"], server.log_tail(job_id))
+
+
+def _expect():
+    from playwright.sync_api import expect
+
+    return expect
+
+
+def _eventually(read: Callable[[], T], wanted: Callable[[T], bool], *, what: str = "",
+                seconds: float = CHART_SECONDS) -> T:
+    """`read()` once it is `wanted`; fails with the last reading. Charts redraw on the
+    page's own timer, so a reading taken right after an event may still be the old one."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = read()
+        if wanted(value):
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} still {value!r} after {seconds} s")
+        time.sleep(0.5)
+
+
+def _open_tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name, exact=True).click()
+
+
+def test_the_job_page_shows_progress_and_one_memory_line_per_rank(page, tunedeck_server,
+                                                                   two_jobs, early_compare_page):
+    # (early_compare_page: opened now, while the second job waits, and checked in the next test)
+    expect = _expect()
+    job_id = two_jobs[0]
+    _open_tab(page, "Job")
+    page.locator("#job-id input").fill(str(job_id))
+    page.locator("#job-id input").press("Enter")
+    expect(page.locator("#job-status")).to_contain_text(f"Job {job_id}")
+
+    # While it runs: a progress bar out of max_steps, and the figures with an ETA.
+    progress = page.locator("#job-progress")
+    expect(progress.locator(f"progress[max='{MAX_STEPS}']")).to_be_attached()
+    expect(progress).to_contain_text("ETA", timeout=JOB_SECONDS * 1000)
+    expect(progress).to_contain_text(re.compile(rf"step \d+ / {MAX_STEPS}"))
+
+    _succeeded(tunedeck_server, job_id)
+    expect(page.locator("#job-status")).to_contain_text("succeeded", timeout=CHART_SECONDS * 1000)
+    expect(progress).to_contain_text(f"step {MAX_STEPS} / {MAX_STEPS}")
+    expect(progress).not_to_contain_text("ETA")  # nothing left to estimate
+    expect(progress.locator("progress")).to_have_attribute("value", str(MAX_STEPS))
+
+    # Loss: one line (train only, no eval set) with a point a step.
+    assert _eventually(lambda: line_points(page, "#job-loss-plot"),
+                       lambda points: points == [MAX_STEPS]) == [MAX_STEPS]
+
+    # Memory by rank from the ranks' own readings, and the worker's per-rank samples: each a
+    # legend entry and a coloured line of several points per rank.
+    for plot in ("#job-memory-plot", "#job-gpu-memory-plot"):
+        assert _eventually(lambda: legend_labels(page, plot), lambda labels: labels == RANKS,
+                           what=f"{plot} legend")
+        colours = line_colours(page, plot)
+        assert len(colours) == len(RANKS) and None not in colours, (plot, colours)
+        assert len(set(colours)) == len(RANKS), (plot, colours)  # told apart by colour
+        points = line_points(page, plot)
+        assert min(points) >= 3, (plot, points)
+    expect(page.locator("#job-gpu-memory-plot")).to_contain_text("Memory per rank process (RSS")
+
+
+def test_compare_overlays_the_two_jobs_loss_and_names_the_differing_field(page, tunedeck_server,
+                                                                          two_jobs,
+                                                                          early_compare_page):
+    expect = _expect()
+    first, second = two_jobs
+    _succeeded(tunedeck_server, first, second)
+    _open_tab(page, "Compare")
+    page.locator("#compare-ids textarea, #compare-ids input").first.fill(f"{first}, {second}")
+    page.locator("#compare-button").click()
+    expect(page.locator("#compare-message")).to_contain_text(f"job {first}")
+    expect(page.locator("#compare-message")).to_contain_text(f"job {second}")
+
+    labels = [f"job {first} (fsdp)", f"job {second} (fsdp)"]
+    plot = "#compare-loss-plot"
+    # The page opened after both finished, and the one opened while the second was queued.
+    for compare_page, opened in ((page, "after"), (early_compare_page, "early")):
+        assert _eventually(lambda: legend_labels(compare_page, plot), lambda seen: seen == labels,
+                           what=f"{opened} page's legend") == labels
+        assert _eventually(lambda: line_points(compare_page, plot),
+                           lambda seen: seen == [MAX_STEPS, MAX_STEPS],
+                           what=f"{opened} page's lines") == [MAX_STEPS, MAX_STEPS]
+        colours = line_colours(compare_page, plot)
+        assert None not in colours and len(set(colours)) == 2, (opened, colours)
+
+    # One row a differing field (learning_rate and name here, nothing the jobs share), one
+    # column a job.
+    diff = _eventually(lambda: table_rows(page, "#compare-diff"), lambda rows: len(rows) == 2)
+    by_field = {row["field"]: row for row in diff}
+    assert set(by_field) == {"learning_rate", "name"}, diff
+    assert by_field["learning_rate"] == {"field": "learning_rate", labels[0]: str(FAST_LR),
+                                         labels[1]: str(SLOW_LR)}, diff
+
+
+def test_the_jobs_table_shows_a_finished_jobs_figures(page, tunedeck_server, two_jobs):
+    first = two_jobs[0]
+    _succeeded(tunedeck_server, first)
+    _open_tab(page, "Jobs")
+
+    def first_jobs_row() -> dict[str, str]:
+        return next((row for row in table_rows(page, "#jobs-table")
+                     if row.get("id") == str(first)), {})
+
+    row = _eventually(first_jobs_row, lambda seen: seen.get("status") == "succeeded")
+    assert row["name"] == "live-fast", row
+    assert row["step / max steps"] == f"{MAX_STEPS} / {MAX_STEPS}", row
+    assert re.fullmatch(r"\d+\.\d{4}", row["latest loss"]), row
+    assert re.fullmatch(r"[\d,]+", row["tokens/s"]) and row["tokens/s"] != "0", row
+    assert re.fullmatch(r"[\d,]+", row["peak memory MB"]) and row["peak memory MB"] != "0", row
