@@ -1,9 +1,9 @@
 """The REST API of DESIGN.md, under /api (plus /healthz)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, HTTPException, Query, Request
+from fastapi import APIRouter, Body, HTTPException, Path, Query, Request
 from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -14,7 +14,8 @@ from app.job_checkpoints import NothingToResume, list_checkpoints, resume_from_l
 from app.job_compare import BadJobIds, compare_jobs, parse_job_ids
 from app.job_retry import RetryRefused, retry_job
 from app.job_submission import cancel_job, submit_job
-from app.job_views import job_config, job_run_folder, job_to_dict, read_job_log_tail
+from app.job_views import (MAX_JOB_ID, job_config, job_run_folder, job_to_dict,
+                           read_job_log_tail)
 from tunedeck import job_store
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
@@ -25,12 +26,20 @@ from tunedeck.plan_request import PlanRequest, plan_json
 
 router = APIRouter()
 
+# A job id in a path: out of the database's key range it is a 422 naming job_id, never a
+# driver overflow (500).
+JobId = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
+
 
 def _database(request: Request) -> Database:
     return request.app.state.database
 
 
 def _load_job(request: Request, job_id: int) -> Job:
+    if not 1 <= job_id <= MAX_JOB_ID:
+        # No such row can exist; asking the driver would overflow (routes taking a plain
+        # int job_id rely on this).
+        raise HTTPException(status_code=404, detail=str(job_store.JobNotFound(job_id)))
     with _database(request).transaction() as session:
         try:
             return job_store.get_job(session=session, job_id=job_id)
@@ -65,7 +74,7 @@ def list_jobs(request: Request, limit: int = Query(200, ge=1, le=1000)) -> list[
 
 
 @router.get("/api/jobs/{job_id}")
-def get_job(job_id: int, request: Request) -> dict[str, Any]:
+def get_job(job_id: JobId, request: Request) -> dict[str, Any]:
     return job_to_dict(_load_job(request, job_id))
 
 
@@ -85,7 +94,7 @@ def get_job_metrics(job_id: int, request: Request,
 
 
 @router.get("/api/jobs/{job_id}/events")
-def get_job_events(job_id: int, request: Request) -> list[dict[str, Any]]:
+def get_job_events(job_id: JobId, request: Request) -> list[dict[str, Any]]:
     _load_job(request, job_id)
     with _database(request).transaction() as session:
         events = job_store.list_job_events(session=session, job_id=job_id)
@@ -94,24 +103,24 @@ def get_job_events(job_id: int, request: Request) -> list[dict[str, Any]]:
 
 
 @router.get("/api/jobs/{job_id}/logs")
-def get_job_logs(job_id: int, request: Request,
+def get_job_logs(job_id: JobId, request: Request,
                  lines: int = Query(100, ge=1, le=5000)) -> dict[str, list[str]]:
     return {"lines": read_job_log_tail(_load_job(request, job_id), lines)}
 
 
 @router.post("/api/jobs/{job_id}/cancel", status_code=202)
-def cancel(job_id: int, request: Request) -> dict[str, Any]:
+def cancel(job_id: JobId, request: Request) -> dict[str, Any]:
     _load_job(request, job_id)
     return job_to_dict(cancel_job(database=_database(request), job_id=job_id))
 
 
 @router.get("/api/jobs/{job_id}/checkpoints")
-def get_job_checkpoints(job_id: int, request: Request) -> list[dict[str, Any]]:
+def get_job_checkpoints(job_id: JobId, request: Request) -> list[dict[str, Any]]:
     return list_checkpoints(_load_job(request, job_id))
 
 
 @router.post("/api/jobs/{job_id}/resume", status_code=202)
-def resume(job_id: int, request: Request) -> dict[str, Any]:
+def resume(job_id: JobId, request: Request) -> dict[str, Any]:
     _load_job(request, job_id)
     try:
         job = resume_from_latest_checkpoint(database=_database(request),
@@ -122,7 +131,7 @@ def resume(job_id: int, request: Request) -> dict[str, Any]:
 
 
 @router.post("/api/jobs/{job_id}/retry", status_code=201)
-def retry(job_id: int, request: Request) -> dict[str, Any]:
+def retry(job_id: JobId, request: Request) -> dict[str, Any]:
     """A new job with the failed job's spec and the change that would help."""
     _load_job(request, job_id)
     try:
@@ -139,7 +148,7 @@ class CompareBackendsRequest(BaseModel):
 
 
 @router.post("/api/jobs/{job_id}/compare-backends", status_code=201)
-def compare_job_backends(job_id: int, request: Request,
+def compare_job_backends(job_id: JobId, request: Request,
                          body: CompareBackendsRequest | None = Body(None)) -> dict[str, Any]:
     """The job's spec as a ZeRO-2 and an FSDP job with a short step budget, both queued."""
     _load_job(request, job_id)
@@ -169,12 +178,12 @@ def compare(request: Request, ids: str = Query(..., description="job ids, e.g. 1
 
 
 @router.get("/api/jobs/{job_id}/config")
-def get_job_config(job_id: int, request: Request) -> dict[str, Any]:
+def get_job_config(job_id: JobId, request: Request) -> dict[str, Any]:
     return job_config(_load_job(request, job_id))
 
 
 @router.get("/api/jobs/{job_id}/artifacts/{kind}")
-def download_artifact(job_id: int, kind: str, request: Request) -> FileResponse:
+def download_artifact(job_id: JobId, kind: str, request: Request) -> FileResponse:
     if kind not in ARTIFACT_KINDS:
         raise HTTPException(status_code=404, detail=f"no artifact {kind!r}; expected merged or adapter")
     job = _load_job(request, job_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.job_views import MAX_JOB_ID
 from tunedeck import job_store
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
@@ -26,6 +27,9 @@ def parse_job_ids(text: str | None) -> list[int]:
         raise BadJobIds(f"job ids must be whole numbers separated by commas, got {text!r}") from error
     if any(job_id < 1 for job_id in ids):
         raise BadJobIds(f"job ids are positive numbers, got {text!r}")
+    if any(job_id > MAX_JOB_ID for job_id in ids):
+        # Beyond the jobs.id column's range the driver would raise (a 500), not find no row.
+        raise BadJobIds(f"job ids are at most {MAX_JOB_ID}, got {text!r}")
     ids = list(dict.fromkeys(ids))
     if len(ids) < 2:
         raise BadJobIds("name at least 2 different jobs to compare")

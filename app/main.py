@@ -5,7 +5,13 @@ import os
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from fastapi import FastAPI  # noqa: E402
+import math  # noqa: E402
+from typing import Any  # noqa: E402
+
+from fastapi import FastAPI, Request  # noqa: E402
+from fastapi.encoders import jsonable_encoder  # noqa: E402
+from fastapi.exceptions import RequestValidationError  # noqa: E402
+from fastapi.responses import JSONResponse  # noqa: E402
 
 from app.api import router  # noqa: E402
 from tunedeck.broker import make_celery  # noqa: E402
@@ -20,6 +26,7 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True) -> Fas
     api.state.database = Database(settings.resolved_database_url)
     api.state.celery_app = make_celery(settings)
     api.include_router(router)
+    api.add_exception_handler(RequestValidationError, json_safe_validation_error)
     if with_ui:
         import gradio as gr
 
@@ -30,6 +37,29 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True) -> Fas
         api = gr.mount_gradio_app(api, blocks, path="/")
         _slow_down_idle_queue_polling(blocks)
     return api
+
+
+async def json_safe_validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
+    """FastAPI's own 422, except that each rejected input is echoed as valid JSON.
+
+    The default handler echoes the input as is: a NaN or Infinity the JSON body carried
+    (Python's parser accepts them) or a lone UTF-16 surrogate ("\\ud800") then fails to
+    render, and the 422 becomes a 500.
+    """
+    return JSONResponse(status_code=422,
+                        content={"detail": _json_safe(jsonable_encoder(error.errors()))})
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)  # "nan", "inf", "-inf": what was sent, as text
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_json_safe(key): _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(item) for item in value]
+    return value
 
 
 # Gradio's event queue polls every 1 ms while idle, which costs a tenth of a core; on a

@@ -1,6 +1,7 @@
 """Chaos, N times over: a worker SIGKILLed mid-job (one job without restarts, one with),
-Redis killed and restarted empty mid-job, and a job outliving Redis' visibility timeout,
-each on a real team set-up (PostgreSQL, Redis, `tunedeck web` and `tunedeck worker`
+Redis killed and restarted empty mid-job, a job outliving Redis' visibility timeout, the
+web killed and restarted mid-job, and the worker's database connections cut for 8 s
+mid-job, each on a real team set-up (PostgreSQL, Redis, `tunedeck web` and `tunedeck worker`
 processes, real torchrun jobs on builtin:tiny-llama).
 
 Printed per scenario and in all: jobs submitted, jobs finished in a defined state
@@ -13,8 +14,9 @@ The scenarios are the ones the chaos tests assert on (tests/e2e/chaos_scenarios.
 PostgreSQL: TUNEDECK_TEST_POSTGRES_URL (a database of its own per run, dropped after);
 Redis: TUNEDECK_TEST_REDIS_URL (database 12, flushed) and a private redis-server.
 
-Usage: .venv/bin/python bench/chaos.py [--runs 3] [--scenario killed|redis|visibility|all]
-About 3 minutes a run of all three on a 2-core machine.
+Usage: .venv/bin/python bench/chaos.py [--runs 3]
+                                       [--scenario killed|redis|visibility|web|database|all]
+About 5 minutes a run of all five on a 2-core machine.
 """
 from __future__ import annotations
 
@@ -30,11 +32,13 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from ingest import postgres_database  # noqa: E402
 
-from tests.e2e.chaos_scenarios import (ChaosReport, killed_worker,  # noqa: E402
-                                       longer_than_visibility_timeout, redis_restarted)
+from tests.e2e.chaos_scenarios import (ChaosReport, database_unreachable,  # noqa: E402
+                                       killed_worker, longer_than_visibility_timeout,
+                                       redis_restarted, web_restarted)
 from tunedeck.migrate import upgrade_database  # noqa: E402
 
 DETECT_LIMIT_SECONDS = 30.0
+SCENARIOS = ("killed", "redis", "visibility", "web", "database")
 
 
 def run_scenario(name: str, home: Path) -> ChaosReport:
@@ -51,6 +55,11 @@ def run_scenario(name: str, home: Path) -> ChaosReport:
                                         "TUNEDECK_BROKER_URL": redis_url})
         if name == "redis":
             return redis_restarted(home, url)
+        if name == "web":
+            return web_restarted(home, {"TUNEDECK_DATABASE_URL": url,
+                                        "TUNEDECK_BROKER_URL": redis_url})
+        if name == "database":
+            return database_unreachable(home, url, redis_url)
         return longer_than_visibility_timeout(home, url, redis_url)
     finally:
         drop()
@@ -78,10 +87,10 @@ def print_report(label: str, reports: list[ChaosReport]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--scenario", choices=("killed", "redis", "visibility", "all"),
-                        default="all")
+    parser.add_argument("--scenario", default="all",
+                        choices=(*SCENARIOS, "all"))
     arguments = parser.parse_args()
-    names = ("killed", "redis", "visibility") if arguments.scenario == "all" else (arguments.scenario,)
+    names = SCENARIOS if arguments.scenario == "all" else (arguments.scenario,)
     everything: list[ChaosReport] = []
     for name in names:
         reports = []

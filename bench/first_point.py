@@ -9,19 +9,33 @@ cancelled and waited for, so the next one meets an idle worker again.
 
 Where the start-up goes, from the clocks of the processes themselves: the job's "running"
 event (the worker claimed it), launch.json's write (run folder laid out, torchrun started
-just after), rank 0's "loading model" and "training started" notices and its first step
-line (times the rank stamped in metrics/rank-0.jsonl), and the response that showed it.
+just after), the rank log folder torchrun makes as it spawns the ranks, rank 0's "loading
+model" and "training started" notices and its first step line (times the rank stamped in
+metrics/rank-0.jsonl), and the response that showed it. Rank 0 also prints its own
+"start-up seconds:" line (trainer/startup_clock.py), which splits the model-build phase
+into imports, tokenizer, model, method, data and backend; its median is printed too.
+
+`--launch-only` skips the web, broker and worker: it lays out a run folder as the worker
+does and starts the same torchrun command with the same environment, timing launch ->
+first step line. It isolates the trainer's start-up (and works while the stack is down).
 
 The figure is the median time-to-first-point / 3 s target; the in-run reference is the
-phase breakdown (and the worker's 0.5 s tail interval, part of the last phase).
+phase breakdown (and the worker's tail interval, Settings.poll_seconds, part of the last
+phase). Other processes on the machine slow every phase: note the load with the figures.
 
-Usage: .venv/bin/python bench/first_point.py [--runs 3] [--ranks 2]
+Usage: .venv/bin/python bench/first_point.py [--runs 3] [--ranks 2] [--backend fsdp|zero2]
+       [--launch-only]
 Takes about (runs + 1) x (start-up + cancel), a minute or two on a small CPU machine.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import resource
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,23 +46,31 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.servers import running_tunedeck  # noqa: E402
+from tunedeck.backend_config import backend_config, build_torchrun_argv  # noqa: E402
+from tunedeck.job_spec import JobSpec  # noqa: E402
 from tunedeck.metrics_event import decode_event  # noqa: E402
-from tunedeck.run_folder import RunFolder  # noqa: E402
+from tunedeck.run_folder import RunFolder, write_run_folder  # noqa: E402
 
 TARGET_SECONDS = 3.0
 API_POLL_SECONDS = 0.05
+FILE_POLL_SECONDS = 0.02
 FINISHED = {"succeeded", "failed", "cancelled"}
 PHASES = ("broker pick-up (submit -> job running)",
           "run folder + torchrun start (running -> launch.json written)",
-          "torchrun, rank start-up, imports (launch -> 'loading model')",
-          "model build, data (-> 'training started')",
+          "torchrun start-up, rendezvous (launch -> ranks spawned)",
+          "rank imports: python, torch, trainer (spawned -> 'loading model')",
+          "model build, data (-> 'training started'; split below)",
           "first step (-> first step line)",
           "ingest + API poll (-> point visible)")
+LAUNCH_ONLY_PHASES = PHASES[2:6]
+# Rank 0's own split of its start-up (trainer/startup_clock.py), e.g.
+# "start-up seconds: imports 1.92, examples 0.01, ...".
+STARTUP_LINE = re.compile(r"start-up seconds: (.+)$", re.MULTILINE)
 
 
-def job_spec(ranks: int) -> dict:
+def job_spec(ranks: int, backend: str = "fsdp") -> dict:
     return {"name": "first-point", "model": "builtin:tiny-llama", "dataset": "builtin:arithmetic",
-            "method": "lora", "backend": "fsdp", "num_gpus": ranks, "max_steps": 200,
+            "method": "lora", "backend": backend, "num_gpus": ranks, "max_steps": 200,
             "micro_batch_size": 4, "seq_len": 64, "precision": "bf16"}
 
 
@@ -66,7 +88,10 @@ def wait_for_first_point(server, job_id: int, timeout_seconds: float = 300) -> f
 
 def rank_zero_times(run: RunFolder) -> dict[str, float]:
     times = {}
-    for line in run.rank_metrics_file(0).read_text(encoding="utf-8").splitlines():
+    metrics_file = run.rank_metrics_file(0)
+    if not metrics_file.exists():
+        return times
+    for line in metrics_file.read_text(encoding="utf-8").splitlines():
         event = decode_event(line)
         if event is None:
             continue
@@ -80,6 +105,25 @@ def rank_zero_times(run: RunFolder) -> dict[str, float]:
     return times
 
 
+def ranks_spawned_time(run: RunFolder) -> float:
+    """When torchrun spawned the ranks: it makes each rank's log folder (and the log files
+    in it) just before starting that rank's process."""
+    folders = list(run.rank_logs_dir.glob("*/attempt_*/0"))
+    if not folders:
+        raise RuntimeError(f"no rank log folder under {run.rank_logs_dir}")
+    return min(folder.stat().st_mtime for folder in folders)
+
+
+def startup_split(run: RunFolder) -> dict[str, float]:
+    """Rank 0's "start-up seconds:" line, as {stage: seconds} (empty if it printed none)."""
+    for log_file in run.rank_log_files(0):
+        found = STARTUP_LINE.search(log_file.read_text(encoding="utf-8", errors="replace"))
+        if found:
+            return {name: float(seconds) for name, seconds in
+                    (part.rsplit(" ", 1) for part in found.group(1).split(", "))}
+    return {}
+
+
 def running_time(server, job_id: int) -> float:
     for event in server.http.get(f"/api/jobs/{job_id}/events").json():
         if event["kind"] == "status" and event["message"] == "running":
@@ -87,42 +131,126 @@ def running_time(server, job_id: int) -> float:
     raise RuntimeError(f"job {job_id} has no 'running' event")
 
 
-def timed_run(server, ranks: int) -> tuple[float, list[float]]:
-    """Seconds to the first visible point, and the seconds of each phase."""
+def rank_marks(run: RunFolder) -> list[float]:
+    """launch.json written, ranks spawned, 'loading model', 'training started', first step."""
+    rank_times = rank_zero_times(run)
+    return [run.launch_file.stat().st_mtime, ranks_spawned_time(run), rank_times["loading"],
+            rank_times["training"], rank_times["step"]]
+
+
+def phase_seconds(marks: list[float]) -> list[float]:
+    return [later - earlier for earlier, later in zip(marks, marks[1:])]
+
+
+def timed_run(server, ranks: int, backend: str) -> tuple[float, list[float], dict[str, float]]:
+    """Seconds to the first visible point, the seconds of each phase, rank 0's split."""
     submitted = time.time()
-    job_id = server.submit(job_spec(ranks))
+    job_id = server.submit(job_spec(ranks, backend))
     visible = wait_for_first_point(server, job_id)
     server.http.post(f"/api/jobs/{job_id}/cancel")
     server.wait_for(job_id, FINISHED, timeout_seconds=120)
     run = RunFolder(server.home / "runs" / f"job-{job_id}")
-    rank_times = rank_zero_times(run)
-    marks = [submitted, running_time(server, job_id), run.launch_file.stat().st_mtime,
-             rank_times["loading"], rank_times["training"], rank_times["step"], visible]
-    return visible - submitted, [later - earlier for earlier, later in zip(marks, marks[1:])]
+    marks = [submitted, running_time(server, job_id), *rank_marks(run), visible]
+    return visible - submitted, phase_seconds(marks), startup_split(run)
+
+
+def launch_environment(home: Path, ranks: int) -> dict[str, str]:
+    """What the worker gives the ranks (worker/job_runner.py's launch environment)."""
+    return {**{key: value for key, value in os.environ.items() if not key.startswith("TUNEDECK_")},
+            "TUNEDECK_HOME": str(home),
+            "TORCH_EXTENSIONS_DIR": os.environ.get(
+                "TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "tunedeck" / "torch_extensions")),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS",
+                                              str(max(1, (os.cpu_count() or 1) // ranks))),
+            "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_launch(home: Path, run_dir: Path, ranks: int, backend: str
+                 ) -> tuple[float, list[float], dict[str, float]]:
+    """`--launch-only`: seconds from torchrun's start to rank 0's first step line. Its split
+    also holds "cpu seconds": the CPU time torchrun and the ranks used up to the stop just
+    after that line, a figure that other load on the machine moves much less."""
+    spec = JobSpec.model_validate(job_spec(ranks, backend))
+    run = RunFolder(run_dir)
+    argv = build_torchrun_argv(spec, str(run_dir), torchrun=str(Path(sys.executable).with_name("torchrun")))
+    write_run_folder(run, spec_json=spec.model_dump(mode="json"), backend=spec.backend,
+                     backend_config=backend_config(spec),
+                     launch={"argv": argv, "env": {}, "cwd": str(REPO)})
+    cpu_before = children_cpu_seconds()
+    started = time.time()
+    os.utime(run.launch_file, (started, started))
+    with run.launcher_log_file.open("w") as log:
+        launcher = subprocess.Popen(argv, cwd=REPO, env=launch_environment(home, ranks),
+                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while "step" not in rank_zero_times(run):
+            if launcher.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"launch ended or stalled before a step: "
+                                   f"{run.launcher_log_file.read_text()[-3000:]}")
+            time.sleep(FILE_POLL_SECONDS)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGTERM)
+        launcher.wait(timeout=60)
+    marks = rank_marks(run)
+    split = {**startup_split(run), "cpu seconds, torchrun and all ranks": children_cpu_seconds() - cpu_before}
+    return marks[-1] - started, phase_seconds(marks), split
+
+
+def print_report(arguments, totals: list[float], phases: list[list[float]],
+                 splits: list[dict[str, float]]) -> None:
+    median = statistics.median(totals)
+    what = "launch to first step line" if arguments.launch_only else "time to first point"
+    print(f"tiny LoRA job, {arguments.backend}, {arguments.ranks} rank(s), {arguments.runs} timed "
+          f"runs (warm), load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs:")
+    print(f"  {what}: median {median:.2f} s (runs {', '.join(f'{total:.2f}' for total in totals)})")
+    print("  where it goes (median seconds of each phase):")
+    names = LAUNCH_ONLY_PHASES if arguments.launch_only else PHASES
+    for name, seconds in zip(names, zip(*phases)):
+        print(f"    {statistics.median(seconds):6.2f}  {name}")
+    stages = [stage for stage in splits[0] if all(stage in split for split in splits)] if splits else []
+    if stages:
+        print("  rank 0's start-up stages, from its process start, and CPU (median seconds):")
+        for stage in stages:
+            print(f"    {statistics.median(split[stage] for split in splits):6.2f}  {stage}")
+    if not arguments.launch_only:
+        print(f"  time to first point / 3 s target: {median / TARGET_SECONDS:.2f}  target <= 1.00")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="timed runs after one warm-up")
     parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--backend", choices=("fsdp", "zero2"), default="fsdp")
+    parser.add_argument("--launch-only", action="store_true",
+                        help="time torchrun -> first step line only (no web, broker, worker)")
     arguments = parser.parse_args()
-    totals, phases = [], []
+    totals, phases, splits = [], [], []
     with tempfile.TemporaryDirectory(prefix="tunedeck-bench-") as folder:
-        with running_tunedeck(Path(folder) / "server") as server:
-            timed_run(server, arguments.ranks)  # warm caches
-            for index in range(arguments.runs):
-                total, phase_seconds = timed_run(server, arguments.ranks)
-                totals.append(total)
-                phases.append(phase_seconds)
-                print(f"run {index + 1}: first point after {total:.2f} s", flush=True)
-    median = statistics.median(totals)
-    print(f"tiny LoRA job, {arguments.ranks} rank(s), {arguments.runs} timed runs (warm):")
-    print(f"  time to first point: median {median:.2f} s (runs "
-          f"{', '.join(f'{total:.2f}' for total in totals)})")
-    print("  where it goes (median seconds of each phase):")
-    for name, seconds in zip(PHASES, zip(*phases)):
-        print(f"    {statistics.median(seconds):6.2f}  {name}")
-    print(f"  time to first point / 3 s target: {median / TARGET_SECONDS:.2f}  target <= 1.00")
+        if arguments.launch_only:
+            home = Path(folder) / "home"
+            def run_once(index: int):
+                return timed_launch(home, Path(folder) / f"run-{index}", arguments.ranks,
+                                    arguments.backend)
+            timed = [run_once(index) for index in range(arguments.runs + 1)][1:]  # 1st warms
+        else:
+            timed = []
+            with running_tunedeck(Path(folder) / "server") as server:
+                timed_run(server, arguments.ranks, arguments.backend)  # warm caches
+                for index in range(arguments.runs):
+                    timed.append(timed_run(server, arguments.ranks, arguments.backend))
+        for index, (total, phase_list, split) in enumerate(timed):
+            totals.append(total)
+            phases.append(phase_list)
+            splits.append(split)
+            print(f"run {index + 1}: first point after {total:.2f} s", flush=True)
+    print_report(arguments, totals, phases, splits)
     return 0
 
 

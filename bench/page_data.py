@@ -7,7 +7,8 @@ with 2,000 steps laid out the same way (the page's default `max_points`, so noth
 downsampled there). `GET /api/jobs/{id}/metrics` (default max_points) is timed through
 FastAPI's TestClient (the whole app, without the UI), alternating the two jobs after a
 few untimed warm-up requests. Printed: p95 and median of each, the ratio big / reference,
-and p95 / 300 ms target.
+p95 / 300 ms target, and the load average while timing (the ratio is the figure a shared
+machine leaves meaningful).
 
 PostgreSQL: TUNEDECK_TEST_POSTGRES_URL (default postgresql+psycopg://postgres@127.0.0.1:5432/test);
 the bench makes its own database there and drops it after.
@@ -19,6 +20,7 @@ Takes about a minute per database (most of it writing the points).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -108,8 +110,11 @@ def measure(url: str, home: Path, arguments) -> None:
     print(f"  wrote {arguments.steps:,} + {arguments.reference_steps:,} steps "
           f"({1 + RANKS} points a step) in {time.perf_counter() - started:.0f} s", flush=True)
     app = create_app(Settings(home=home, database_url=url), with_ui=False)
+    load_before = os.getloadavg()[0]
     with TestClient(app) as client:
         seconds = time_requests(client, [big, reference], arguments.requests)
+    # The machine may be shared: the figures mean little without the load they ran under.
+    print(f"  load average (1 min) while timing: {load_before:.2f} -> {os.getloadavg()[0]:.2f}")
     app.state.database.dispose()
     big_p95, reference_p95 = percentile(seconds[big], 0.95), percentile(seconds[reference], 0.95)
     print(f"  {arguments.steps:,} steps: p95 {big_p95 * 1000:.0f} ms, median "

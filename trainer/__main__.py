@@ -15,12 +15,18 @@ from pathlib import Path
 # before transformers is imported, which reads it once.
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-from tunedeck.job_spec import JobSpec
-from tunedeck.run_folder import RunFolder, read_json
+from trainer.startup_gc import pause_collection
 
-from trainer.failure_notice import accelerator_memory_reading, error_notice
-from trainer.rank import die_with_launcher, rank_context_from_environment, set_cpu_threads
-from trainer.telemetry import open_telemetry
+# Before the heavy imports below and in train(), which resumes it once they are done.
+pause_collection()
+
+from tunedeck.job_spec import JobSpec  # noqa: E402
+from tunedeck.run_folder import RunFolder, read_json  # noqa: E402
+
+from trainer.failure_notice import accelerator_memory_reading, error_notice  # noqa: E402
+from trainer.rank import die_with_launcher, rank_context_from_environment, set_cpu_threads  # noqa: E402
+from trainer.telemetry import open_telemetry  # noqa: E402
+from trainer.unused_libraries import keep_unused_libraries_out  # noqa: E402
 
 
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -44,9 +50,10 @@ def main(argv: list[str] | None = None) -> int:
                                path=run.rank_metrics_file(context.rank),
                                rank=context.rank, device=context.device)
     try:
+        spec = JobSpec.model_validate(read_json(run.spec_file))
+        keep_unused_libraries_out(spec)
         from trainer.train import train
 
-        spec = JobSpec.model_validate(read_json(run.spec_file))
         train(spec, run, context=context, telemetry=telemetry, resume=arguments.resume)
     except Exception as error:  # MemoryError included: it is an Exception too
         telemetry.notice(error_notice(error, rank=context.rank,

@@ -30,6 +30,8 @@ from trainer.model_source import load_base_model, load_tokenizer, resolve_model_
 from trainer.packing import pack_examples
 from trainer.rank import RankContext, seed_everything
 from trainer.schedule import learning_rate_at, total_optimizer_steps
+from trainer.startup_clock import StartupClock
+from trainer.startup_gc import resume_collection_after_imports
 from trainer.telemetry import Telemetry
 
 PRINT_EVERY_STEPS = 10
@@ -37,21 +39,33 @@ PRINT_EVERY_STEPS = 10
 
 def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Telemetry,
           resume: bool = False) -> None:
+    clock = StartupClock.since_process_start()
     backend_type = backend_class(spec.backend)
+    clock.mark("imports")
     # The data first: a wrong path fails in a second, not after a model load. The eval
     # examples are held out here, before any training batch exists.
     examples, eval_examples = load_train_and_eval_examples(spec, ranks=context.world_size)
+    clock.mark("examples")
     telemetry.notice(f"loading model {spec.model}")
     model_source = resolve_model_source(spec.model)
     backend_type.init_distributed(context)
+    clock.mark("distributed init")
 
     tokenizer = load_tokenizer(model_source)
+    clock.mark("tokenizer")
+    # transformers and torch are imported by now (the model's own modules and peft are
+    # small next to them).
+    resume_collection_after_imports()
     seed_everything(spec.seed)
-    model = apply_method(load_base_model(model_source, quantization=quantization_config(spec),
-                                         device=context.device), spec)
+    base_model = load_base_model(model_source, quantization=quantization_config(spec),
+                                 device=context.device)
+    clock.mark("base model")
+    model = apply_method(base_model, spec)
+    clock.mark("method")
     data = prepare_training_data(spec, tokenizer, examples, context=context)
     evaluation = build_evaluation(tokenizer, eval_examples, spec=spec, context=context,
                                   telemetry=telemetry)
+    clock.mark("data")
 
     if spec.activation_checkpointing:
         # Non-reentrant checkpointing composes with FSDP2, DeepSpeed and frozen (LoRA) inputs.
@@ -59,6 +73,9 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     mfu_meter = MfuMeter.for_model(model, full_finetune=spec.method == "full",
                                    device=context.device, world_size=context.world_size)
     backend = backend_type.wrap(model, read_json(run.backend_config_file(spec.backend)), context)
+    clock.mark("backend")
+    if context.is_main:
+        print(clock.as_text(), flush=True)
     telemetry.notice(f"training started: {data.total_steps} steps, {data.description}, "
                      f"{trainable_parameter_count(model):,} trainable parameters")
     checkpoints = Checkpoints(run, spec, total_steps=data.total_steps, context=context,

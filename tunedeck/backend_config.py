@@ -140,14 +140,24 @@ def backend_config(spec: JobSpec) -> dict[str, Any]:
 
 
 def build_torchrun_argv(spec: JobSpec, run_dir: str, *, torchrun: str = "torchrun",
-                        resume: bool = False) -> list[str]:
+                        resume: bool = False, node_rank: int = 0, rendezvous: str | None = None,
+                        job_id: int | None = None, start_timeout_seconds: float = 300) -> list[str]:
     """The exact launch command; `torchrun` may be an absolute path to the worker's own.
-    `resume` continues from the run folder's latest complete checkpoint."""
+    `resume` continues from the run folder's latest complete checkpoint. A job on several
+    nodes runs this once per node: `rendezvous` ("host:port") is where node 0 hosts the
+    store. The static rendezvous (a c10d TCPStore on node 0) keeps ranks in node order, so
+    node 0 holds rank 0 and writes the outputs; a node missing after
+    `start_timeout_seconds` makes every node give up."""
+    if spec.num_nodes == 1:
+        nodes = ["--standalone", "--nnodes", "1"]
+    else:
+        nodes = ["--nnodes", str(spec.num_nodes), "--node-rank", str(node_rank),
+                 "--rdzv-backend", "static", "--rdzv-endpoint", str(rendezvous),
+                 "--rdzv-id", f"tunedeck-job-{job_id}",
+                 "--rdzv-conf", f"timeout={int(start_timeout_seconds)}"]
     return [
         torchrun,
-        "--standalone",
-        "--nnodes",
-        str(spec.num_nodes),
+        *nodes,
         "--nproc_per_node",
         str(spec.num_gpus),
         # Each rank's output also in its own files (tee keeps the combined torchrun.log),

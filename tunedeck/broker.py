@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from celery import Celery
 
 RUN_JOB_TASK = "tunedeck.run_job"
+RUN_JOB_NODE_TASK = "tunedeck.run_job_node"
 JOBS_QUEUE = broker_queue_for({"queue": DEFAULT_QUEUE})
 
 
@@ -53,7 +54,10 @@ def _filesystem_transport_options(settings: Settings) -> dict:
         "data_folder_out": str(queue_folder),
         "control_folder": str(control_folder),
         "store_processed": False,
-        "polling_interval": 0.5,
+        # How often an idle worker lists the queue folder for a new job: a submitted job
+        # waits half of it on average before it is picked up. One look at two queues costs
+        # ~22 us of CPU (0.02% of a core at this rate; measured for bench/first_point.py).
+        "polling_interval": 0.1,
     }
 
 
@@ -62,6 +66,13 @@ def enqueue_job(celery_app: "Celery", job_id: int, spec: Mapping[str, Any]) -> N
     run it (`spec` as stored decides: its queue or host); call only after the row is
     committed."""
     celery_app.send_task(RUN_JOB_TASK, args=[job_id], queue=broker_queue_for(spec))
+
+
+def send_node_to_worker(celery_app: "Celery", job_id: int, node_rank: int,
+                        worker_name: str) -> None:
+    """Tell a worker to run its node of a job on several nodes."""
+    celery_app.send_task(RUN_JOB_NODE_TASK, args=[job_id, node_rank],
+                         queue=worker_broker_queue(worker_name))
 
 
 def send_to_worker(celery_app: "Celery", job_id: int, worker_name: str) -> None:

@@ -105,7 +105,11 @@ def settle_lost_workers(*, session: Session, silent_seconds: float, result: Swee
             continue  # another sweeper settled it
         result.lost_workers.append(worker.name)
         silent_since = worker.last_seen_at.strftime("%H:%M:%S UTC")
-        for job in job_store.list_running_jobs_of_worker(session=session, worker_name=worker.name):
+        jobs = {job.id: job for job in [
+            *job_store.list_running_jobs_of_worker(session=session, worker_name=worker.name),
+            # A job is lost with any of its nodes: the others cannot go on without it.
+            *job_store.list_running_jobs_with_a_node_on(session=session, worker_name=worker.name)]}
+        for job in jobs.values():
             give_up_job(session=session, job=job, result=result,
                         why=f"worker lost: worker {worker.name} on {worker.host} sent no "
                             f"heartbeat since {silent_since} (over {silent_seconds:g} s)")

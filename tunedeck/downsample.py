@@ -116,9 +116,25 @@ def downsample_tuples(rows: Sequence[Sequence[Any]], *, group_width: int,
     columns = list(zip(*rows))  # transposed in C, not a Python loop a point
     ids, keys = columns[0], columns[1:1 + group_width]
     figures = figure_array(columns[1 + group_width:], len(rows))
+    return [ids[position] for position in _keep_line_positions(keys, figures, max_points)]
+
+
+def keep_line_positions(table: np.ndarray, *, group_width: int, max_points: int) -> np.ndarray:
+    """`downsample_tuples` for rows already in one float array, a row a point: columns
+    `(*group key, *figures)`, NaN for a missing figure. The sorted positions to keep."""
+    if not len(table):
+        return np.empty(0, dtype=int)
+    keys = [table[:, column] for column in range(group_width)]
+    figures = np.ascontiguousarray(table[:, group_width:].T)
+    figures[~np.isfinite(figures)] = math.nan
+    return _keep_line_positions(keys, figures, max_points)
+
+
+def _keep_line_positions(keys: Sequence[Sequence[Any]], figures: np.ndarray,
+                         max_points: int) -> np.ndarray:
     kept = [line[keep_positions(figures[:, line], max_points)]
-            for line in _line_positions(keys, len(rows))]
-    return [ids[position] for position in np.sort(np.concatenate(kept))]
+            for line in _line_positions(keys, figures.shape[1])]
+    return np.sort(np.concatenate(kept))
 
 
 def _line_positions(keys: Sequence[Sequence[Any]], count: int) -> list[np.ndarray]:

@@ -92,12 +92,19 @@ def room_for(worker: WorkerView, spec: Mapping[str, Any], *, running_jobs: int,
 def waiting_reason(spec: Mapping[str, Any], workers: Sequence[WorkerView]) -> str:
     """Why a queued job is not running yet, in words for its page."""
     wanted = int(spec.get("num_gpus", 1))
+    nodes = int(spec.get("num_nodes", 1))
     where = f"host {spec['host']}" if spec.get("host") else f"queue {job_queue(spec)!r}"
     serving = [worker for worker in workers if serves(worker, spec)]
     if not serving:
         return f"waiting: no live worker serves {where}"
-    if not any(can_ever_fit(worker, spec) for worker in serving):
+    fitting = [worker for worker in serving if can_ever_fit(worker, spec)]
+    if not fitting:
         largest = max(len(worker.gpu_indices or ()) for worker in serving)
         return (f"waiting: the job needs {wanted} GPUs on one host, and the largest worker of "
                 f"{where} has {largest}; lower num_gpus or add a bigger worker")
+    if nodes > 1 and len(fitting) < nodes:
+        return (f"waiting: the job runs on {nodes} nodes, one worker each, and {len(fitting)} "
+                f"live worker(s) of {where} can hold a node of {wanted} GPU(s)")
+    if nodes > 1:
+        return f"waiting for {nodes} workers of {where} with {wanted} free GPU(s) each"
     return f"waiting for {wanted} free GPU(s) on a worker of {where}"

@@ -37,12 +37,26 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _no_nul(text: str) -> str:
+    # PostgreSQL text refuses a NUL character (a job's name column: psycopg raises, a 500),
+    # and a model or dataset path with one makes open() raise in the trainer. No name,
+    # path or module name holds one: refused here, as a 422 naming the field.
+    if "\x00" in text:
+        raise ValueError("must not contain a NUL character (\\u0000)")
+    return text
+
+
 class LoraSettings(StrictModel):
     r: int = Field(16, ge=1, le=1024)
     alpha: float = Field(32, gt=0, le=4096)
     dropout: float = Field(0.05, ge=0, lt=1)
     # "all-linear" is peft's own shorthand for every linear layer but the output head.
     target_modules: Literal["all-linear"] | list[str] = "all-linear"
+
+    @field_validator("target_modules")
+    @classmethod
+    def _modules_without_nul(cls, modules: str | list[str]) -> str | list[str]:
+        return modules if isinstance(modules, str) else [_no_nul(module) for module in modules]
 
 
 class Zero2Settings(StrictModel):
@@ -126,6 +140,11 @@ class JobSpec(StrictModel):
     zero2: Zero2Settings = Zero2Settings()
     fsdp: FsdpSettings = FsdpSettings()
 
+    @field_validator("name", "model", "dataset", "eval_dataset")
+    @classmethod
+    def _text_without_nul(cls, text: str | None) -> str | None:
+        return _no_nul(text) if text is not None else None
+
     @model_validator(mode="after")
     def _one_training_length(self) -> "JobSpec":
         if self.max_steps is None and self.epochs is None:
@@ -163,20 +182,25 @@ class JobSpec(StrictModel):
             raise ValueError("eval_every_steps needs an eval set: set eval_split or eval_dataset")
         return every
 
-    @field_validator("num_nodes")
-    @classmethod
-    def _single_node(cls, num_nodes: int) -> int:
-        if num_nodes != 1:
-            raise ValueError("jobs across several nodes are not available yet; use 1")
-        return num_nodes
-
     @field_validator("fsdp")
     @classmethod
     def _hybrid_needs_nodes(cls, fsdp: FsdpSettings, info) -> FsdpSettings:
         if fsdp.sharding_strategy == "hybrid_shard" and info.data.get("num_nodes", 1) < 2:
             raise ValueError("hybrid_shard replicates across nodes and needs num_nodes > 1; "
                              "on one node use full_shard or shard_grad_op")
+        if fsdp.sharding_strategy == "hybrid_shard":
+            # The trainer shards over one flat mesh of every rank; a 2D (node x GPU) mesh
+            # is not built, and a silently flat "hybrid" would be a lie.
+            raise ValueError("hybrid_shard is not available yet; use full_shard (it shards "
+                             "across every rank of every node) or shard_grad_op")
         return fsdp
+
+    @model_validator(mode="after")
+    def _one_host_for_one_node(self) -> "JobSpec":
+        if self.host is not None and self.num_nodes > 1:
+            raise ValueError(f"host pins a job to one host, and num_nodes {self.num_nodes} needs "
+                             f"{self.num_nodes} workers: drop host, or name a queue")
+        return self
 
     @property
     def activation_checkpointing(self) -> bool:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from tunedeck.db.models import Job, JobEvent, utc_now
+from tunedeck.db.models import Job, JobEvent, JobNode, utc_now
 from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import (CANCELLED, FAILED, FINISHED_STATUSES, QUEUED, RUNNING, SUCCEEDED,
                                  InvalidTransition, sources_of)
@@ -54,6 +54,59 @@ def list_running_jobs(*, session: Session, worker_host: str) -> list[Job]:
 def list_running_jobs_of_worker(*, session: Session, worker_name: str) -> list[Job]:
     query = select(Job).where(Job.status == RUNNING, Job.worker_name == worker_name)
     return list(session.scalars(query.order_by(Job.id)))
+
+
+def worker_load(*, session: Session, worker_name: str) -> list[list[int] | None]:
+    """The GPUs each job on a worker holds there, one entry a job (node 0 of its running
+    jobs, and the other nodes it runs of jobs on several nodes): its count is the jobs the
+    worker runs."""
+    held = [job.gpu_indices for job in list_running_jobs_of_worker(session=session,
+                                                                   worker_name=worker_name)]
+    nodes = session.scalars(select(JobNode).join(Job, Job.id == JobNode.job_id).where(
+        JobNode.worker_name == worker_name, JobNode.state != NODE_EXITED, Job.status == RUNNING))
+    return held + [node.gpu_indices for node in nodes]
+
+
+def list_running_jobs_with_a_node_on(*, session: Session, worker_name: str) -> list[Job]:
+    """Running jobs of which the worker runs a node other than node 0."""
+    query = select(Job).join(JobNode, Job.id == JobNode.job_id).where(
+        JobNode.worker_name == worker_name, JobNode.state != NODE_EXITED, Job.status == RUNNING)
+    return list(session.scalars(query.order_by(Job.id)))
+
+
+NODE_ASSIGNED, NODE_STARTED, NODE_EXITED = "assigned", "started", "exited"
+
+
+def assign_nodes(*, session: Session, job_id: int,
+                 nodes: list[tuple[int, str, str, list[int] | None]]) -> None:
+    """Give nodes 1.. of a claimed job to workers: (node rank, worker name, host, GPUs).
+    A restarted job's earlier assignment is replaced."""
+    session.execute(delete(JobNode).where(JobNode.job_id == job_id))
+    for node_rank, worker_name, host, gpus in nodes:
+        session.add(JobNode(job_id=job_id, node_rank=node_rank, worker_name=worker_name,
+                            host=host, gpu_indices=gpus, state=NODE_ASSIGNED))
+    session.flush()
+
+
+def list_job_nodes(*, session: Session, job_id: int) -> list[JobNode]:
+    return list(session.scalars(select(JobNode).where(JobNode.job_id == job_id)
+                                .order_by(JobNode.node_rank)))
+
+
+def start_node(*, session: Session, job_id: int, node_rank: int, worker_name: str) -> bool:
+    """The node's worker starts it: True once, for an assigned node of a running job."""
+    running = select(Job.id).where(Job.id == job_id, Job.status == RUNNING).scalar_subquery()
+    result = session.execute(
+        update(JobNode).where(JobNode.job_id == running, JobNode.node_rank == node_rank,
+                              JobNode.worker_name == worker_name, JobNode.state == NODE_ASSIGNED)
+        .values(state=NODE_STARTED).execution_options(synchronize_session=False))
+    return result.rowcount == 1
+
+
+def finish_node(*, session: Session, job_id: int, node_rank: int, exit_code: int | None) -> None:
+    session.execute(update(JobNode).where(JobNode.job_id == job_id, JobNode.node_rank == node_rank)
+                    .values(state=NODE_EXITED, exit_code=exit_code)
+                    .execution_options(synchronize_session=False))
 
 
 def list_queued_jobs(*, session: Session, limit: int = 100) -> list[Job]:
@@ -125,12 +178,14 @@ def _status_message(job: Job) -> str:
 
 
 def mark_job_running(*, session: Session, job_id: int, run_dir: str, worker_host: str,
-                     worker_name: str | None = None, gpu_indices: list[int] | None = None) -> Job:
-    """Claim a queued job for a worker and the GPUs it gives the job; raises
-    InvalidTransition when someone else already did."""
+                     worker_name: str | None = None, gpu_indices: list[int] | None = None,
+                     rendezvous: str | None = None) -> Job:
+    """Claim a queued job for a worker and the GPUs it gives the job (and, on several
+    nodes, where node 0 hosts the rendezvous); raises InvalidTransition when someone else
+    already did."""
     return _transition(session=session, job_id=job_id, target=RUNNING, run_dir=run_dir,
                        worker_host=worker_host, worker_name=worker_name, gpu_indices=gpu_indices,
-                       started_at=utc_now(), attempts=Job.attempts + 1)
+                       rendezvous=rendezvous, started_at=utc_now(), attempts=Job.attempts + 1)
 
 
 def requeue_lost_job(*, session: Session, job_id: int, reason: str) -> Job:
@@ -212,7 +267,9 @@ def run_control(*, session: Session, job_id: int, worker_name: str | None) -> tu
 __all__ = [
     "JobNotFound", "InvalidTransition", "create_job", "get_job", "list_jobs",
     "list_queued_job_ids", "list_running_jobs", "list_running_jobs_of_worker", "list_queued_jobs",
-    "take_undispatched_queued_jobs", "note_job_waiting", "requeue_lost_job", "run_control", "add_job_event", "list_job_events", "mark_job_running",
+    "take_undispatched_queued_jobs", "note_job_waiting", "requeue_lost_job", "run_control",
+    "worker_load", "list_running_jobs_with_a_node_on", "assign_nodes", "list_job_nodes",
+    "start_node", "finish_node", "add_job_event", "list_job_events", "mark_job_running",
     "resume_job",
     "record_launcher_pid", "mark_job_succeeded", "mark_job_failed", "mark_job_cancelled",
     "request_cancel", "is_cancel_requested", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED",

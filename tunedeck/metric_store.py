@@ -5,12 +5,12 @@ import math
 from typing import Any, Iterable
 
 import numpy as np
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from tunedeck import metrics_event
 from tunedeck.db.models import MetricPoint
-from tunedeck.downsample import downsample_tuples, figure_array, keep_positions
+from tunedeck.downsample import keep_line_positions, keep_positions
 
 TRAIN_SERIES_RANK = 0  # step and eval events carry all-rank figures; rank 0's row is the job's
 
@@ -22,9 +22,15 @@ def add_metric_points(*, session: Session, job_id: int,
     if not rows:
         return 0
     insert = _dialect_insert(session)
-    session.execute(insert(MetricPoint).values(rows).on_conflict_do_nothing(
-        index_elements=["job_id", "rank", "seq"]))
+    for start in range(0, len(rows), ROWS_PER_INSERT):
+        session.execute(insert(MetricPoint).values(rows[start:start + ROWS_PER_INSERT])
+                        .on_conflict_do_nothing(index_elements=["job_id", "rank", "seq"]))
     return len(rows)
+
+
+# 16 bound parameters a row: 2,000 rows stay under PostgreSQL's 65,535 parameters a
+# statement and SQLite's default 32,766.
+ROWS_PER_INSERT = 2000
 
 
 def last_seq_by_rank(*, session: Session, job_id: int) -> dict[int, int]:
@@ -49,7 +55,16 @@ def _row(job_id: int, seq: int, event: dict[str, Any]) -> dict[str, Any]:
     step = event.get("step")
     return {"job_id": job_id, "kind": event["kind"], "rank": event["rank"], "seq": seq,
             "step": step if isinstance(step, int) else None, "time": float(event["time"]),
-            "values": values}
+            "values": values, **chart_figure_columns(values)}
+
+
+def chart_figure_columns(values: dict[str, Any]) -> dict[str, float | None]:
+    """The figure columns of a point with these (sanitised) values, for whoever writes
+    `metric_points` rows: each number as a float; null for anything else (missing, null, a
+    string, a bool), as migration 0005 backfilled the rows written before it."""
+    return {figure: float(value) if isinstance(value, (int, float))
+            and not isinstance(value, bool) else None
+            for figure in CHART_FIGURES for value in (values.get(figure),)}
 
 
 def read_job_metrics(*, session: Session, job_id: int) -> dict[str, list[dict[str, Any]]]:
@@ -61,16 +76,18 @@ def read_job_metrics(*, session: Session, job_id: int) -> dict[str, list[dict[st
 TRAIN_CHART_KEYS = ("loss", "tokens_per_second", "learning_rate", "grad_norm", "step_seconds")
 EVAL_CHART_KEYS = ("eval_loss",)
 MEMORY_CHART_KEYS = ("allocated_mb", "rss_mb", "peak_reserved_mb")
-IDS_PER_QUERY = 5000
-ALL_POINTS = 2**62  # a max_points no series reaches  # within every database's limit on bound parameters
+# Each is also a Float column of MetricPoint (filled on insert), read from a covering index.
+CHART_FIGURES = TRAIN_CHART_KEYS + EVAL_CHART_KEYS + MEMORY_CHART_KEYS
+IDS_PER_QUERY = 5000  # within every database's limit on bound parameters
+ALL_POINTS = 2**62  # a max_points no series reaches
 
 
 def read_chart_metrics(*, session: Session, job_id: int,
                        max_points: int) -> dict[str, list[dict[str, Any]]]:
     """`read_job_metrics`, with each line (a series, a rank's memory) downsampled to at
-    most `max_points` (min and max a bucket). The figures are picked in SQL first, so the
-    JSON of only the points kept is read: a 100,000-step job costs little more than a
-    2,000-step one."""
+    most `max_points` (min and max a bucket). The figures come from their own columns, out
+    of a covering index, so the JSON of only the points kept is read: a 100,000-step job
+    costs little more than a 2,000-step one."""
     return {
         "train": _downsampled_step_series(session, job_id, metrics_event.STEP, TRAIN_CHART_KEYS,
                                           metrics_event.STEP_FIELDS, max_points),
@@ -83,41 +100,62 @@ def read_chart_metrics(*, session: Session, job_id: int,
 
 def _downsampled_step_series(session: Session, job_id: int, kind: str, keys: tuple[str, ...],
                              fields: tuple[str, ...], max_points: int) -> list[dict[str, Any]]:
-    # Core rows, not ORM ones: this reads every point of the series.
-    found = session.connection().execute(
-        select(MetricPoint.id, MetricPoint.step, *_figures(keys))
-        .where(MetricPoint.job_id == job_id, MetricPoint.kind == kind,
-               MetricPoint.rank == TRAIN_SERIES_RANK, MetricPoint.step.is_not(None))
-        .order_by(MetricPoint.seq)).all()
-    if not found:
+    # Step, then line order is ix_metric_points_series_figures' own: no sort, no table read.
+    table = _float_table(session, select(MetricPoint.id, MetricPoint.step, *_figure_columns(keys))
+                         .where(MetricPoint.job_id == job_id, MetricPoint.kind == kind,
+                                MetricPoint.rank == TRAIN_SERIES_RANK,
+                                MetricPoint.step.is_not(None))
+                         .order_by(MetricPoint.step, MetricPoint.seq))
+    if not len(table):
         return []
-    ids, steps, *figures = zip(*found)
-    latest = _latest_per_step(np.array(steps))  # a resumed run's rows win
-    kept = latest[keep_positions(figure_array(figures, len(found))[:, latest], max_points)]
+    latest = _last_row_of_each_step(table[:, 1])  # a resumed run's rows win
+    kept = latest[keep_positions(np.ascontiguousarray(table[latest, 2:].T), max_points)]
     return [{"time": time, **_pick(values, fields)}
-            for time, _rank, values in _points_by_id(session, [ids[position] for position in kept])]
+            for time, _rank, values in _points_by_id(session, _ids(table, kept))]
 
 
-def _latest_per_step(steps: np.ndarray) -> np.ndarray:
-    """Positions (of rows in line order) of each step's last row, in step order: a step
-    run again after a resume counts once, with the later values."""
-    order = np.argsort(steps, kind="stable")  # stable: a step's rows stay in line order
-    ordered = steps[order]
-    return order[np.append(ordered[1:] != ordered[:-1], True)]
+def _last_row_of_each_step(steps: np.ndarray) -> np.ndarray:
+    """Positions (of rows in step, then line order) of each step's last row: a step run
+    again after a resume counts once, with the later values."""
+    return np.flatnonzero(np.append(steps[1:] != steps[:-1], True))
 
 
 def _downsampled_memory(session: Session, job_id: int, max_points: int) -> list[dict[str, Any]]:
-    found = session.connection().execute(
-        select(MetricPoint.id, MetricPoint.rank, *_figures(MEMORY_CHART_KEYS))
-        .where(MetricPoint.job_id == job_id, MetricPoint.kind == metrics_event.MEMORY)
-        .order_by(MetricPoint.time, MetricPoint.rank)).all()
-    kept = downsample_tuples(found, group_width=1, max_points=max_points)
+    # Time, then rank order is ix_metric_points_memory_figures' own.
+    table = _float_table(session, select(MetricPoint.id, MetricPoint.rank,
+                                         *_figure_columns(MEMORY_CHART_KEYS))
+                         .where(MetricPoint.job_id == job_id,
+                                MetricPoint.kind == metrics_event.MEMORY)
+                         .order_by(MetricPoint.time, MetricPoint.rank))
+    kept = keep_line_positions(table[:, 1:], group_width=1, max_points=max_points)
     return [{"time": time, "rank": rank, **_pick(values, metrics_event.MEMORY_FIELDS)}
-            for time, rank, values in _points_by_id(session, kept)]
+            for time, rank, values in _points_by_id(session, _ids(table, kept))]
 
 
-def _figures(keys: tuple[str, ...]) -> list:
-    return [MetricPoint.values[key].as_float() for key in keys]
+def _figure_columns(keys: tuple[str, ...]) -> list:
+    return [MetricPoint.__table__.c[key] for key in keys]
+
+
+def _float_table(session: Session, statement: Select) -> np.ndarray:
+    """The statement's rows (numbers or null only) as one float array, a row a point, NaN
+    for null. Fetched through the driver's own cursor: for 200,000 points, building
+    SQLAlchemy rows and transposing them took longer than the query itself."""
+    connection = session.connection()
+    compiled = statement.compile(dialect=connection.dialect)
+    parameters = (tuple(compiled.params[name] for name in compiled.positiontup or ())
+                  if compiled.positional else compiled.params)
+    cursor = connection.connection.cursor()
+    try:
+        cursor.execute(str(compiled), parameters)
+        rows = cursor.fetchall()
+    finally:
+        cursor.close()
+    return np.array(rows, dtype=float).reshape(len(rows), len(statement.selected_columns))
+
+
+def _ids(table: np.ndarray, positions: np.ndarray) -> list[int]:
+    """The ids (column 0, exact as floats below 2**53) of the rows at `positions`."""
+    return table[positions, 0].astype(np.int64).tolist()
 
 
 def _points_by_id(session: Session, ids: list[int]) -> list[tuple[float, int, dict[str, Any]]]:

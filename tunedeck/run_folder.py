@@ -40,6 +40,15 @@ class RunFolder:
     def launch_file(self) -> Path:
         return self.path / LAUNCH_FILE
 
+    def node_launch_file(self, node_rank: int) -> Path:
+        """Node 0's launch record is `launch.json`; node K's of a job on several nodes is
+        `launch-node-K.json` (the folder may be one that every host shares)."""
+        return self.launch_file if node_rank == 0 else self.path / f"launch-node-{node_rank}.json"
+
+    def node_launcher_log_file(self, node_rank: int) -> Path:
+        return (self.launcher_log_file if node_rank == 0
+                else self.logs_dir / f"torchrun-node-{node_rank}.log")
+
     @property
     def metrics_dir(self) -> Path:
         return self.path / METRICS_DIR
@@ -117,11 +126,11 @@ def read_json(path: Path) -> Any:
 
 def write_run_folder(
     run: RunFolder, *, spec_json: dict[str, Any], backend: str, backend_config: dict[str, Any],
-    launch: dict[str, Any],
+    launch: dict[str, Any], node_rank: int = 0,
 ) -> None:
     """The worker's one place that lays out a run before launch."""
     for folder in (run.path, run.metrics_dir, run.logs_dir, run.checkpoints_dir):
         folder.mkdir(parents=True, exist_ok=True)
     write_json(run.spec_file, spec_json)
     write_json(run.backend_config_file(backend), backend_config)
-    write_json(run.launch_file, launch)
+    write_json(run.node_launch_file(node_rank), launch)

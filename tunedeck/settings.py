@@ -35,6 +35,13 @@ class Settings(BaseSettings):
         3600.0, gt=0, le=7 * 24 * 3600,
         description="Redis: an unacknowledged message goes to another worker after this long "
                     "(jobs are acknowledged when they start, so a long job never runs twice)")
+    worker_address: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,253}$",
+        description="how other hosts reach this worker (node 0 of a job on several nodes "
+                    "hosts its rendezvous there); default the host name")
+    node_start_timeout_seconds: float = Field(
+        300.0, gt=0, le=3600,
+        description="a job on several nodes fails when a node has not joined after this long")
     heartbeat_seconds: float = Field(5.0, gt=0, le=60, description="how often a worker reports")
     # 20 s plus one heartbeat interval of sweep delay stays within the promised 30 s.
     worker_lost_seconds: float = Field(

@@ -1,21 +1,24 @@
 """A worker receiving a job's id: claim the row with the GPUs it gives the job, or hand
 the id on to a worker that has room, or leave it queued and say what it waits for.
 
-The database decides, not the broker: free GPUs are this worker's GPUs minus those its
-running jobs hold, read in the same transaction as the claim. The threads of one worker
-take a lock around it, so two of them never hand out the same GPU.
+The database decides, not the broker: free GPUs are a worker's GPUs minus those its jobs
+hold, read in the same transaction as the claim. The threads of one worker take a lock
+around it, so two of them never hand out the same GPU. A job on several nodes is claimed
+by the worker that runs node 0 (it hosts the rendezvous, and its ranks come first); in the
+same transaction it gives nodes 1.. to other workers with room, which it then tells.
 """
 from __future__ import annotations
 
+import socket
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from tunedeck import job_store, worker_registry
 from tunedeck.db.engine import Database
-from tunedeck.job_placement import room_for, serves, waiting_reason
+from tunedeck.job_placement import WorkerView, room_for, serves, waiting_reason
 from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import QUEUED, InvalidTransition
 from worker.worker_identity import WorkerIdentity
@@ -26,13 +29,16 @@ _claim_lock = threading.Lock()
 @dataclass
 class Claim:
     """What became of the id: `spec` and `gpus` (positions) when this worker claimed it,
-    `hand_on_to` a worker name, or neither (not ours to run now: `status` says why)."""
+    `hand_on_to` a worker name, or neither (not ours to run now: `status` says why).
+    `followers` are the (node rank, worker name) to tell of a job on several nodes."""
 
     status: str
     spec: JobSpec | None = None
     gpus: list[int] | None = None
     resume: bool = False
     hand_on_to: str | None = None
+    rendezvous: str | None = None
+    followers: list[tuple[int, str]] = field(default_factory=list)
 
 
 def claim_job(job_id: int, *, identity: WorkerIdentity, database: Database, run_dir: str,
@@ -44,37 +50,80 @@ def claim_job(job_id: int, *, identity: WorkerIdentity, database: Database, run_
             return Claim("missing")
         if job.status != QUEUED:
             return Claim(job.status)
-        running = job_store.list_running_jobs_of_worker(session=session, worker_name=identity.name)
         gpus = None
         if serves(identity.view, job.spec):
-            gpus = room_for(identity.view, job.spec, running_jobs=len(running),
-                            held=[other.gpu_indices for other in running])
-        if gpus is None:
+            gpus = _room(session, identity.view, job.spec)
+        nodes = int(job.spec.get("num_nodes", 1))
+        others = (_place_other_nodes(session, job.spec, identity, worker_lost_seconds)
+                  if gpus is not None and nodes > 1 else [])
+        if gpus is None or (nodes > 1 and others is None):
+            if nodes > 1:  # any worker with room may lead; no single one to hand it to
+                return _wait(session, job_id, job.spec, identity, worker_lost_seconds)
             return _hand_on_or_wait(session, job_id, job.spec, identity, worker_lost_seconds)
+        rendezvous = f"{identity.address}:{_free_port()}" if nodes > 1 else None
         try:
             job = job_store.mark_job_running(session=session, job_id=job_id, run_dir=run_dir,
                                              worker_host=identity.host, worker_name=identity.name,
-                                             gpu_indices=gpus)
+                                             gpu_indices=gpus, rendezvous=rendezvous)
         except InvalidTransition as reason:
             return Claim(reason.current)
+        if nodes > 1:
+            job_store.assign_nodes(session=session, job_id=job_id, nodes=[
+                (rank, worker.name, worker.host, node_gpus) for rank, worker, node_gpus in others])
         return Claim(job.status, spec=JobSpec.model_validate(job.spec), gpus=gpus,
-                     resume=job.resume_requested)
+                     resume=job.resume_requested, rendezvous=rendezvous,
+                     followers=[(rank, worker.name) for rank, worker, _gpus in others or ()])
+
+
+def _room(session: Session, worker: WorkerView, spec: dict[str, Any]) -> list[int] | None:
+    held = job_store.worker_load(session=session, worker_name=worker.name)
+    return room_for(worker, spec, running_jobs=len(held), held=held)
+
+
+def _place_other_nodes(session: Session, spec: dict[str, Any], identity: WorkerIdentity,
+                       worker_lost_seconds: float
+                       ) -> list[tuple[int, WorkerView, list[int]]] | None:
+    """Nodes 1.. of the job, each on another live worker of its queue with room now."""
+    wanted = int(spec["num_nodes"]) - 1
+    placed: list[tuple[int, WorkerView, list[int]]] = []
+    for worker in worker_registry.live_worker_views(session=session,
+                                                    silent_seconds=worker_lost_seconds):
+        if worker.name == identity.name or not serves(worker, spec):
+            continue
+        gpus = _room(session, worker, spec)
+        if gpus is not None:
+            placed.append((len(placed) + 1, worker, gpus))
+            if len(placed) == wanted:
+                return placed
+    return None
 
 
 def _hand_on_or_wait(session: Session, job_id: int, spec: dict[str, Any],
                      identity: WorkerIdentity, worker_lost_seconds: float) -> Claim:
     workers = worker_registry.live_worker_views(session=session, silent_seconds=worker_lost_seconds)
     for worker in workers:
-        if worker.name == identity.name or not serves(worker, spec):
-            continue
-        running = job_store.list_running_jobs_of_worker(session=session, worker_name=worker.name)
-        if room_for(worker, spec, running_jobs=len(running),
-                    held=[other.gpu_indices for other in running]) is not None:
+        if worker.name != identity.name and serves(worker, spec) \
+                and _room(session, worker, spec) is not None:
             return Claim(QUEUED, hand_on_to=worker.name)
+    return _wait(session, job_id, spec, identity, worker_lost_seconds, workers)
+
+
+def _wait(session: Session, job_id: int, spec: dict[str, Any], identity: WorkerIdentity,
+          worker_lost_seconds: float, workers: list[WorkerView] | None = None) -> Claim:
+    if workers is None:
+        workers = worker_registry.live_worker_views(session=session,
+                                                    silent_seconds=worker_lost_seconds)
     known = workers if any(worker.name == identity.name for worker in workers) \
         else [*workers, identity.view]
     job_store.note_job_waiting(session=session, job_id=job_id, reason=waiting_reason(spec, known))
     return Claim(QUEUED)
+
+
+def _free_port() -> int:
+    """A port for node 0's rendezvous store (torchrun binds it a moment later)."""
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
 
 
 def jobs_to_offer(*, identity: WorkerIdentity, database: Database, limit: int = 20) -> list[int]:

@@ -20,7 +20,7 @@ from sqlalchemy.exc import DBAPIError
 from tunedeck import job_store, metric_store, metrics_event, sample_store
 from tunedeck.backend_config import backend_config, build_torchrun_argv
 from tunedeck.db.engine import Database
-from tunedeck.failure_kinds import ERROR
+from tunedeck.failure_kinds import COMM_TIMEOUT, ERROR
 from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import InvalidTransition
 from tunedeck.run_folder import RunFolder, write_run_folder
@@ -70,14 +70,27 @@ def never() -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class NodePlace:
+    """Which node of its job a launch is, where node 0 hosts the rendezvous (jobs on
+    several nodes), and the CUDA_VISIBLE_DEVICES of the GPUs it was given (None: no GPU)."""
+
+    node_rank: int = 0
+    rendezvous: str | None = None
+    visible_devices: str | None = None
+
+
 def run_job(job_id: int, *, settings: Settings, database: Database,
             shutdown_requested: Callable[[], bool] = never,
             identity: WorkerIdentity | None = None,
-            hand_on: Callable[[int, str], None] | None = None) -> str:
+            hand_on: Callable[[int, str], None] | None = None,
+            start_node: Callable[[int, int, str], None] | None = None) -> str:
     """Run a queued job to its end; returns its final status (or its current one if it
     was not ours to run: already claimed, cancelled, finished, or waiting for GPUs).
     A job this worker has no room for goes to `hand_on(job_id, worker_name)` when another
-    worker has. When `shutdown_requested()` turns true, the job is stopped and marked failed."""
+    worker has. Of a job on several nodes this worker runs node 0 and tells the workers of
+    the others through `start_node(job_id, node_rank, worker_name)`. When
+    `shutdown_requested()` turns true, the job is stopped and marked failed."""
     identity = identity or WorkerIdentity.from_settings(settings)
     run = RunFolder(settings.run_dir_for(job_id))
     claim = claim_job(job_id, identity=identity, database=database, run_dir=str(run.path),
@@ -88,6 +101,9 @@ def run_job(job_id: int, *, settings: Settings, database: Database,
         log.info("not running job %s here: %s%s", job_id, claim.status,
                  f" (handed on to {claim.hand_on_to})" if claim.hand_on_to else "")
         return claim.status
+    for node_rank, worker_name in claim.followers:
+        if start_node is not None:
+            start_node(job_id, node_rank, worker_name)
     outcome = _launch_and_supervise(job_id, claim, run, identity=identity, settings=settings,
                                     database=database, shutdown_requested=shutdown_requested)
     if outcome.status != "taken_away":
@@ -104,25 +120,64 @@ def _launch_and_supervise(job_id: int, claim: Claim, run: RunFolder, *,
     if problems:
         return JobOutcome("failed", "\n".join(problems),
                           classify_failure(FailureEvidence(input_problems=tuple(problems))))
+    place = NodePlace(rendezvous=claim.rendezvous,
+                      visible_devices=_visible_devices(identity, claim.gpus))
     try:
-        argv, env = _prepare_run_folder(spec, run, settings, resume=claim.resume,
-                                        gpus=_visible_devices(identity, claim.gpus))
-        # The worker's own folder, so relative model and dataset paths mean what the check saw.
-        process = start_process_group(argv, cwd=Path.cwd(), env=env, log_file=run.launcher_log_file)
+        returncode, supervision = launch_node(job_id, spec, run, place, resume=claim.resume,
+                                              settings=settings, database=database,
+                                              shutdown_requested=shutdown_requested,
+                                              worker_name=identity.name)
     except OSError as error:
         return JobOutcome("failed", f"could not start torchrun: {error}", FailureReason(ERROR))
-    with database.transaction() as session:
-        job_store.record_launcher_pid(session=session, job_id=job_id, launcher_pid=process.pid)
+    if supervision.taken_away:
+        return JobOutcome("taken_away")
+    outcome = _judge(returncode, supervision, run)
+    if outcome.status == "failed" and spec.num_nodes > 1:
+        return _blame_missing_nodes(job_id, outcome, settings=settings, database=database)
+    return outcome
+
+
+def launch_node(job_id: int, spec: JobSpec, run: RunFolder, place: NodePlace, *, resume: bool,
+                settings: Settings, database: Database, shutdown_requested: Callable[[], bool],
+                worker_name: str | None) -> tuple[int | None, Supervision]:
+    """Start this node's torchrun and supervise it to its end: (its exit code, what the
+    supervision learned). Raises OSError when torchrun cannot start."""
+    argv, env = _prepare_run_folder(spec, run, settings, resume=resume, place=place,
+                                    job_id=job_id)
+    # The worker's own folder, so relative model and dataset paths mean what the check saw.
+    process = start_process_group(argv, cwd=Path.cwd(), env=env,
+                                  log_file=run.node_launcher_log_file(place.node_rank))
+    if place.node_rank == 0:
+        with database.transaction() as session:
+            job_store.record_launcher_pid(session=session, job_id=job_id, launcher_pid=process.pid)
     processes = JobProcesses(process)
+    # Static rendezvous: node K holds ranks K*N .. K*N+N-1; it stores its own ranks' lines.
+    own_ranks = range(place.node_rank * spec.num_gpus, (place.node_rank + 1) * spec.num_gpus)
     try:
         supervision = _supervise(job_id, processes, run, settings=settings, database=database,
                                  shutdown_requested=shutdown_requested, launch_env=env,
-                                 worker_name=identity.name)
+                                 worker_name=worker_name,
+                                 ranks=own_ranks if spec.num_nodes > 1 else None)
     finally:
         processes.kill()  # nothing of the job outlives its supervision
-    if supervision.taken_away:
-        return JobOutcome("taken_away")
-    return _judge(process.returncode, supervision, run)
+    return process.returncode, supervision
+
+
+def _blame_missing_nodes(job_id: int, outcome: JobOutcome, *, settings: Settings,
+                         database: Database) -> JobOutcome:
+    """A job on several nodes that failed while a node never started: say which, since
+    node 0's own log only shows the rendezvous timing out."""
+    with database.transaction() as session:
+        missing = [node for node in job_store.list_job_nodes(session=session, job_id=job_id)
+                   if node.state == job_store.NODE_ASSIGNED]
+    if not missing:
+        return outcome
+    names = ", ".join(f"node {node.node_rank} (worker {node.worker_name} on {node.host})"
+                      for node in missing)
+    error = (f"{names} did not start within {settings.node_start_timeout_seconds:g} s, so "
+             "the job's nodes gave up waiting for each other; is that worker running and "
+             "reaching the database?")
+    return JobOutcome("failed", error, FailureReason(COMM_TIMEOUT))
 
 
 def _visible_devices(identity: WorkerIdentity, gpus: list[int] | None) -> str | None:
@@ -133,19 +188,22 @@ def _visible_devices(identity: WorkerIdentity, gpus: list[int] | None) -> str | 
 
 
 def _prepare_run_folder(spec: JobSpec, run: RunFolder, settings: Settings, *, resume: bool,
-                        gpus: str | None = None):
+                        place: NodePlace = NodePlace(), job_id: int | None = None):
     """Write spec, config and launch record. A resumed job keeps its folder's checkpoints,
     metrics and logs: the trainer continues from the latest checkpoint, and each rank's
     metrics file grows on, so no point is ingested twice."""
     torchrun = str(Path(sys.executable).with_name("torchrun"))
     if not Path(torchrun).exists():
         torchrun = shutil.which("torchrun") or "torchrun"
-    argv = build_torchrun_argv(spec, str(run.path), torchrun=torchrun, resume=resume)
+    argv = build_torchrun_argv(spec, str(run.path), torchrun=torchrun, resume=resume,
+                               node_rank=place.node_rank, rendezvous=place.rendezvous,
+                               job_id=job_id,
+                               start_timeout_seconds=settings.node_start_timeout_seconds)
     launch_env = _launch_environment(spec, settings)
-    if gpus is not None:  # the job's GPUs only: another job on this host holds the others
-        launch_env["CUDA_VISIBLE_DEVICES"] = gpus
+    if place.visible_devices is not None:  # its GPUs only: other jobs here hold the others
+        launch_env["CUDA_VISIBLE_DEVICES"] = place.visible_devices
     write_run_folder(run, spec_json=spec.model_dump(mode="json"), backend=spec.backend,
-                     backend_config=backend_config(spec),
+                     backend_config=backend_config(spec), node_rank=place.node_rank,
                      launch={"argv": argv, "env": launch_env, "cwd": str(Path.cwd())})
     return argv, {**_inherited_environment(), **launch_env}
 
@@ -173,8 +231,8 @@ PROCESS_SCAN_SECONDS = 5.0  # ranks start once; scanning /proc every poll would 
 def _supervise(job_id: int, processes: JobProcesses, run: RunFolder, *, settings: Settings,
                database: Database, shutdown_requested: Callable[[], bool],
                sampler: JobSampler | None = None, launch_env: dict[str, str] | None = None,
-               worker_name: str | None = None) -> Supervision:
-    tail = MetricsTail(run)
+               worker_name: str | None = None, ranks: range | None = None) -> Supervision:
+    tail = MetricsTail(run, ranks)
     # The job's own CUDA_VISIBLE_DEVICES: the GPUs it was given, not all of the worker's.
     sampler = sampler or JobSampler.for_launch(host=socket.gethostname(),
                                                launch_env=launch_env or dict(os.environ))

@@ -9,8 +9,12 @@ from tunedeck.run_folder import RunFolder
 
 
 class MetricsTail:
-    def __init__(self, run: RunFolder):
+    """`ranks`: only these ranks' files (a node's own ranks, when the run folder is one
+    that every node of a job on several nodes shares); None: every rank's."""
+
+    def __init__(self, run: RunFolder, ranks: range | None = None):
         self._run = run
+        self._ranks = ranks
         self._offsets: dict[int, int] = {}
         self._line_counts: dict[int, int] = {}
 
@@ -22,7 +26,8 @@ class MetricsTail:
         """(seq, event) for every complete line written since the last call, all ranks."""
         events: list[tuple[int, dict[str, Any]]] = []
         for rank, path in self._run.rank_metrics_files():
-            events.extend(self._read_rank(rank, path))
+            if self._ranks is None or rank in self._ranks:
+                events.extend(self._read_rank(rank, path))
         return events
 
     def _read_rank(self, rank: int, path: Path) -> list[tuple[int, dict[str, Any]]]:

@@ -6,13 +6,15 @@ from functools import lru_cache
 
 from celery.signals import worker_ready, worker_shutting_down
 
-from tunedeck.broker import RUN_JOB_TASK, enqueue_job, make_celery, send_to_worker
+from tunedeck.broker import (RUN_JOB_NODE_TASK, RUN_JOB_TASK, enqueue_job, make_celery,
+                             send_node_to_worker, send_to_worker)
 from tunedeck.db.engine import Database
 from tunedeck.job_states import FINISHED_STATUSES
 from tunedeck.settings import load_settings
 from worker.heartbeat import Heartbeat
 from worker.job_claim import jobs_to_offer
 from worker.job_runner import run_job
+from worker.node_runner import run_job_node
 from worker.recovery import settle_jobs_whose_launcher_is_gone
 from worker.worker_identity import WorkerIdentity
 
@@ -47,12 +49,28 @@ def hand_on(job_id: int, worker_name: str) -> None:
 def run_job_task(job_id: int) -> str:
     status = run_job(job_id, settings=settings, database=worker_database(),
                      shutdown_requested=shutdown_requested.is_set, identity=worker_identity(),
-                     hand_on=hand_on)
-    if status in FINISHED_STATUSES and not shutdown_requested.is_set():
-        # Its GPUs are free again: jobs waiting for them get a turn now.
+                     hand_on=hand_on,
+                     start_node=lambda job, node, worker: send_node_to_worker(celery_app, job,
+                                                                              node, worker))
+    if status in FINISHED_STATUSES:
+        offer_waiting_jobs()
+    return status
+
+
+@celery_app.task(name=RUN_JOB_NODE_TASK)
+def run_job_node_task(job_id: int, node_rank: int) -> str:
+    status = run_job_node(job_id, node_rank, settings=settings, database=worker_database(),
+                          identity=worker_identity(), shutdown_requested=shutdown_requested.is_set)
+    if status != "not started":
+        offer_waiting_jobs()
+    return status
+
+
+def offer_waiting_jobs() -> None:
+    """A job here ended and its GPUs are free again: jobs waiting for them get a turn now."""
+    if not shutdown_requested.is_set():
         for waiting_job_id in jobs_to_offer(identity=worker_identity(), database=worker_database()):
             hand_on(waiting_job_id, worker_identity().name)
-    return status
 
 
 @worker_shutting_down.connect

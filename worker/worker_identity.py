@@ -27,6 +27,9 @@ class WorkerIdentity:
     # The GPUs this worker hands out, as CUDA ids; None on a host without GPUs.
     gpu_ids: tuple[int | str, ...] | None
     concurrency: int
+    # How other hosts reach this one (node 0 of a job on several nodes hosts its
+    # rendezvous here); None: the host name.
+    reachable_at: str | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings,
@@ -38,7 +41,12 @@ class WorkerIdentity:
         concurrency = settings.worker_concurrency or max(1, len(gpu_ids or ()))
         # Broker queue names (the embedded broker's files) allow letters, digits and . _ - only.
         return cls(name=settings.worker_name or f"{host}-{'-'.join(queues)}", host=host,
-                   queues=queues, gpu_ids=gpu_ids, concurrency=concurrency)
+                   queues=queues, gpu_ids=gpu_ids, concurrency=concurrency,
+                   reachable_at=settings.worker_address)
+
+    @property
+    def address(self) -> str:
+        return self.reachable_at or self.host
 
     @property
     def view(self) -> WorkerView:

@@ -30,9 +30,13 @@ def cluster_tables(*, database, worker_lost_seconds: float
 def _worker_row(worker: dict[str, Any]) -> list[Any]:
     return [worker["name"], worker["host"], ", ".join(worker["queues"]), worker["state"],
             f"{worker['seconds_since_heartbeat']:.0f} s ago", _resources(worker),
-            ", ".join(f"job {job['id']}" + (f" (GPUs {_indices(job['gpu_indices'])})"
-                                             if job["gpu_indices"] else "")
-                      for job in worker["jobs"]) or "idle"]
+            ", ".join(_placement(job) for job in worker["jobs"]) or "idle"]
+
+
+def _placement(job: dict[str, Any]) -> str:
+    node = f" node {job['node_rank']} of {job['num_nodes']}" if job["num_nodes"] > 1 else ""
+    gpus = f" (GPUs {_indices(job['gpu_indices'])})" if job["gpu_indices"] else ""
+    return f"job {job['id']}{node}{gpus}"
 
 
 def _resources(worker: dict[str, Any]) -> str:

@@ -41,7 +41,8 @@ def test_workers_route_lists_gpus_with_free_memory_and_the_job_holding_each(clie
     assert [gpu["job_id"] for gpu in gpu_worker["gpus"]] == [running, running, None, None]
     assert gpu_worker["gpus"][0]["free_mb"] == 81559.0 - 1000.0
     assert gpu_worker["jobs"] == [{"id": running, "name": gpu_worker["jobs"][0]["name"],
-                                   "gpu_indices": [0, 1], "num_gpus": 2}]
+                                   "node_rank": 0, "gpu_indices": [0, 1], "num_gpus": 2,
+                                   "num_nodes": 1}]
     # Still marked online, but silent past the limit: the page says so before the sweep runs.
     assert workers["cpu@box"]["state"] == "silent" and workers["cpu@box"]["gpus"] is None
     assert overview["queued"] == [{

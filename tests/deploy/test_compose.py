@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.deploy.compose_file import (COMPOSE_FILE, REPO, interpolate, load_compose,
+from tests.deploy.compose_file import (COMPOSE_FILE, REPO, load_compose,
                                        service_environment, variables_read_from_env_file)
 from tunedeck.settings import Settings
 

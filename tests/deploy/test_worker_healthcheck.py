@@ -1,7 +1,9 @@
 """docker/worker_healthcheck.py, the compose worker's healthcheck, run as Docker runs it:
-healthy only when the database and the broker answer and a GPU is visible."""
+healthy only when the database and the broker answer, a GPU is visible, and this worker's
+heartbeat is fresh."""
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 
@@ -9,6 +11,10 @@ import pytest
 
 from tests.conftest import REDIS_URL
 from tests.deploy.compose_file import REPO
+from tunedeck import worker_registry
+from tunedeck.db.engine import Database
+from tunedeck.db.models import utc_now
+from tunedeck.migrate import upgrade_database
 
 SCRIPT = REPO / "docker" / "worker_healthcheck.py"
 
@@ -37,12 +43,22 @@ def test_a_worker_without_database_and_broker_is_unhealthy(tmp_path):
 
 
 @pytest.mark.redis
-def test_with_database_and_broker_up_the_gpu_decides(tmp_path):
-    result = run_healthcheck(database_url=f"sqlite:///{tmp_path / 'tunedeck.db'}",
-                             broker_url=REDIS_URL, home=tmp_path)
+def test_with_database_and_broker_up_the_gpu_and_the_heartbeat_decide(tmp_path):
+    url = f"sqlite:///{tmp_path / 'tunedeck.db'}"
+    upgrade_database(url)
+    result = run_healthcheck(database_url=url, broker_url=REDIS_URL, home=tmp_path)
     assert "database" not in result.stderr and "broker" not in result.stderr, result.stderr
-    if host_has_an_nvidia_gpu():
-        assert result.returncode == 0, result.stderr
-    else:
-        assert result.returncode == 1
+    assert result.returncode == 1
+    assert f"worker {socket.gethostname()}-default has not sent a heartbeat yet" in result.stderr
+    if not host_has_an_nvidia_gpu():
         assert "no NVIDIA GPU visible" in result.stderr or "NVML sees no GPU" in result.stderr
+    database = Database(url)
+    with database.transaction() as session:
+        worker_registry.record_heartbeat(
+            session=session, name=f"{socket.gethostname()}-default", host=socket.gethostname(),
+            queues=["default"], pid=1, concurrency=1, resources={"gpus": None},
+            started_at=utc_now())
+    database.dispose()
+    result = run_healthcheck(database_url=url, broker_url=REDIS_URL, home=tmp_path)
+    assert "heartbeat" not in result.stderr, result.stderr
+    assert result.returncode == (0 if host_has_an_nvidia_gpu() else 1), result.stderr

@@ -262,3 +262,61 @@ def longer_than_visibility_timeout(home: Path, postgres_url: str, redis_url: str
                                    f"attempts: {job['error']}")
         report.account(web, job_id)
     return report
+
+
+def web_restarted(home: Path, env: dict) -> ChaosReport:
+    """The web killed (SIGKILL) mid-job and started again on another port: the job runs on
+    untouched, and the new web shows it, with every point, to the end."""
+    report = ChaosReport("web restarted mid-job")
+    with ExitStack() as stack:
+        first_web = stack.enter_context(running_web(home, env=env))
+        start_worker(stack, home, env, "only")
+        wait_for_workers(first_web, {"only"})
+        job_id = first_web.submit({**SMALL_JOB, "name": "web-restart", "max_steps": 150})
+        report.submitted += 1
+        wait_for_steps(first_web, job_id, 1)
+        first_web.process.send_signal(signal.SIGKILL)
+        first_web.process.wait(timeout=10)
+        with running_web(home, env=env) as second_web:
+            if second_web.job(job_id)["status"] != "running":
+                report.problems.append(f"job {job_id} is {second_web.job(job_id)['status']} "
+                                       "after the web restarted")
+            job = second_web.wait_for(job_id, FINISHED, timeout_seconds=300)
+            if job["status"] != "succeeded" or job["attempts"] != 1:
+                report.problems.append(f"job {job_id}: {job['status']} after {job['attempts']} "
+                                       f"attempts: {job['error']}")
+            report.account(second_web, job_id)
+    return report
+
+
+def database_unreachable(home: Path, postgres_url: str, redis_url: str) -> ChaosReport:
+    """The worker's database connections cut (a proxy drops them and refuses new ones)
+    for 8 s mid-job: the job runs on, and every metric line reaches the database after."""
+    from sqlalchemy.engine import make_url
+
+    from tests.db_outage_proxy import OutageProxy
+
+    report = ChaosReport("database unreachable mid-job")
+    url = make_url(postgres_url)
+    proxy = OutageProxy(url.host or "127.0.0.1", url.port or 5432)
+    through_proxy = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    try:
+        with ExitStack() as stack:
+            env = {"TUNEDECK_DATABASE_URL": postgres_url, "TUNEDECK_BROKER_URL": redis_url}
+            web = stack.enter_context(running_web(home, env=env))
+            start_worker(stack, home, {**env, "TUNEDECK_DATABASE_URL": through_proxy}, "only")
+            wait_for_workers(web, {"only"})
+            job_id = web.submit({**SMALL_JOB, "name": "database-outage", "max_steps": 200})
+            report.submitted += 1
+            wait_for_steps(web, job_id, 1)
+            proxy.cut()
+            time.sleep(8)
+            proxy.restore()
+            job = web.wait_for(job_id, FINISHED, timeout_seconds=300)
+            if job["status"] != "succeeded" or job["attempts"] != 1:
+                report.problems.append(f"job {job_id}: {job['status']} after {job['attempts']} "
+                                       f"attempts: {job['error']}")
+            report.account(web, job_id)
+    finally:
+        proxy.close()
+    return report

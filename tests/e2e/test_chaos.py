@@ -1,12 +1,13 @@
-"""The broker's failures lose and duplicate nothing: Redis restarted (empty) mid-job, and
-a job running far longer than Redis' visibility timeout. (A killed worker: test_cluster;
-the database unreachable: tests/worker/test_database_outage.py.)"""
+"""Failures of the parts around a job lose and duplicate nothing: Redis restarted (empty)
+mid-job, a job running far longer than Redis' visibility timeout, the web restarted, and
+the worker's database connections cut mid-job. (A killed worker: test_cluster.py.)"""
 from __future__ import annotations
 
 import pytest
 
 from tests.conftest import REDIS_URL
-from tests.e2e.chaos_scenarios import longer_than_visibility_timeout, redis_restarted
+from tests.e2e.chaos_scenarios import (database_unreachable, longer_than_visibility_timeout,
+                                       redis_restarted, web_restarted)
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.postgres, pytest.mark.redis]
 
@@ -26,3 +27,26 @@ def test_a_job_longer_than_the_visibility_timeout_runs_once(tmp_path, postgres_u
     report = longer_than_visibility_timeout(tmp_path / "home", postgres_url, redis_url)
     assert report.problems == []
     assert (report.submitted, report.finished_defined, report.duplicate_launches) == (1, 1, 0)
+
+
+def _fresh_redis(number: int) -> str:
+    redis_url = REDIS_URL.rsplit("/", 1)[0] + f"/{number}"
+    import redis
+
+    redis.Redis.from_url(redis_url).flushdb()
+    return redis_url
+
+
+def test_the_web_restarted_mid_job_changes_nothing_for_the_job(tmp_path, postgres_url):
+    report = web_restarted(tmp_path / "home", {"TUNEDECK_DATABASE_URL": postgres_url,
+                                                "TUNEDECK_BROKER_URL": _fresh_redis(10)})
+    assert report.problems == []
+    assert (report.submitted, report.finished_defined) == (1, 1)
+    assert (report.duplicate_launches, report.lost_points) == (0, 0)
+
+
+def test_the_database_unreachable_mid_job_loses_no_metric_point(tmp_path, postgres_url):
+    report = database_unreachable(tmp_path / "home", postgres_url, _fresh_redis(9))
+    assert report.problems == []
+    assert (report.submitted, report.finished_defined) == (1, 1)
+    assert (report.duplicate_launches, report.lost_points) == (0, 0)

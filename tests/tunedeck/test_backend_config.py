@@ -101,3 +101,13 @@ def test_argv_is_a_list_with_the_run_dir_as_one_item():
 def test_shard_grad_op_keeps_parameters_gathered_after_forward():
     assert fsdp_settings(SPECS["fsdp_lora_shard_grad_op"])["reshard_after_forward"] is False
     assert fsdp_settings(SPECS["fsdp_lora_bf16"])["reshard_after_forward"] is True
+
+
+def test_a_job_on_several_nodes_launches_each_node_with_the_static_rendezvous_of_node_0():
+    spec = JobSpec(max_steps=5, backend="fsdp", num_gpus=4, num_nodes=2)
+    argv = build_torchrun_argv(spec, "/runs/job-7", node_rank=1, rendezvous="gpu-1:29500",
+                               job_id=7, start_timeout_seconds=120)
+    assert argv[1:13] == ["--nnodes", "2", "--node-rank", "1", "--rdzv-backend", "static",
+                          "--rdzv-endpoint", "gpu-1:29500", "--rdzv-id", "tunedeck-job-7",
+                          "--rdzv-conf", "timeout=120"]
+    assert "--standalone" not in argv and argv[argv.index("--nproc_per_node") + 1] == "4"

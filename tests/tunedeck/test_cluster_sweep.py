@@ -99,3 +99,19 @@ def test_queued_jobs_nobody_claimed_are_sent_again_once_per_interval(database):
         assert sweep_cluster(session=session, worker_lost_seconds=20,
                              redispatch_seconds=60).to_send == []
         assert job_store.get_job(session=session, job_id=fresh).dispatched_at is None
+
+
+def test_a_job_is_given_up_when_the_worker_of_any_of_its_nodes_is_lost(database):
+    with database.transaction() as session:
+        heartbeat(session, "leader@gpu-1")
+        heartbeat(session, "follower@gpu-2", host="gpu-2")
+        job_id = running_job(session, "leader@gpu-1", num_nodes=2, backend="fsdp")
+        job_store.assign_nodes(session=session, job_id=job_id,
+                               nodes=[(1, "follower@gpu-2", "gpu-2", [0])])
+        silence(session, "follower@gpu-2", 25)
+    with database.transaction() as session:
+        result = sweep_cluster(session=session, worker_lost_seconds=20, redispatch_seconds=60)
+    assert (result.lost_workers, result.failed_jobs) == (["follower@gpu-2"], [job_id])
+    with database.transaction() as session:
+        assert "worker follower@gpu-2 on gpu-2 sent no heartbeat" in \
+            job_store.get_job(session=session, job_id=job_id).error

@@ -2,7 +2,10 @@
 import math
 import random
 
-from tunedeck.downsample import downsample_groups, downsample_rows, downsample_tuples, keep_indices
+import numpy as np
+
+from tunedeck.downsample import (downsample_groups, downsample_rows, downsample_tuples, keep_indices,
+                                 keep_line_positions)
 
 
 def _rows(count, spike_at=None):
@@ -104,3 +107,16 @@ def test_lines_keyed_by_several_columns_are_downsampled_apart():
     for line in range(4):
         mine = [point_id for point_id in kept if point_id % 4 == line]
         assert 2 < len(mine) <= 20 and mine[0] == line and mine[-1] == 999 * 4 + line
+
+
+def test_a_float_table_keeps_the_rows_the_tuples_keep():
+    # What a store fetches as one array (rank, figures; NaN for null) must downsample
+    # exactly as the same rows given as tuples with None.
+    generator = random.Random(5)
+    rows = [(position, position % 3, generator.choice([None, generator.random()]),
+             50.0 if position == 777 else float(position % 11))
+            for position in range(3000)]
+    table = np.array([row[1:] for row in rows], dtype=float)
+    positions = keep_line_positions(table, group_width=1, max_points=40)
+    assert positions.tolist() == downsample_tuples(rows, group_width=1, max_points=40)
+    assert 777 in positions.tolist()  # the spike survives

@@ -54,7 +54,8 @@ def test_unknown_keys_are_rejected_with_their_name():
     ({"max_steps": 5, "learning_rate": -1}, "learning_rate"),
     ({"max_steps": 5, "lora": {"r": 0}}, "lora.r"),
     ({"max_steps": 5, "seq_len": "long"}, "seq_len"),
-    ({"max_steps": 5, "num_nodes": 2}, "num_nodes"),
+    ({"max_steps": 5, "num_nodes": 65}, "num_nodes"),
+    ({"max_steps": 5, "host": "a;b"}, "host"),
     ({"max_steps": 5, "method": "qlora", "backend": "fsdp"}, "backend"),
     ({"max_steps": 5, "eval_split": 0.1, "eval_dataset": "e.jsonl"}, "eval_dataset"),
     ({"max_steps": 5, "eval_every_steps": 10}, "eval_every_steps"),
@@ -91,6 +92,15 @@ def test_every_example_spec_in_the_repo_is_valid(path):
 def test_hybrid_shard_needs_several_nodes():
     message = errors_of({"max_steps": 1, "backend": "fsdp", "fsdp": {"sharding_strategy": "hybrid_shard"}})
     assert message.startswith("fsdp: hybrid_shard replicates across nodes and needs num_nodes > 1")
+    on_nodes = errors_of({"max_steps": 1, "backend": "fsdp", "num_nodes": 2,
+                          "fsdp": {"sharding_strategy": "hybrid_shard"}})
+    assert on_nodes.startswith("fsdp: hybrid_shard is not available yet; use full_shard")
+
+
+def test_a_multi_node_job_cannot_be_pinned_to_one_host():
+    assert JobSpec(max_steps=1, num_nodes=2, queue="a100").num_nodes == 2
+    assert "host pins a job to one host, and num_nodes 2 needs 2 workers" in \
+        errors_of({"max_steps": 1, "num_nodes": 2, "host": "gpu-1"})
 
 
 def test_activation_checkpointing_follows_the_chosen_backend():

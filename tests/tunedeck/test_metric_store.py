@@ -66,3 +66,24 @@ def test_a_downsampled_series_keeps_the_resumed_runs_values_not_the_ones_it_repl
     assert steps[0] == 1 and steps[-1] == 3000
     assert max(row["loss"] for row in train) == 2.0  # the replaced spike is gone
     assert all(row["loss"] == 1.0 for row in train if row["step"] >= 1000)
+
+
+def test_the_charted_figures_are_copied_into_their_columns_numbers_only(database):
+    from sqlalchemy import select
+
+    from tunedeck.db.models import MetricPoint
+
+    with database.transaction() as session:
+        job_id = job_store.create_job(session=session, spec=JobSpec(max_steps=2)).id
+        metric_store.add_metric_points(session=session, job_id=job_id, events=[
+            (0, {"kind": "step", "rank": 0, "time": 1.0, "step": 1, "loss": 2.5,
+                 "grad_norm": float("inf"), "learning_rate": 1, "step_seconds": True}),
+            (1, {"kind": "memory", "rank": 0, "time": 1.0, "allocated_mb": 1000.5,
+                 "rss_mb": float("nan"), "device": "cuda:0"})])
+        rows = session.execute(select(
+            MetricPoint.kind, MetricPoint.loss, MetricPoint.grad_norm, MetricPoint.learning_rate,
+            MetricPoint.step_seconds, MetricPoint.allocated_mb, MetricPoint.rss_mb)
+            .order_by(MetricPoint.seq)).all()
+    # The chart downsamples on these columns: what is not a finite number is NULL.
+    assert [tuple(row) for row in rows] == [("step", 2.5, None, 1.0, None, None, None),
+                                            ("memory", None, None, None, None, 1000.5, None)]

@@ -112,3 +112,35 @@ def test_the_default_worker_name_makes_broker_queues_the_embedded_broker_accepts
     # kombu's filesystem transport refuses any other character in a queue's exchange name.
     assert all(re.fullmatch(r"[A-Za-z0-9._-]+", queue) for queue in queues), queues
     assert identity.concurrency == 1 and identity.gpu_ids is None
+
+
+def test_a_job_on_two_nodes_is_claimed_with_a_second_worker_that_has_room(database):
+    heartbeat(database, EIGHT_GPUS)
+    heartbeat(database, OTHER)
+    job_id = submit(database, num_gpus=2, num_nodes=2, backend="fsdp")
+    lead = claim(database, job_id)
+    assert lead.gpus == [0, 1] and lead.followers == [(1, "default@gpu-2")]
+    assert lead.rendezvous.startswith("gpu-1:")
+    with database.transaction() as session:
+        nodes = job_store.list_job_nodes(session=session, job_id=job_id)
+        assert [(node.node_rank, node.worker_name, node.gpu_indices, node.state)
+                for node in nodes] == [(1, "default@gpu-2", [0, 1], "assigned")]
+        # The node's GPUs count as held on that worker: it has no room for another job.
+        assert job_store.worker_load(session=session, worker_name="default@gpu-2") == [[0, 1]]
+        assert job_store.start_node(session=session, job_id=job_id, node_rank=1,
+                                    worker_name="default@gpu-2")
+        assert not job_store.start_node(session=session, job_id=job_id, node_rank=1,
+                                        worker_name="default@gpu-2")  # once only
+    another = submit(database, num_gpus=1)
+    assert claim(database, another, OTHER).status == "queued"
+
+
+def test_a_job_on_more_nodes_than_workers_waits_and_says_why(database):
+    heartbeat(database, EIGHT_GPUS)
+    job_id = submit(database, num_nodes=2, backend="fsdp")
+    result = claim(database, job_id)
+    assert (result.status, result.spec, result.followers) == ("queued", None, [])
+    with database.transaction() as session:
+        assert job_store.list_job_events(session=session, job_id=job_id)[-1].message == (
+            "waiting: the job runs on 2 nodes, one worker each, and 1 live worker(s) of queue "
+            "'default' can hold a node of 1 GPU(s)")

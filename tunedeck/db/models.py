@@ -46,6 +46,9 @@ class Job(Base):
     # When its id was last sent to the broker: a queued job not claimed long after is sent
     # again (a message lost with a broker restart must not strand it).
     dispatched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # A job on several nodes: where node 0 (this row's worker, ranks 0..) hosts the
+    # rendezvous ("host:port"); the other nodes are in job_nodes.
+    rendezvous: Mapped[str | None] = mapped_column(String(300), nullable=True)
     launcher_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
@@ -72,13 +75,36 @@ class Worker(Base):
     last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class JobNode(Base):
+    """Node K > 0 of a job on several nodes: the worker it was given to, the GPUs it holds
+    there, and whether that node's torchrun started and how it ended."""
+
+    __tablename__ = "job_nodes"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"),
+                                        primary_key=True)
+    node_rank: Mapped[int] = mapped_column(Integer, primary_key=True)
+    worker_name: Mapped[str] = mapped_column(String(255), index=True)
+    host: Mapped[str] = mapped_column(String(255))
+    gpu_indices: Mapped[list[int] | None] = mapped_column(JSON, nullable=True)
+    state: Mapped[str] = mapped_column(String(16))  # assigned, started, exited
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
 class MetricPoint(Base):
     """One event line of a rank's metrics file; (job, rank, seq) makes re-ingest idempotent."""
 
     __tablename__ = "metric_points"
     __table_args__ = (
         UniqueConstraint("job_id", "rank", "seq", name="uq_metric_points_job_rank_seq"),
-        Index("ix_metric_points_job_kind_time", "job_id", "kind", "time"),
+        # Covering indexes: the chart reads every point's figures from these alone, in the
+        # order it needs (a step series by step then line, memory by time then rank),
+        # never touching the rows' JSON. The memory one also serves (job, kind, time).
+        Index("ix_metric_points_series_figures", "job_id", "kind", "rank", "step", "seq", "id",
+              "loss", "tokens_per_second", "learning_rate", "grad_norm", "step_seconds",
+              "eval_loss"),
+        Index("ix_metric_points_memory_figures", "job_id", "kind", "time", "rank", "id",
+              "allocated_mb", "rss_mb", "peak_reserved_mb"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -89,6 +115,17 @@ class MetricPoint(Base):
     step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     time: Mapped[float] = mapped_column(Float)
     values: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # The charted figures, copied out of `values` on insert (null when absent or not a
+    # finite number), so a 100,000-step chart is downsampled without parsing its JSON.
+    loss: Mapped[float | None] = mapped_column(Float, nullable=True)
+    tokens_per_second: Mapped[float | None] = mapped_column(Float, nullable=True)
+    learning_rate: Mapped[float | None] = mapped_column(Float, nullable=True)
+    grad_norm: Mapped[float | None] = mapped_column(Float, nullable=True)
+    step_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    eval_loss: Mapped[float | None] = mapped_column(Float, nullable=True)
+    allocated_mb: Mapped[float | None] = mapped_column(Float, nullable=True)
+    rss_mb: Mapped[float | None] = mapped_column(Float, nullable=True)
+    peak_reserved_mb: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class JobSample(Base):

@@ -1,0 +1,79 @@
+"""Running node K > 0 of a job on several nodes, on the worker node 0 gave it to.
+
+Node 0's worker owns the job row: it claimed it, and it records how the job ended. This
+worker only starts its node (once: `job_store.start_node`), supervises that node's ranks
+(storing their lines, obeying cancel, stopping when the job is no longer running) and
+records how the node ended. A node whose inputs are missing on this host fails the job at
+once, naming the node, so node 0 does not wait for it in vain.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from tunedeck import job_store
+from tunedeck.db.engine import Database
+from tunedeck.failure_kinds import ERROR, INPUT_ERROR
+from tunedeck.job_spec import JobSpec
+from tunedeck.job_states import InvalidTransition
+from tunedeck.run_folder import RunFolder
+from tunedeck.settings import Settings
+from worker.input_check import find_input_problems
+from worker.job_runner import NodePlace, launch_node, never
+from worker.worker_identity import WorkerIdentity
+
+log = logging.getLogger(__name__)
+
+
+def run_job_node(job_id: int, node_rank: int, *, settings: Settings, database: Database,
+                 identity: WorkerIdentity,
+                 shutdown_requested: Callable[[], bool] = never) -> str:
+    """Run this worker's node of the job to its end; returns what became of the node."""
+    with database.transaction() as session:
+        if not job_store.start_node(session=session, job_id=job_id, node_rank=node_rank,
+                                    worker_name=identity.name):
+            log.info("not starting node %s of job %s: not running, or not ours", node_rank, job_id)
+            return "not started"
+        job = job_store.get_job(session=session, job_id=job_id)
+        node = next(node for node in job_store.list_job_nodes(session=session, job_id=job_id)
+                    if node.node_rank == node_rank)
+        spec, rendezvous, resume = JobSpec.model_validate(job.spec), job.rendezvous, job.resume_requested
+        gpus = node.gpu_indices
+    problems = find_input_problems(spec)
+    if problems:
+        return _fail_job(job_id, node_rank, identity, "; ".join(problems), INPUT_ERROR,
+                         database=database)
+    visible = identity.cuda_visible_devices(gpus) if identity.gpu_ids is not None and gpus else None
+    place = NodePlace(node_rank=node_rank, rendezvous=rendezvous, visible_devices=visible)
+    run = RunFolder(settings.run_dir_for(job_id))
+    try:
+        returncode, _supervision = launch_node(job_id, spec, run, place, resume=resume,
+                                               settings=settings, database=database,
+                                               shutdown_requested=shutdown_requested,
+                                               worker_name=None)
+    except OSError as error:
+        return _fail_job(job_id, node_rank, identity, f"could not start torchrun: {error}", ERROR,
+                         database=database)
+    with database.transaction() as session:
+        job_store.finish_node(session=session, job_id=job_id, node_rank=node_rank,
+                              exit_code=returncode)
+        if returncode not in (0, None):
+            job_store.add_job_event(
+                session=session, job_id=job_id, kind="error",
+                message=f"node {node_rank} on worker {identity.name} ({identity.host}): torchrun "
+                        f"exited with code {returncode}; its log is "
+                        f"{run.node_launcher_log_file(node_rank)} on that host")
+    return "exited" if returncode == 0 else f"exited with code {returncode}"
+
+
+def _fail_job(job_id: int, node_rank: int, identity: WorkerIdentity, why: str, kind: str, *,
+              database: Database) -> str:
+    error = f"node {node_rank} on worker {identity.name} ({identity.host}): {why}"
+    with database.transaction() as session:
+        job_store.finish_node(session=session, job_id=job_id, node_rank=node_rank, exit_code=None)
+        try:
+            job_store.mark_job_failed(session=session, job_id=job_id, error=error,
+                                      failure_kind=kind)
+        except InvalidTransition:
+            pass  # the job already ended
+    return "failed"
