@@ -1,5 +1,6 @@
 """Issue 5 in a real browser: the job page's live charts (memory per rank, loss, the progress
-bar with its ETA), the Compare tab's overlaid loss and spec diff, and the jobs table's figures.
+bar with its ETA), the Compare tab's overlaid loss and spec diff, the jobs table's figures,
+and the Cluster tab.
 
 Two tiny LoRA jobs (2 CPU ranks each, FSDP; they differ in learning rate and name) are submitted
 once through the HTTP API and shared by every test here; the worker runs one job at a time,
@@ -8,6 +9,7 @@ so the first is still running while the first test watches it.
 from __future__ import annotations
 
 import re
+import socket
 import time
 from typing import Callable, TypeVar
 
@@ -176,3 +178,28 @@ def test_the_jobs_table_shows_a_finished_jobs_figures(page, tunedeck_server, two
     assert re.fullmatch(r"\d+\.\d{4}", row["latest loss"]), row
     assert re.fullmatch(r"[\d,]+", row["tokens/s"]) and row["tokens/s"] != "0", row
     assert re.fullmatch(r"[\d,]+", row["peak memory MB"]) and row["peak memory MB"] != "0", row
+
+
+def test_the_cluster_tab_lists_the_worker_and_a_waiting_job(page, tunedeck_server, two_jobs):
+    """The Cluster tab: the worker of `tunedeck up` from its heartbeats (host, queue, state,
+    what it has), and a job for a queue no worker serves, waiting with its reason."""
+    for job_id in two_jobs:
+        _succeeded(tunedeck_server, job_id)
+    waiting = tunedeck_server.submit({"name": "for-nobody", "max_steps": 2, "queue": "h100"})
+    _open_tab(page, "Cluster")
+    host = socket.gethostname()
+
+    def worker_rows() -> list[dict[str, str]]:
+        return table_rows(page, "#cluster-workers")
+
+    # The table refreshes every 2 s: the page may first show the jobs still running.
+    workers = _eventually(worker_rows, lambda rows: bool(rows) and rows[0]["state"] == "online"
+                          and rows[0]["jobs running"] == "idle")
+    assert [(row["worker"], row["host"], row["queues"], row["state"]) for row in workers] == \
+        [(f"{host}-default", host, "default", "online")]
+    assert workers[0]["resources"].startswith("no GPU: ")  # this machine's ranks run on CPUs
+    assert workers[0]["jobs running"] == "idle"
+    queued = _eventually(lambda: table_rows(page, "#cluster-queued"),
+                         lambda rows: any(row.get("id") == str(waiting) for row in rows))
+    assert [(row["id"], row["queue or host"], row["waiting for"]) for row in queued] == \
+        [(str(waiting), "h100", "waiting: no live worker serves queue 'h100'")]

@@ -72,7 +72,7 @@ def test_a_host_runs_two_jobs_at_once_on_disjoint_gpus_and_a_third_waits(tmp_pat
     GPUs (on this CPU-only machine the ranks still run on the CPU, but placement and
     CUDA_VISIBLE_DEVICES are what a 4-GPU host gets)."""
     home = tmp_path / "home"
-    two_gpus = {**SMALL_JOB, "num_gpus": 2, "max_steps": 60}
+    two_gpus = {**SMALL_JOB, "num_gpus": 2, "max_steps": 30}
     with running_tunedeck(home, extra_env={"TUNEDECK_WORKER_GPUS": "0,1,2,3"}) as server:
         first = server.submit({**two_gpus, "name": "first"})
         second = server.submit({**two_gpus, "name": "second"})
