@@ -192,8 +192,8 @@ def killed_worker(home: Path, env: dict) -> ChaosReport:
             report.problems.append(f"expected 4 job processes before the kill, saw {len(launched)}")
         worker_process("first").send_signal(signal.SIGKILL)
         wait_until(lambda: first.poll() is not None, 10, "the killed worker to exit")
-        # torchrun gives its ranks up to 30 s to stop after its own SIGTERM.
-        wait_until(lambda: not any(alive(process) for process in launched), 45,
+        # torchrun dies with its worker (SIGKILL), and its ranks with it.
+        wait_until(lambda: not any(alive(process) for process in launched), 15,
                    "the killed worker's job processes to end")
         lost = web.wait_for(doomed, FINISHED, timeout_seconds=60, poll_seconds=0.25)
         if (lost["status"], lost["failure_kind"]) != ("failed", "worker_lost"):

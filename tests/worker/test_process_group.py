@@ -16,9 +16,14 @@ from worker.process_group import JobProcesses, start_process_group
 
 FAKE_LAUNCHER = textwrap.dedent("""
     import signal, subprocess, sys, time
+    # Like a real rank (trainer/rank.py): SIGKILLed by the kernel when its launcher dies,
+    # from the moment it says "ready" (the launcher names it only then).
     rank = subprocess.Popen([sys.executable, "-c",
-        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"],
-        start_new_session=True)
+        "import ctypes, signal, time; ctypes.CDLL(None).prctl(1, 9, 0, 0, 0); "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
+        "time.sleep(600)"],
+        start_new_session=True, stdout=subprocess.PIPE)
+    rank.stdout.readline()
     def forward(*_):  # like torchrun: pass SIGTERM on to the ranks, then leave
         rank.kill()
         sys.exit(0)
@@ -92,5 +97,5 @@ def test_the_job_dies_when_the_worker_is_killed(tmp_path):
     deadline = time.monotonic() + 20
     while (alive(launcher_pid) or alive(rank_pid)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    # The kernel sent the launcher SIGTERM (PR_SET_PDEATHSIG), and it took its rank along.
+    # The kernel SIGKILLed the launcher (PR_SET_PDEATHSIG), and the rank with it (its own).
     assert not alive(launcher_pid) and not alive(rank_pid)
