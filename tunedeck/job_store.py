@@ -56,6 +56,10 @@ def list_running_jobs_of_worker(*, session: Session, worker_name: str) -> list[J
     return list(session.scalars(query.order_by(Job.id)))
 
 
+# The states of node K > 0 of a job on several nodes (job_nodes.state).
+NODE_ASSIGNED, NODE_STARTED, NODE_EXITED = "assigned", "started", "exited"
+
+
 def worker_load(*, session: Session, worker_name: str) -> list[list[int] | None]:
     """The GPUs each job on a worker holds there, one entry a job (node 0 of its running
     jobs, and the other nodes it runs of jobs on several nodes): its count is the jobs the
@@ -72,9 +76,6 @@ def list_running_jobs_with_a_node_on(*, session: Session, worker_name: str) -> l
     query = select(Job).join(JobNode, Job.id == JobNode.job_id).where(
         JobNode.worker_name == worker_name, JobNode.state != NODE_EXITED, Job.status == RUNNING)
     return list(session.scalars(query.order_by(Job.id)))
-
-
-NODE_ASSIGNED, NODE_STARTED, NODE_EXITED = "assigned", "started", "exited"
 
 
 def assign_nodes(*, session: Session, job_id: int,
