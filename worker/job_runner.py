@@ -11,13 +11,13 @@ import shutil
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from sqlalchemy.exc import DBAPIError
 
-from tunedeck import job_store, metric_store, metrics_event, sample_store
+from tunedeck import job_store
 from tunedeck.backend_config import backend_config, build_torchrun_argv
 from tunedeck.db.engine import Database
 from tunedeck.failure_kinds import COMM_TIMEOUT, ERROR
@@ -28,9 +28,9 @@ from tunedeck.settings import Settings
 from worker.failure_triage import FailureEvidence, FailureReason, classify_failure, describe_failure
 from worker.input_check import find_input_problems
 from worker.job_claim import Claim, claim_job
-from worker.metrics_tail import MetricsTail
+from worker.supervision import (DATABASE_RETRY_INTERVAL, DATABASE_RETRY_SECONDS, Supervision,
+                                _supervise)
 from worker.process_group import JobProcesses, start_process_group
-from worker.sampler import JobSampler
 from worker.worker_identity import WorkerIdentity
 
 log = logging.getLogger(__name__)
@@ -44,26 +44,6 @@ class JobOutcome:
     status: str
     error: str | None = None
     failure: FailureReason | None = None  # why it failed, for the row and the "Retry with…"
-
-
-@dataclass
-class Supervision:
-    """What the worker learned while the job ran."""
-
-    cancelled: bool = False
-    stopped_by_shutdown: bool = False
-    # The sweep gave the job up while we ran it (our heartbeats stopped reaching the
-    # database): it is failed or queued for another worker, and its row is not ours.
-    taken_away: bool = False
-    # What was read from the run folder but not stored yet: the database did not answer.
-    # Kept (and retried every poll) until it does, so an outage loses no metric point.
-    pending_events: list[tuple[int, dict]] = field(default_factory=list)
-    pending_samples: list[dict] = field(default_factory=list)
-    database_down_since: float | None = None
-    error_notices: list[tuple[float, int, str]] = field(default_factory=list)
-    # Per rank, the last line an earlier launch of this job stored (a resumed job's files
-    # grow on): its notices are events already, and must not be told twice.
-    stored_lines: dict[int, int] = field(default_factory=dict)
 
 
 def never() -> bool:
@@ -223,117 +203,6 @@ def _launch_environment(spec: JobSpec, settings: Settings) -> dict[str, str]:
 def _inherited_environment() -> dict[str, str]:
     # Ranks need PATH, CUDA_* and the like, but not our database or broker credentials.
     return {key: value for key, value in os.environ.items() if not key.startswith("TUNEDECK_")}
-
-
-PROCESS_SCAN_SECONDS = 5.0  # ranks start once; scanning /proc every poll would cost a core's %
-
-
-def _supervise(job_id: int, processes: JobProcesses, run: RunFolder, *, settings: Settings,
-               database: Database, shutdown_requested: Callable[[], bool],
-               sampler: JobSampler | None = None, launch_env: dict[str, str] | None = None,
-               worker_name: str | None = None, ranks: range | None = None) -> Supervision:
-    tail = MetricsTail(run, ranks)
-    # The job's own CUDA_VISIBLE_DEVICES: the GPUs it was given, not all of the worker's.
-    sampler = sampler or JobSampler.for_launch(host=socket.gethostname(),
-                                               launch_env=launch_env or dict(os.environ))
-    with database.transaction() as session:
-        supervision = Supervision(stored_lines=metric_store.last_seq_by_rank(session=session,
-                                                                             job_id=job_id))
-    last_scan = time.monotonic()
-    while True:
-        finished = processes.launcher.poll() is not None
-        if time.monotonic() - last_scan > PROCESS_SCAN_SECONDS:
-            processes.refresh()
-            last_scan = time.monotonic()
-        samples = sampler.sample_if_due(processes.known_pids())  # at most once a second
-        cancel_requested, ours = _ingest_and_read_control(job_id, tail, supervision,
-                                                          database=database, samples=samples,
-                                                          worker_name=worker_name)
-        if finished:
-            _drain(job_id, tail, supervision, database=database, worker_name=worker_name)
-            return supervision
-        if cancel_requested or shutdown_requested() or not ours:
-            supervision.taken_away = not ours
-            supervision.cancelled = cancel_requested and ours
-            supervision.stopped_by_shutdown = not cancel_requested and ours
-            processes.stop(grace_seconds=settings.cancel_grace_seconds)
-            _drain(job_id, tail, supervision, database=database, worker_name=worker_name)
-            return supervision
-        time.sleep(settings.poll_seconds)
-
-
-# How long a finished job's worker keeps retrying a database that does not answer, to
-# store the last lines and the outcome, before it gives up (and logs what it could not store).
-DATABASE_RETRY_SECONDS = 600.0
-DATABASE_RETRY_INTERVAL = 2.0
-
-
-def _drain(job_id: int, tail: MetricsTail, supervision: Supervision, *, database: Database,
-           worker_name: str | None) -> None:
-    """Store the job's last lines, waiting out a database outage."""
-    deadline = time.monotonic() + DATABASE_RETRY_SECONDS
-    _ingest_and_read_control(job_id, tail, supervision, database=database, worker_name=worker_name)
-    while supervision.database_down_since is not None and time.monotonic() < deadline:
-        time.sleep(DATABASE_RETRY_INTERVAL)
-        _ingest_and_read_control(job_id, tail, supervision, database=database,
-                                 worker_name=worker_name)
-    if supervision.pending_events:
-        log.error("job %s: %d metric lines could not be stored; they stay in %s", job_id,
-                  len(supervision.pending_events), tail.run_path)
-
-
-# Samples are a view of the moment; while the database is away only the newest are kept
-# (about ten minutes of one GPU host). Metric lines are all kept.
-MAX_PENDING_SAMPLES = 10_000
-
-
-def _ingest_and_read_control(job_id: int, tail: MetricsTail, supervision: Supervision, *,
-                             database: Database, samples: list[dict] = (),
-                             worker_name: str | None = None) -> tuple[bool, bool]:
-    """One transaction a poll: store the new metric lines and samples (and any left from
-    polls the database did not answer), read whether the job is to be cancelled and
-    whether it is still ours. With the database away, the job runs on and the lines wait."""
-    supervision.pending_events.extend(tail.read_new_events())
-    supervision.pending_samples.extend(samples)
-    del supervision.pending_samples[:-MAX_PENDING_SAMPLES]
-    events = supervision.pending_events
-    try:
-        with database.transaction() as session:
-            sample_store.add_samples(session=session, job_id=job_id,
-                                     samples=supervision.pending_samples)
-            if events:  # idempotent per (rank, line): a retried batch is stored once
-                metric_store.add_metric_points(session=session, job_id=job_id, events=events)
-            error_notices = [_record_notice(job_id, event, session=session)
-                             for seq, event in events
-                             if event["kind"] == metrics_event.NOTICE
-                             and seq > supervision.stored_lines.get(event["rank"], -1)]
-            control = job_store.run_control(session=session, job_id=job_id,
-                                            worker_name=worker_name)
-    except DBAPIError as error:
-        if supervision.database_down_since is None:
-            supervision.database_down_since = time.monotonic()
-            log.warning("job %s: the database did not answer (%s); keeping its metric lines "
-                        "until it does", job_id, error.__class__.__name__)
-        return False, True
-    if supervision.database_down_since is not None:
-        log.warning("job %s: the database is back after %.0f s; %d buffered lines stored",
-                    job_id, time.monotonic() - supervision.database_down_since, len(events))
-        supervision.database_down_since = None
-    supervision.error_notices.extend(notice for notice in error_notices if notice is not None)
-    supervision.pending_events, supervision.pending_samples = [], []
-    return control
-
-
-def _record_notice(job_id: int, event: dict, *, session) -> tuple[float, int, str] | None:
-    """Store a notice as a job event; an error notice is also returned, for the triage."""
-    message = str(event.get("message", ""))
-    if event.get("level") == "error":
-        job_store.add_job_event(session=session, job_id=job_id, kind="error",
-                                message=f"rank {event['rank']}: {message}")
-        return event["time"], event["rank"], message
-    if event["rank"] == 0:
-        job_store.add_job_event(session=session, job_id=job_id, kind="notice", message=message)
-    return None
 
 
 def _judge(returncode: int | None, supervision: Supervision, run: RunFolder) -> JobOutcome:

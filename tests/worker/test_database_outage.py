@@ -15,7 +15,8 @@ from tunedeck.db.engine import Database
 from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
-from worker.job_runner import _record_outcome, _supervise, JobOutcome
+from worker.job_runner import JobOutcome, _record_outcome
+from worker.supervision import _supervise
 from worker.process_group import JobProcesses, start_process_group
 
 pytestmark = pytest.mark.postgres

@@ -7,8 +7,8 @@ from tunedeck import job_store, sample_store
 from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
-from worker import job_runner
-from worker.job_runner import _supervise
+from worker import supervision
+from worker.supervision import _supervise
 from worker.process_group import JobProcesses, start_process_group
 from worker.sampler import JobSampler
 from tests.worker.test_sampler import FakeNvml
@@ -25,7 +25,7 @@ for rank in ranks:
 def test_samples_of_every_gpu_and_rank_are_stored_while_the_job_runs(database, tmp_path,
                                                                     monkeypatch):
     # Ranks live 2.5 s here; the loop's 5 s scan for new processes would miss them.
-    monkeypatch.setattr(job_runner, "PROCESS_SCAN_SECONDS", 0.3)
+    monkeypatch.setattr(supervision, "PROCESS_SCAN_SECONDS", 0.3)
     settings = Settings(home=tmp_path)
     with database.transaction() as session:
         job_id = job_store.create_job(session=session, spec=JobSpec(max_steps=1)).id
