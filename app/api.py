@@ -14,9 +14,12 @@ from app.job_checkpoints import NothingToResume, list_checkpoints, resume_from_l
 from app.job_compare import BadJobIds, compare_jobs, parse_job_ids
 from app.job_retry import RetryRefused, retry_job
 from app.job_submission import cancel_job, submit_job
+from app.job_access import owner_for_new_job, record_action, visible_job, visible_jobs
+from app.principal import principal_of
+from app.spec_access import as_validation_detail, spec_access_problems
 from app.job_views import (MAX_JOB_ID, job_config, job_run_folder, job_to_dict,
                            read_job_log_tail)
-from tunedeck import job_store
+from tunedeck import audit, job_store
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
 from tunedeck.downsample import DEFAULT_MAX_POINTS
@@ -36,15 +39,22 @@ def _database(request: Request) -> Database:
 
 
 def _load_job(request: Request, job_id: int) -> Job:
+    """The job if the requester may see it (their own, or any for an admin); 404 otherwise."""
     if not 1 <= job_id <= MAX_JOB_ID:
         # No such row can exist; asking the driver would overflow (routes taking a plain
         # int job_id rely on this).
         raise HTTPException(status_code=404, detail=str(job_store.JobNotFound(job_id)))
     with _database(request).transaction() as session:
         try:
-            return job_store.get_job(session=session, job_id=job_id)
+            return visible_job(session=session, principal=principal_of(request), job_id=job_id)
         except job_store.JobNotFound as error:
             raise HTTPException(status_code=404, detail=str(error)) from error
+
+
+def _audit(request: Request, action: str, job_id: int | None = None, detail: str = "") -> None:
+    record_action(database=_database(request), principal=principal_of(request), action=action,
+                  job_id=job_id, detail=detail,
+                  client=request.client.host if request.client else None)
 
 
 @router.get("/healthz")
@@ -54,8 +64,13 @@ def healthz() -> dict[str, str]:
 
 @router.post("/api/jobs", status_code=201)
 def create_job(spec: JobSpec, request: Request) -> dict[str, Any]:
+    problems = spec_access_problems(spec, principal=principal_of(request),
+                                    settings=request.app.state.settings)
+    if problems:
+        raise HTTPException(status_code=422, detail=as_validation_detail(problems))
     job = submit_job(database=_database(request), celery_app=request.app.state.celery_app,
-                     spec=spec)
+                     spec=spec, owner=owner_for_new_job(principal_of(request)))
+    _audit(request, audit.SUBMIT, job.id, detail=job.name)
     return job_to_dict(job)
 
 
@@ -69,8 +84,10 @@ def list_workers(request: Request) -> dict[str, Any]:
 
 @router.get("/api/jobs")
 def list_jobs(request: Request, limit: int = Query(200, ge=1, le=1000)) -> list[dict[str, Any]]:
+    """Your jobs, newest first (an admin's: everyone's)."""
     with _database(request).transaction() as session:
-        return [job_to_dict(job) for job in job_store.list_jobs(session=session, limit=limit)]
+        return [job_to_dict(job) for job in visible_jobs(session=session, limit=limit,
+                                                         principal=principal_of(request))]
 
 
 @router.get("/api/jobs/{job_id}")
@@ -111,7 +128,9 @@ def get_job_logs(job_id: JobId, request: Request,
 @router.post("/api/jobs/{job_id}/cancel", status_code=202)
 def cancel(job_id: JobId, request: Request) -> dict[str, Any]:
     _load_job(request, job_id)
-    return job_to_dict(cancel_job(database=_database(request), job_id=job_id))
+    job = cancel_job(database=_database(request), job_id=job_id)
+    _audit(request, audit.CANCEL, job_id)
+    return job_to_dict(job)
 
 
 @router.get("/api/jobs/{job_id}/checkpoints")
@@ -127,6 +146,7 @@ def resume(job_id: JobId, request: Request) -> dict[str, Any]:
                                             celery_app=request.app.state.celery_app, job_id=job_id)
     except (NothingToResume, job_store.InvalidTransition) as error:
         raise HTTPException(status_code=409, detail=str(error)) from error
+    _audit(request, audit.RESUME, job_id)
     return job_to_dict(job)
 
 
@@ -139,6 +159,7 @@ def retry(job_id: JobId, request: Request) -> dict[str, Any]:
                                 celery_app=request.app.state.celery_app, job_id=job_id)
     except RetryRefused as error:
         raise HTTPException(status_code=409, detail=str(error)) from error
+    _audit(request, audit.RETRY, job_id, detail=f"as job {job.id} ({change.label})")
     return {**job_to_dict(job), "retry_of": job_id, "change": change.label}
 
 
@@ -158,6 +179,8 @@ def compare_job_backends(job_id: JobId, request: Request,
                                 max_steps=body.max_steps if body else None)
     except ComparisonRefused as error:
         raise HTTPException(status_code=409, detail=str(error)) from error
+    _audit(request, audit.COMPARE_BACKENDS, job_id,
+           detail="as jobs " + ", ".join(str(job.id) for job in jobs))
     return {"jobs": [job_to_dict(job) for job in jobs], "compare_url": compare_url(jobs)}
 
 
@@ -171,6 +194,8 @@ def compare(request: Request, ids: str = Query(..., description="job ids, e.g. 1
     except BadJobIds as error:
         raise HTTPException(status_code=422, detail=[{
             "loc": ["query", "ids"], "msg": str(error), "type": "value_error"}]) from error
+    for job_id in job_ids:
+        _load_job(request, job_id)  # 404 for a job the requester may not see
     try:
         return compare_jobs(database=_database(request), job_ids=job_ids, max_points=max_points)
     except job_store.JobNotFound as error:
@@ -192,14 +217,24 @@ def download_artifact(job_id: JobId, kind: str, request: Request) -> FileRespons
     if zip_path is None:
         raise HTTPException(status_code=404,
                             detail=f"job {job_id} has no {kind} artifact (status {job.status})")
+    _audit(request, audit.DOWNLOAD, job_id, detail=kind)
     return FileResponse(zip_path, media_type="application/zip",
                         filename=f"job-{job_id}-{kind}.zip")
 
 
 @router.post("/api/plan")
-def plan(request_body: PlanRequest) -> dict[str, Any]:
+def plan(request_body: PlanRequest, request: Request) -> dict[str, Any]:
     """Bytes per GPU of the spec under ddp, zero2, zero2_offload, fsdp and fsdp_offload, a
     verdict for each, the recommended backend and why."""
+    # The planner reads a local model's config.json: the same roots as a submission, so a
+    # plan cannot probe folders a job could not use.
+    problems = [(field, message) for field, message in spec_access_problems(
+        request_body.spec, principal=principal_of(request), settings=request.app.state.settings)
+        if field == "model"]
+    if problems:
+        raise HTTPException(status_code=422, detail=[{
+            "loc": ["body", "spec", field], "msg": message, "type": "value_error"}
+            for field, message in problems])
     try:
         return plan_json(request_body.spec, request_body.gpus)
     except ValueError as error:

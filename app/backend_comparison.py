@@ -45,7 +45,9 @@ def compare_backends(*, database: Database, celery_app, job_id: int,
     with database.transaction() as session:
         source = job_store.get_job(session=session, job_id=job_id)
         variants = backend_variants(JobSpec.model_validate(source.spec), max_steps)
-    jobs = [submit_job(database=database, celery_app=celery_app, spec=spec) for spec in variants]
+    # The variants are the source job's owner's, whoever asked for them.
+    jobs = [submit_job(database=database, celery_app=celery_app, spec=spec, owner=source.owner)
+            for spec in variants]
     with database.transaction() as session:
         job_store.add_job_event(session=session, job_id=job_id, kind="compare",
                                 message=f"compared backends: jobs {jobs[0].id} and {jobs[1].id}")

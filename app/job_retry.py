@@ -35,7 +35,8 @@ def retry_job(*, database: Database, celery_app, job_id: int) -> tuple[Job, Retr
         job = job_store.get_job(session=session, job_id=job_id)
         change = planned_retry(job)
         spec = retried_spec(JobSpec.model_validate(job.spec), change)
-        new_job = job_store.create_job(session=session, spec=spec)
+        # The retry is the failed job's owner's, whoever pressed the button.
+        new_job = job_store.create_job(session=session, spec=spec, owner=job.owner)
         job_store.add_job_event(session=session, job_id=job_id, kind="retry",
                                 message=f"retried as job {new_job.id} ({change.label})")
     try:

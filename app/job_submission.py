@@ -12,9 +12,9 @@ from tunedeck.job_spec import JobSpec
 log = logging.getLogger(__name__)
 
 
-def submit_job(*, database: Database, celery_app, spec: JobSpec) -> Job:
+def submit_job(*, database: Database, celery_app, spec: JobSpec, owner: str | None = None) -> Job:
     with database.transaction() as session:
-        job = job_store.create_job(session=session, spec=spec)
+        job = job_store.create_job(session=session, spec=spec, owner=owner)
     try:
         enqueue_job(celery_app, job.id, job.spec)
     except Exception:  # the row is the record; a worker's start-up sweep re-sends it

@@ -20,6 +20,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "id": job.id,
         "name": job.name,
         "status": job.status,
+        "owner": job.owner,
         "spec": job.spec,
         "error": job.error,
         # Why it failed (tunedeck.failure_kinds) and the rank that failed first, when known.

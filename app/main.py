@@ -13,7 +13,11 @@ from fastapi.encoders import jsonable_encoder  # noqa: E402
 from fastapi.exceptions import RequestValidationError  # noqa: E402
 from fastapi.responses import JSONResponse  # noqa: E402
 
+from app.account_api import account_router  # noqa: E402
+from app.access import AccessMiddleware, check_open_access_allowed  # noqa: E402
 from app.api import router  # noqa: E402
+from app.dataset_upload import upload_router  # noqa: E402
+from app.sign_in import sign_in_router  # noqa: E402
 from tunedeck.broker import make_celery  # noqa: E402
 from tunedeck.db.engine import Database  # noqa: E402
 from tunedeck.settings import Settings, load_settings  # noqa: E402
@@ -25,7 +29,13 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True) -> Fas
     api.state.settings = settings
     api.state.database = Database(settings.resolved_database_url)
     api.state.celery_app = make_celery(settings)
+    # Refuses (OpenAccessRefused) to serve beyond loopback while no account exists.
+    api.state.open_access = check_open_access_allowed(database=api.state.database,
+                                                      host=settings.host)
     api.include_router(router)
+    api.include_router(upload_router)
+    api.include_router(sign_in_router)
+    api.include_router(account_router)
     api.add_exception_handler(RequestValidationError, json_safe_validation_error)
     if with_ui:
         import gradio as gr
@@ -33,9 +43,12 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True) -> Fas
         from app.ui.build_ui import build_ui
 
         blocks = build_ui(database=api.state.database, celery_app=api.state.celery_app,
-                          worker_lost_seconds=settings.worker_lost_seconds)
+                          worker_lost_seconds=settings.worker_lost_seconds,
+                          settings=settings)
         api = gr.mount_gradio_app(api, blocks, path="/")
         _slow_down_idle_queue_polling(blocks)
+    # Outermost, so no route (REST, Gradio's own, its files) answers before it has decided.
+    api.add_middleware(AccessMiddleware, database=api.state.database)
     return api
 
 

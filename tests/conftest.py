@@ -16,6 +16,14 @@ POSTGRES_URL = os.environ.get("TUNEDECK_TEST_POSTGRES_URL",
 REDIS_URL = os.environ.get("TUNEDECK_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def allowed_roots_cover_pytest_tmp(tmp_path_factory) -> None:
+    """Tests write their datasets and model folders under pytest's temporary folder: allow
+    that folder (TUNEDECK_ALLOWED_ROOTS, inherited by the web and worker processes the
+    end-to-end tests start). Set here, not taken from the developer's environment."""
+    os.environ["TUNEDECK_ALLOWED_ROOTS"] = str(tmp_path_factory.getbasetemp().resolve())
+
+
 @pytest.fixture
 def sqlite_url(tmp_path) -> str:
     url = f"sqlite:///{tmp_path / 'tunedeck.db'}"

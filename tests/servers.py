@@ -53,11 +53,28 @@ class RunningServer:
         return self.http.get(f"/api/jobs/{job_id}/logs", params={"lines": 40}).json()["lines"]
 
 
+def add_account(home: Path, name: str, password: str, *, admin: bool = False,
+                extra_env: dict[str, str] | None = None) -> str:
+    """An account made the way an operator makes one (`tunedeck user add`, then `tunedeck
+    token create`) in the database of `home`; returns the account's API token."""
+    env = {**os.environ, "TUNEDECK_HOME": str(home), "GRADIO_ANALYTICS_ENABLED": "False",
+           **(extra_env or {})}
+    command = [sys.executable, "-m", "tunedeck.cli"]
+    home.mkdir(parents=True, exist_ok=True)
+    subprocess.run([*command, "migrate"], env=env, check=True, capture_output=True)
+    subprocess.run([*command, "user", "add", name, "--password-stdin", *(["--admin"] if admin else [])],
+                   env=env, input=password + "\n", text=True, check=True, capture_output=True)
+    created = subprocess.run([*command, "token", "create", name, "--label", "tests"], env=env,
+                             text=True, check=True, capture_output=True)
+    return created.stdout.strip()
+
+
 @contextmanager
 def running_tunedeck(home: Path, *, extra_env: dict[str, str] | None = None, cwd: Path = REPO,
-                     startup_seconds: float = 120) -> Iterator[RunningServer]:
+                     startup_seconds: float = 120, token: str | None = None) -> Iterator[RunningServer]:
     """`tunedeck up` on a free port with its own TUNEDECK_HOME; everything of it is gone after.
-    `cwd` is the folder it runs in, where its ranks' `python -m trainer` looks first."""
+    `cwd` is the folder it runs in, where its ranks' `python -m trainer` looks first. With
+    `token` (see `add_account`), the server's `http` client sends it."""
     port = free_port()
     env = {**os.environ, "TUNEDECK_HOME": str(home), "GRADIO_ANALYTICS_ENABLED": "False",
            "OMP_NUM_THREADS": "1", **(extra_env or {})}
@@ -67,6 +84,8 @@ def running_tunedeck(home: Path, *, extra_env: dict[str, str] | None = None, cwd
                                cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True)
     server = RunningServer(process, f"http://127.0.0.1:{port}", home)
+    if token is not None:
+        server.http.headers["Authorization"] = f"Bearer {token}"
     try:
         _wait_until_healthy(server, startup_seconds)
         yield server

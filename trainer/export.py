@@ -24,7 +24,8 @@ from trainer.model_source import load_base_model
 
 def export_weights(spec: JobSpec, run: RunFolder, *, trained_state: dict[str, Any], model_source: str,
                    tokenizer) -> None:
-    model = apply_method(load_base_model(model_source), spec)  # never quantized: see above
+    model = apply_method(load_base_model(model_source, trust_remote_code=spec.trust_remote_code),
+                         spec)  # never quantized: see above
     load_trained_state(model, trained_state)
     if uses_adapter(spec):
         with folder_written_in_place(run.adapter_dir) as staging:

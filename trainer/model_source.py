@@ -42,7 +42,7 @@ def resolve_model_source(model: str) -> str:
 
 
 def load_base_model(source: str, *, quantization: dict[str, Any] | None = None,
-                    device: torch.device | None = None):
+                    device: torch.device | None = None, trust_remote_code: bool = False):
     """`quantization` is `BitsAndBytesConfig` keywords (tunedeck.backend_config's
     `quantization_config`); it needs the `device` the rank trains on."""
     import torch
@@ -57,15 +57,16 @@ def load_base_model(source: str, *, quantization: dict[str, Any] | None = None,
         # output head and anything not an nn.Linear stay fp32.
         placement = {"quantization_config": BitsAndBytesConfig(**quantization),
                      "device_map": {"": str(device or "cpu")}}
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **placement)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32,
+                                                 trust_remote_code=trust_remote_code, **placement)
     model.config.use_cache = False  # a KV cache is only for generation
     return model
 
 
-def load_tokenizer(source: str):
+def load_tokenizer(source: str, *, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(source)
+    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token_id is None:
         # Many base models ship without a pad token; padding is masked out of attention and
         # loss, so any id works, and end-of-sequence is the usual choice.

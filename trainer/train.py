@@ -51,14 +51,14 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     backend_type.init_distributed(context)
     clock.mark("distributed init")
 
-    tokenizer = load_tokenizer(model_source)
+    tokenizer = load_tokenizer(model_source, trust_remote_code=spec.trust_remote_code)
     clock.mark("tokenizer")
     # transformers and torch are imported by now (the model's own modules and peft are
     # small next to them).
     resume_collection_after_imports()
     seed_everything(spec.seed)
     base_model = load_base_model(model_source, quantization=quantization_config(spec),
-                                 device=context.device)
+                                 device=context.device, trust_remote_code=spec.trust_remote_code)
     clock.mark("base model")
     model = apply_method(base_model, spec)
     clock.mark("method")

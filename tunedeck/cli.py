@@ -1,5 +1,5 @@
 """`tunedeck`: up, web, worker, migrate, submit, resume, plan, render (see DESIGN.md's command
-table)."""
+table), and the accounts: user, token, audit."""
 from __future__ import annotations
 
 import argparse
@@ -40,14 +40,18 @@ def _build_parser() -> argparse.ArgumentParser:
 
     submit = commands.add_parser("submit", help="submit SPEC.yaml to a running server")
     submit.add_argument("spec", type=Path)
-    submit.add_argument("--server", default=None, help="default http://TUNEDECK_HOST:PORT")
+    _add_server_options(submit)
     submit.set_defaults(handler=_run_submit)
 
     resume = commands.add_parser("resume", help="resume a failed or cancelled job from its "
                                  "latest checkpoint")
     resume.add_argument("job_id", type=int)
-    resume.add_argument("--server", default=None, help="default http://TUNEDECK_HOST:PORT")
+    _add_server_options(resume)
     resume.set_defaults(handler=_run_resume)
+
+    from tunedeck.account_commands import add_account_commands
+
+    add_account_commands(commands)
 
     plan = commands.add_parser("plan", help="memory per GPU of SPEC.yaml under each backend, "
                                "and which to use")
@@ -65,6 +69,13 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_server_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--server", default=None, help="default http://TUNEDECK_HOST:PORT")
+    parser.add_argument("--token", default=None,
+                        help="an API token (`tunedeck token create`); default TUNEDECK_TOKEN. "
+                             "Prefer the variable: a command line is visible to other users")
+
+
 def _add_listen_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default=None, help="default TUNEDECK_HOST or 127.0.0.1")
     parser.add_argument("--port", type=int, default=None, help="default TUNEDECK_PORT or 7860")
@@ -79,9 +90,21 @@ def _settings_with(arguments: argparse.Namespace):
 
 
 def _run_up(arguments: argparse.Namespace) -> int:
+    from app.access import OpenAccessRefused, check_open_access_allowed
+    from tunedeck.db.engine import Database
+    from tunedeck.migrate import upgrade_database
     from tunedeck.services import run_web_and_worker
 
-    return run_web_and_worker(_settings_with(arguments))
+    settings = _settings_with(arguments)
+    upgrade_database(settings.resolved_database_url)
+    database = Database(settings.resolved_database_url)
+    try:  # before anything starts: the web would refuse the same way
+        check_open_access_allowed(database=database, host=settings.host)
+    except OpenAccessRefused as error:
+        sys.exit(f"tunedeck up: {error}")
+    finally:
+        database.dispose()
+    return run_web_and_worker(settings)
 
 
 def _run_web(arguments: argparse.Namespace) -> int:
@@ -92,8 +115,13 @@ def _run_web(arguments: argparse.Namespace) -> int:
     from tunedeck.broker import enqueue_job
     from tunedeck.cluster_sweep import Sweeper
 
+    from app.access import OpenAccessRefused
+
     settings = _settings_with(arguments)
-    app = create_app(settings)
+    try:
+        app = create_app(settings)
+    except OpenAccessRefused as error:
+        sys.exit(f"tunedeck web: {error}")
     # The web sweeps too: with one worker host, nobody else would see that worker die.
     Sweeper(database=app.state.database, settings=settings,
             send=lambda job_id, spec: enqueue_job(app.state.celery_app, job_id, spec)
@@ -112,8 +140,11 @@ def _run_migrate(_arguments: argparse.Namespace) -> int:
     from tunedeck.migrate import upgrade_database
     from tunedeck.settings import load_settings
 
-    upgrade_database(load_settings().resolved_database_url)
-    print("database is at the latest migration")
+    from tunedeck.secrets_redaction import redact_url
+
+    database_url = load_settings().resolved_database_url
+    upgrade_database(database_url)
+    print(f"database {redact_url(database_url)} is at the latest migration")
     return 0
 
 
@@ -132,31 +163,40 @@ def _load_spec_or_exit(path: Path):
 
 def _run_submit(arguments: argparse.Namespace) -> int:
     spec = _with_absolute_local_paths(_load_spec_or_exit(arguments.spec))
-    job = _post_to_server(arguments.server, "/api/jobs", spec.model_dump(mode="json"),
+    job = _post_to_server(arguments, "/api/jobs", spec.model_dump(mode="json"),
                           expected_status=201, refusal="server refused the job")
     print(job["id"])
     return 0
 
 
 def _run_resume(arguments: argparse.Namespace) -> int:
-    job = _post_to_server(arguments.server, f"/api/jobs/{arguments.job_id}/resume", None,
+    job = _post_to_server(arguments, f"/api/jobs/{arguments.job_id}/resume", None,
                           expected_status=202, refusal=f"job {arguments.job_id} not resumed")
     print(f"job {job['id']} {job['status']}: resumes from its latest checkpoint")
     return 0
 
 
-def _post_to_server(server: str | None, path: str, body, *, expected_status: int, refusal: str) -> dict:
+def _post_to_server(arguments: argparse.Namespace, path: str, body, *, expected_status: int,
+                    refusal: str) -> dict:
     import httpx
 
     from tunedeck.settings import load_settings
 
+    server = arguments.server
     if server is None:
         settings = load_settings()
         server = f"http://{settings.host}:{settings.port}"
+    token = arguments.token or os.environ.get("TUNEDECK_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        response = httpx.post(f"{server}{path}", json=body, timeout=30)
+        response = httpx.post(f"{server}{path}", json=body, headers=headers, timeout=30)
     except httpx.HTTPError as error:
-        sys.exit(f"cannot reach TuneDeck at {server}: {error}")
+        from tunedeck.secrets_redaction import redact_url
+
+        sys.exit(f"cannot reach TuneDeck at {redact_url(server)}: {error}")
+    if response.status_code == 401:
+        sys.exit(f"{refusal}: the server wants an API token ({response.json().get('detail')}); "
+                 "set TUNEDECK_TOKEN to one from `tunedeck token create USER`")
     if response.status_code != expected_status:
         sys.exit(f"{refusal} ({response.status_code}): {response.text}")
     return response.json()

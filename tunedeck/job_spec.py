@@ -136,6 +136,9 @@ class JobSpec(StrictModel):
     # When the worker running it is lost, queue it again (from its latest checkpoint, on
     # any worker) up to this many times; 0: it fails with "worker lost".
     max_restarts: int = Field(0, ge=0, le=100)
+    # Let transformers run Python code shipped with the model (its own modeling files): only
+    # an admin may submit a spec with it on (the web refuses it for anyone else).
+    trust_remote_code: bool = False
     lora: LoraSettings = LoraSettings()
     zero2: Zero2Settings = Zero2Settings()
     fsdp: FsdpSettings = FsdpSettings()

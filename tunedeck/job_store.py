@@ -23,8 +23,9 @@ class JobNotFound(Exception):
         self.job_id = job_id
 
 
-def create_job(*, session: Session, spec: JobSpec) -> Job:
-    job = Job(name=spec.display_name, status=QUEUED, spec=spec.model_dump(mode="json"))
+def create_job(*, session: Session, spec: JobSpec, owner: str | None = None) -> Job:
+    job = Job(name=spec.display_name, status=QUEUED, spec=spec.model_dump(mode="json"),
+              owner=owner)
     session.add(job)
     session.flush()
     add_job_event(session=session, job_id=job.id, kind="status", message="queued")
@@ -38,8 +39,10 @@ def get_job(*, session: Session, job_id: int) -> Job:
     return job
 
 
-def list_jobs(*, session: Session, limit: int = 200) -> list[Job]:
-    return list(session.scalars(select(Job).order_by(Job.id.desc()).limit(limit)))
+def list_jobs(*, session: Session, limit: int = 200, owner: str | None = None) -> list[Job]:
+    """The newest jobs first; only `owner`'s when given."""
+    query = select(Job) if owner is None else select(Job).where(Job.owner == owner)
+    return list(session.scalars(query.order_by(Job.id.desc()).limit(limit)))
 
 
 def list_queued_job_ids(*, session: Session) -> list[int]:

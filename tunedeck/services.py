@@ -34,6 +34,7 @@ def run_worker(*, concurrency: int | None = None) -> int:
 def run_web_and_worker(settings: Settings) -> int:
     """Migrate, then run `tunedeck web` and `tunedeck worker`; stop both when either stops."""
     from tunedeck.migrate import upgrade_database
+    from tunedeck.secrets_redaction import redact_url
 
     upgrade_database(settings.resolved_database_url)
     environment = {**os.environ, "TUNEDECK_HOME": str(settings.home_dir),
@@ -43,7 +44,8 @@ def run_web_and_worker(settings: Settings) -> int:
                            env=environment)
     worker = subprocess.Popen([*command, "worker"], env=environment)
     print(f"TuneDeck is starting at http://{settings.host}:{settings.port} "
-          f"(data in {settings.home_dir})", flush=True)
+          f"(data in {settings.home_dir}; database {redact_url(settings.resolved_database_url)}; "
+          f"broker {redact_url(settings.resolved_broker_url)})", flush=True)
     return _wait_for_either(web, worker)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -15,8 +15,11 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TUNEDECK_", extra="ignore", frozen=True)
 
     home: Path = Field(Path("./var"), description="data folder: SQLite file, runs, broker files")
-    database_url: str | None = Field(None, description="SQLAlchemy URL; default SQLite under home")
-    broker_url: str | None = Field(None, description="Celery broker; default a folder under home")
+    # Not in repr: both URLs may carry a password (tunedeck/secrets_redaction.py shows them).
+    database_url: str | None = Field(None, repr=False,
+                                     description="SQLAlchemy URL; default SQLite under home")
+    broker_url: str | None = Field(None, repr=False,
+                                   description="Celery broker; default a folder under home")
     host: str = "127.0.0.1"
     port: int = Field(7860, ge=1, le=65535)
     worker_concurrency: int | None = Field(
@@ -50,16 +53,57 @@ class Settings(BaseSettings):
     redispatch_seconds: float = Field(
         30.0, gt=0, le=3600,
         description="a queued job nobody claimed is sent to the broker again after this long")
+    session_hours: float = Field(
+        12.0, gt=0, le=24 * 90, description="a browser sign-in lasts this long")
+    cookie_secure: bool = Field(
+        False, description="send the sign-in cookie over HTTPS only (set it behind TLS)")
     poll_seconds: float = Field(0.5, gt=0, le=10, description="how often the worker tails metrics")
     cancel_grace_seconds: float = Field(10.0, ge=0, le=600)
     torch_extensions_dir: Path = Field(
         Path.home() / ".cache" / "tunedeck" / "torch_extensions",
         description="DeepSpeed's compiled ops, cached outside the repo",
     )
+    allowed_roots: str | None = Field(
+        None, max_length=10_000,
+        description="comma-separated absolute folders a job's local model and dataset paths "
+                    "must lie in (symlinks resolved); default HOME/data. A user's uploads "
+                    "folder (HOME/uploads/NAME) is always allowed for their own jobs")
+    max_upload_mb: int = Field(1024, ge=1, le=1_048_576,
+                               description="largest dataset upload (POST /api/datasets), in MB")
+
+    @field_validator("allowed_roots")
+    @classmethod
+    def _absolute_roots(cls, roots: str | None) -> str | None:
+        for root in (roots or "").split(","):
+            if root.strip() and not Path(root.strip()).is_absolute():
+                raise ValueError(f"{root.strip()!r} is not an absolute folder")
+            if "\x00" in root:
+                raise ValueError("must not contain a NUL character")
+        return roots
 
     @cached_property
     def home_dir(self) -> Path:
         return self.home.expanduser().resolve()
+
+    @cached_property
+    def allowed_root_paths(self) -> tuple[Path, ...]:
+        """The folders local model and dataset paths must lie in, symlinks resolved."""
+        if self.allowed_roots is None:
+            return (self.home_dir / "data",)
+        return tuple(Path(root.strip()).resolve() for root in self.allowed_roots.split(",")
+                     if root.strip())
+
+    @property
+    def uploads_dir(self) -> Path:
+        return self.home_dir / "uploads"
+
+    def upload_dir_for(self, user_name: str) -> Path:
+        """Where `user_name`'s uploaded datasets are stored (always allowed for their jobs)."""
+        return self.uploads_dir / user_name
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return self.max_upload_mb * 1024 * 1024
 
     @property
     def runs_dir(self) -> Path:

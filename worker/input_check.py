@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Sequence
 
 from tunedeck.dataset_records import count_file_records, eval_split_problem, load_file_examples
+from tunedeck.input_paths import spec_path_problems
 from tunedeck.job_spec import JobSpec
+from tunedeck.settings import Settings
 
 from trainer.builtin_dataset import ARITHMETIC_SIZE
 
@@ -20,8 +23,23 @@ def looks_like_local_path(reference: str) -> bool:
     return reference.startswith(("/", "./", "../", "~")) or Path(reference).suffix != ""
 
 
-def find_input_problems(spec: JobSpec, *, cuda_available: bool | None = None) -> list[str]:
-    """`cuda_available` defaults to what this host's ranks will see (`host_has_cuda`)."""
+def worker_input_roots(settings: Settings, owner: str | None) -> tuple[Path, ...]:
+    """Where a job may read its model and data on this host: the worker's allowed roots, and
+    the uploads folder of the job's owner. A job with no owner was submitted with open
+    access (loopback, no accounts: everyone is admin), so every upload is allowed to it."""
+    owner_uploads = (settings.upload_dir_for(owner),) if owner else (settings.uploads_dir,)
+    return (*settings.allowed_root_paths, *owner_uploads)
+
+
+def find_input_problems(spec: JobSpec, *, cuda_available: bool | None = None,
+                        allowed_roots: Sequence[Path] | None = None) -> list[str]:
+    """`cuda_available` defaults to what this host's ranks will see (`host_has_cuda`).
+    With `allowed_roots` (`worker_input_roots`), a local path outside them is refused before
+    anything is read from it."""
+    if allowed_roots is not None:
+        path_problems = [message for _field, message in spec_path_problems(spec, allowed_roots)]
+        if path_problems:
+            return path_problems
     dataset_problem = _dataset_problem(spec.dataset)
     problems = [host_problem(spec, cuda_available=cuda_available),
                 _model_problem(spec.model), dataset_problem,

@@ -39,6 +39,7 @@ class Claim:
     hand_on_to: str | None = None
     rendezvous: str | None = None
     followers: list[tuple[int, str]] = field(default_factory=list)
+    owner: str | None = None  # who submitted the job: their uploads folder is readable
 
 
 def claim_job(job_id: int, *, identity: WorkerIdentity, database: Database, run_dir: str,
@@ -72,7 +73,8 @@ def claim_job(job_id: int, *, identity: WorkerIdentity, database: Database, run_
                 (rank, worker.name, worker.host, node_gpus) for rank, worker, node_gpus in others])
         return Claim(job.status, spec=JobSpec.model_validate(job.spec), gpus=gpus,
                      resume=job.resume_requested, rendezvous=rendezvous,
-                     followers=[(rank, worker.name) for rank, worker, _gpus in others or ()])
+                     followers=[(rank, worker.name) for rank, worker, _gpus in others or ()],
+                     owner=job.owner)
 
 
 def _room(session: Session, worker: WorkerView, spec: dict[str, Any]) -> list[int] | None:

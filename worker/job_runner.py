@@ -26,7 +26,7 @@ from tunedeck.job_states import InvalidTransition
 from tunedeck.run_folder import RunFolder, write_run_folder
 from tunedeck.settings import Settings
 from worker.failure_triage import FailureEvidence, FailureReason, classify_failure, describe_failure
-from worker.input_check import find_input_problems
+from worker.input_check import find_input_problems, worker_input_roots
 from worker.job_claim import Claim, claim_job
 from worker.supervision import (DATABASE_RETRY_INTERVAL, DATABASE_RETRY_SECONDS, Supervision,
                                 _supervise)
@@ -96,7 +96,8 @@ def _launch_and_supervise(job_id: int, claim: Claim, run: RunFolder, *,
                           shutdown_requested: Callable[[], bool]) -> JobOutcome:
     spec = claim.spec
     assert spec is not None
-    problems = find_input_problems(spec)
+    problems = find_input_problems(
+        spec, allowed_roots=worker_input_roots(settings, claim.owner))
     if problems:
         return JobOutcome("failed", "\n".join(problems),
                           classify_failure(FailureEvidence(input_problems=tuple(problems))))
@@ -201,8 +202,12 @@ def _launch_environment(spec: JobSpec, settings: Settings) -> dict[str, str]:
 
 
 def _inherited_environment() -> dict[str, str]:
-    # Ranks need PATH, CUDA_* and the like, but not our database or broker credentials.
-    return {key: value for key, value in os.environ.items() if not key.startswith("TUNEDECK_")}
+    # Ranks need PATH, CUDA_* and the like, and HF_TOKEN for gated models (never written
+    # down: launch.json holds `_launch_environment` only), but not our database or broker
+    # credentials: no TUNEDECK_* URL, nor compose's POSTGRES_PASSWORD (its .env reaches the
+    # worker's container).
+    return {key: value for key, value in os.environ.items()
+            if not key.startswith("TUNEDECK_") and key != "POSTGRES_PASSWORD"}
 
 
 def _judge(returncode: int | None, supervision: Supervision, run: RunFolder) -> JobOutcome:

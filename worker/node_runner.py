@@ -18,7 +18,7 @@ from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import InvalidTransition
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
-from worker.input_check import find_input_problems
+from worker.input_check import find_input_problems, worker_input_roots
 from worker.job_runner import NodePlace, launch_node, never
 from worker.worker_identity import WorkerIdentity
 
@@ -38,8 +38,8 @@ def run_job_node(job_id: int, node_rank: int, *, settings: Settings, database: D
         node = next(node for node in job_store.list_job_nodes(session=session, job_id=job_id)
                     if node.node_rank == node_rank)
         spec, rendezvous, resume = JobSpec.model_validate(job.spec), job.rendezvous, job.resume_requested
-        gpus = node.gpu_indices
-    problems = find_input_problems(spec)
+        gpus, owner = node.gpu_indices, job.owner
+    problems = find_input_problems(spec, allowed_roots=worker_input_roots(settings, owner))
     if problems:
         return _fail_job(job_id, node_rank, identity, "; ".join(problems), INPUT_ERROR,
                          database=database)

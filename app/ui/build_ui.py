@@ -5,14 +5,18 @@ import os
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
+import html  # noqa: E402
+
 import gradio as gr  # noqa: E402
+
+from app.principal import principal_of  # noqa: E402
 
 from app.ui.tabs.cluster import build_cluster_tab  # noqa: E402
 from app.ui.tabs.compare import build_compare_tab  # noqa: E402
 from app.ui.tabs.job_page import build_job_page_tab  # noqa: E402
 from app.ui.tabs.jobs import build_jobs_tab  # noqa: E402
 from app.ui.tabs.new_job import build_new_job_tab  # noqa: E402
-from tunedeck.settings import Settings  # noqa: E402
+from tunedeck.settings import Settings, load_settings  # noqa: E402
 
 NEW_JOB_TAB = "new-job"
 JOBS_TAB = "jobs"
@@ -23,15 +27,20 @@ DEFAULT_WORKER_LOST_SECONDS = Settings.model_fields["worker_lost_seconds"].defau
 
 
 def build_ui(*, database, celery_app,
-             worker_lost_seconds: float = DEFAULT_WORKER_LOST_SECONDS) -> gr.Blocks:
-    """The whole UI. Nothing here is shared between browsers but the database and broker."""
+             worker_lost_seconds: float = DEFAULT_WORKER_LOST_SECONDS,
+             settings: Settings | None = None) -> gr.Blocks:
+    """The whole UI. Nothing here is shared between browsers but the database and broker.
+    `settings` (default: the environment's) say which local paths a job may read."""
+    settings = settings or load_settings()
     with gr.Blocks(title="TuneDeck", analytics_enabled=False) as blocks:
         gr.Markdown("# TuneDeck\nLaunch LoRA and full fine-tunes on DeepSpeed ZeRO-2 or "
                     "PyTorch FSDP, watch loss, throughput and memory live, and download the "
                     "merged weights.")
+        account = gr.HTML(elem_id="account")
         with gr.Tabs(selected=NEW_JOB_TAB, elem_id="tabs") as tabs:
             with gr.Tab("New job", id=NEW_JOB_TAB, elem_id="tab-new-job"):
-                new_job = build_new_job_tab(database=database, celery_app=celery_app)
+                new_job = build_new_job_tab(database=database, celery_app=celery_app,
+                                            settings=settings)
             with gr.Tab("Jobs", id=JOBS_TAB, elem_id="tab-jobs"):
                 jobs = build_jobs_tab(database=database)
             with gr.Tab("Job", id=JOB_TAB, elem_id="tab-job"):
@@ -44,9 +53,23 @@ def build_ui(*, database, celery_app,
                                show_progress="hidden")
         jobs.selected.then(open_job, jobs.selected_job_id, [job_page.job_id, tabs],
                            show_progress="hidden")
+        blocks.load(account_line, None, account, show_progress="hidden")
         job_page.backends_compared.then(fill_compare_ids, job_page.compared_job_ids,
                                         compare.job_ids, show_progress="hidden")
     return blocks
+
+
+def account_line(request: gr.Request) -> str:
+    """Who this page acts for, and how to sign out; or that nobody needs to sign in.
+    HTML, not Markdown: Gradio opens Markdown links in a new tab, and sign-out must not."""
+    principal = principal_of(request)
+    if principal.open_access:
+        return ("<p><strong>Open access</strong>: no accounts exist, so anyone who can reach "
+                "this machine's loopback address may use TuneDeck. Create one with "
+                "<code>tunedeck user add NAME --admin</code> to require sign-in.</p>")
+    role = "admin" if principal.is_admin else "user"
+    return (f"<p>Signed in as <strong>{html.escape(principal.name)}</strong> ({role}) · "
+            '<a href="/logout" id="sign-out" target="_self">Sign out</a></p>')
 
 
 def open_job(job_id: int | None):

@@ -10,7 +10,9 @@ import pandas as pd
 from app.backend_comparison import ComparisonRefused, compare_backends
 from app.job_compare import BadJobIds, compare_jobs, parse_job_ids
 from app.ui.job_ids import parse_job_id
-from tunedeck import job_store
+from app.job_access import ensure_visible, record_action
+from app.principal import Principal
+from tunedeck import audit, job_store
 from tunedeck.job_states import FINISHED_STATUSES
 
 LOSS_COLUMNS = ["step", "loss", "job"]
@@ -35,11 +37,14 @@ class Comparison:
     lines: dict[str, list[str]] = field(default_factory=dict)
 
 
-def load_comparison(ids_text: str | None, *, database) -> Comparison:
+def load_comparison(ids_text: str | None, *, database, principal: Principal) -> Comparison:
     if not (ids_text or "").strip():
         return Comparison(NO_COMPARISON)
     try:
-        compared = compare_jobs(database=database, job_ids=parse_job_ids(ids_text),
+        job_ids = parse_job_ids(ids_text)
+        for job_id in job_ids:
+            ensure_visible(database=database, principal=principal, job_id=job_id)
+        compared = compare_jobs(database=database, job_ids=job_ids,
                                 max_points=COMPARE_CHART_POINTS)
     except (BadJobIds, job_store.JobNotFound) as problem:
         return Comparison(f"Cannot compare: {problem}.")
@@ -123,18 +128,22 @@ def _frame(points: list[tuple], columns: list[str]) -> pd.DataFrame:
     return frame.astype({column: ("string" if column == "job" else "float64") for column in columns})
 
 
-def compare_backends_from_page(job_id: Any, *, database, celery_app) -> tuple[str, str | None]:
+def compare_backends_from_page(job_id: Any, *, database, celery_app,
+                               principal: Principal) -> tuple[str, str | None]:
     """Start the ZeRO-2 and FSDP copies of the job: the message, and the ids to compare
     (None when nothing started)."""
     job_id = parse_job_id(job_id)
     if job_id is None:
         return "Pick a job first.", None
     try:
+        ensure_visible(database=database, principal=principal, job_id=job_id)
         jobs = compare_backends(database=database, celery_app=celery_app, job_id=job_id)
     except job_store.JobNotFound:
         return f"There is no job {job_id}.", None
     except ComparisonRefused as reason:
         return f"Not compared: {reason}", None
+    record_action(database=database, principal=principal, action=audit.COMPARE_BACKENDS,
+                  job_id=job_id, detail=f"as jobs {jobs[0].id}, {jobs[1].id}")
     ids = f"{jobs[0].id}, {jobs[1].id}"
     return (f"Started jobs {jobs[0].id} and {jobs[1].id}; open Compare with ids "
             f"{jobs[0].id},{jobs[1].id}"), ids

@@ -11,10 +11,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from app.job_access import owner_for_new_job, record_action
 from app.job_submission import submit_job
+from app.principal import Principal
+from app.spec_access import spec_access_problems
 from app.ui.plan_handlers import DEFAULT_GPU_MEMORY_GB, PlanView, plan_view
+from tunedeck import audit
 from tunedeck.backend_config import backend_config, build_torchrun_argv, trainer_settings
 from tunedeck.job_spec import JobSpec, format_validation_error
+from tunedeck.settings import Settings
 
 PREVIEW_RUN_DIR = "var/runs/job-<id>"
 METHODS_WITH_ADAPTER = ("lora", "qlora")
@@ -232,12 +237,21 @@ def _problems_markdown(problems: str) -> str:
     return f"**Please fix:**\n{items}"
 
 
-def submit_form(form: dict[str, Any], *, database, celery_app) -> tuple[int | None, str]:
-    """(new job id, confirmation) or (None, why it was refused). Nothing is stored on refusal."""
+def submit_form(form: dict[str, Any], *, database, celery_app, principal: Principal,
+                settings: Settings) -> tuple[int | None, str]:
+    """(new job id, confirmation) or (None, why it was refused). Nothing is stored on refusal.
+    `principal` is who submits: their paths and trust_remote_code are checked like the API's."""
     spec, problems = form_to_spec(form)
     if spec is None:
         return None, "Not submitted. " + _problems_markdown(problems)
-    job = submit_job(database=database, celery_app=celery_app, spec=spec)
+    refused = spec_access_problems(spec, principal=principal, settings=settings)
+    if refused:
+        return None, "Not submitted. " + _problems_markdown(
+            "\n".join(message for _field, message in refused))
+    job = submit_job(database=database, celery_app=celery_app, spec=spec,
+                     owner=owner_for_new_job(principal))
+    record_action(database=database, principal=principal, action=audit.SUBMIT, job_id=job.id,
+                  detail=job.name)
     warning = plan_view(spec, form.get("gpu_memory_gb")).warning
     return job.id, (f"Submitted job **{job.id}** ({job.name}): status `{job.status}`."
                     + (f"\n\n{warning}" if warning else ""))

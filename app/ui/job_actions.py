@@ -9,8 +9,10 @@ import pandas as pd
 from app.job_checkpoints import NothingToResume, list_checkpoints, resume_from_latest_checkpoint
 from app.job_retry import RetryRefused, retry_job
 from app.job_submission import cancel_job
+from app.job_access import ensure_visible, record_action
+from app.principal import Principal
 from app.ui.job_ids import parse_job_id
-from tunedeck import job_store
+from tunedeck import audit, job_store
 from tunedeck.db.models import Job
 from tunedeck.job_states import CANCELLED, FAILED, RUNNING
 
@@ -32,41 +34,48 @@ def is_resumable(status: str | None, checkpoints: pd.DataFrame) -> bool:
     return status in (FAILED, CANCELLED) and not checkpoints.empty
 
 
-def cancel_from_page(job_id: Any, *, database) -> str:
+def cancel_from_page(job_id: Any, *, database, principal: Principal) -> str:
     job_id = parse_job_id(job_id)
     if job_id is None:
         return "Pick a job first."
     try:
+        ensure_visible(database=database, principal=principal, job_id=job_id)
         job = cancel_job(database=database, job_id=job_id)
     except job_store.JobNotFound:
         return f"There is no job {job_id}."
+    record_action(database=database, principal=principal, action=audit.CANCEL, job_id=job_id)
     if job.status == RUNNING:
         return f"Cancel requested: job {job_id} stops within seconds."
     return f"Job {job_id} is `{job.status}`."
 
 
-def resume_from_page(job_id: Any, *, database, celery_app) -> str:
+def resume_from_page(job_id: Any, *, database, celery_app, principal: Principal) -> str:
     job_id = parse_job_id(job_id)
     if job_id is None:
         return "Pick a job first."
     try:
+        ensure_visible(database=database, principal=principal, job_id=job_id)
         resume_from_latest_checkpoint(database=database, celery_app=celery_app, job_id=job_id)
     except job_store.JobNotFound:
         return f"There is no job {job_id}."
     except (NothingToResume, job_store.InvalidTransition) as reason:
         return f"Not resumed: {reason}"
+    record_action(database=database, principal=principal, action=audit.RESUME, job_id=job_id)
     return f"Job {job_id} is queued again; it resumes from its latest checkpoint."
 
 
-def retry_from_page(job_id: Any, *, database, celery_app) -> str:
+def retry_from_page(job_id: Any, *, database, celery_app, principal: Principal) -> str:
     """"Retry with…": a new job with the change; says which job to open."""
     job_id = parse_job_id(job_id)
     if job_id is None:
         return "Pick a job first."
     try:
+        ensure_visible(database=database, principal=principal, job_id=job_id)
         new_job, change = retry_job(database=database, celery_app=celery_app, job_id=job_id)
     except job_store.JobNotFound:
         return f"There is no job {job_id}."
     except RetryRefused as reason:
         return f"Not retried: {reason}"
+    record_action(database=database, principal=principal, action=audit.RETRY, job_id=job_id,
+                  detail=f"as job {new_job.id} ({change.label})")
     return f"Retried as job {new_job.id} ({change.label}): open it by its id."

@@ -18,6 +18,8 @@ from app.ui.live_charts import LiveCharts, live_charts
 from app.ui.memory_compare import memory_comparison_markdown
 from app.ui.job_ids import job_id_from_row, parse_job_id  # noqa: F401 (the tabs use them from here)
 from app.job_views import job_config, job_run_folder, read_job_log_tail
+from app.job_access import visible_job, visible_jobs
+from app.principal import Principal
 from tunedeck import job_store, metric_store
 from tunedeck.db.models import Job
 from tunedeck.failure_kinds import failure_label
@@ -38,15 +40,20 @@ MAX_POINTS_PER_LINE = 2000  # a week-long job must not ship 10^5 points a second
 NO_JOB_HEADLINE = "Pick a job: type its id, or click it in the Jobs tab."
 
 
-def jobs_table(*, database, limit: int = JOBS_TABLE_LIMIT) -> pd.DataFrame:
-    """One row a job, newest first, with its latest step's figures and its peak memory."""
+def jobs_table(*, database, principal: Principal, limit: int = JOBS_TABLE_LIMIT) -> pd.DataFrame:
+    """One row a job the principal may see, newest first, with its latest step's figures
+    and its peak memory."""
     with database.transaction() as session:
-        jobs = job_store.list_jobs(session=session, limit=limit)
+        jobs = visible_jobs(session=session, principal=principal, limit=limit)
         # One summary query for the whole table, not one a job: it refreshes every 2 s.
         summaries = metric_store.job_table_summaries(session=session,
                                                      job_ids=[job.id for job in jobs])
         rows = [_job_row(job, summaries.get(job.id)) for job in jobs]
     return pd.DataFrame(rows, columns=JOBS_TABLE_COLUMNS)
+
+
+def empty_jobs_table() -> pd.DataFrame:
+    return pd.DataFrame([], columns=JOBS_TABLE_COLUMNS)
 
 
 def _job_row(job: Job, latest_step: dict[str, Any] | None) -> list[Any]:
@@ -116,13 +123,13 @@ class JobPage:
         return is_resumable(self.status, self.checkpoints)
 
 
-def load_job_page(job_id: Any, *, database) -> JobPage:
+def load_job_page(job_id: Any, *, database, principal: Principal) -> JobPage:
     job_id = parse_job_id(job_id)
     if job_id is None:
         return JobPage(None, None, NO_JOB_HEADLINE)
     with database.transaction() as session:
         try:
-            job = job_store.get_job(session=session, job_id=job_id)
+            job = visible_job(session=session, principal=principal, job_id=job_id)
         except job_store.JobNotFound:
             return JobPage(job_id, None, f"There is no job {job_id}.")
         metrics = read_job_series(session=session, job_id=job_id)  # downsampled for the charts

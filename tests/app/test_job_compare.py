@@ -10,6 +10,7 @@ from app.ui import compare_handlers
 from tunedeck import job_store, metric_store
 from tunedeck.db.engine import Database
 from tunedeck.job_spec import JobSpec
+from app.principal import OPEN_PRINCIPAL
 
 
 class RecordingCelery:
@@ -103,17 +104,17 @@ def test_compare_names_a_missing_job(database):
 def test_compare_tab_frames_are_coloured_by_job_and_refresh_while_one_runs(database):
     first, second = create_job(database), create_job(database, backend="fsdp")
     seed_points(database, first, steps=4, start_time=0.0)
-    comparison = compare_handlers.load_comparison(f"{first}, {second}", database=database)
+    comparison = compare_handlers.load_comparison(f"{first}, {second}", database=database, principal=OPEN_PRINCIPAL)
     assert comparison.running  # both are queued
     assert set(comparison.loss["job"]) == {f"job {first} (zero2)", f"job {first} (zero2) eval"}
     assert list(comparison.throughput.columns) == ["step", "tokens_per_second", "job"]
     assert set(comparison.memory["job"]) == {f"job {first} (zero2) rank 0",
                                              f"job {first} (zero2) rank 1"}
     assert comparison.diff.values.tolist() == [["backend", "zero2", "fsdp"]]
-    assert "Cannot compare" in compare_handlers.load_comparison("7", database=database).message
+    assert "Cannot compare" in compare_handlers.load_comparison("7", database=database, principal=OPEN_PRINCIPAL).message
     assert "job 99 does not exist" in compare_handlers.load_comparison(
-        f"{first}, 99", database=database).message
-    empty = compare_handlers.load_comparison("", database=database)
+        f"{first}, 99", database=database, principal=OPEN_PRINCIPAL).message
+    empty = compare_handlers.load_comparison("", database=database, principal=OPEN_PRINCIPAL)
     assert empty.message == compare_handlers.NO_COMPARISON and not empty.running
     assert empty.loss["step"].dtype == "float64"
 
@@ -138,7 +139,7 @@ def test_compare_backends_button_starts_two_jobs_and_names_them(database):
     source = create_job(database, name="src")
     celery = RecordingCelery()
     message, ids = compare_handlers.compare_backends_from_page(source, database=database,
-                                                               celery_app=celery)
+                                                               celery_app=celery, principal=OPEN_PRINCIPAL)
     first, second = (int(part) for part in ids.split(","))
     assert message == (f"Started jobs {first} and {second}; open Compare with ids "
                        f"{first},{second}")
@@ -148,7 +149,7 @@ def test_compare_backends_button_starts_two_jobs_and_names_them(database):
                                                                         job_id=source)]
     assert f"compared backends: jobs {first} and {second}" in events
     refused, no_ids = compare_handlers.compare_backends_from_page(
-        create_job(database, method="qlora"), database=database, celery_app=celery)
+        create_job(database, method="qlora"), database=database, celery_app=celery, principal=OPEN_PRINCIPAL)
     assert refused.startswith("Not compared: qlora") and no_ids is None
     assert compare_handlers.compare_backends_from_page(None, database=database,
-                                                       celery_app=celery) == ("Pick a job first.", None)
+                                                       celery_app=celery, principal=OPEN_PRINCIPAL) == ("Pick a job first.", None)

@@ -9,6 +9,7 @@ import pytest
 from app.ui import job_handlers, live_charts
 from tunedeck import job_store, metric_store
 from tunedeck.job_spec import JobSpec
+from app.principal import OPEN_PRINCIPAL
 
 SPEC = JobSpec(model="builtin:tiny-llama", method="lora", backend="zero2", num_gpus=2,
                max_steps=100).model_dump(mode="json")
@@ -106,7 +107,7 @@ def test_jobs_table_shows_progress_loss_throughput_and_peak_memory(database):
         metric_store.add_metric_points(session=session, job_id=cpu_job, events=[
             (0, {"kind": "step", "rank": 0, "time": 1.0, "step": 7, "loss": 1.0}),
             (1, {"kind": "memory", "rank": 0, "time": 1.0, "rss_mb": 640.0})])
-    rows = {row["id"]: row for row in job_handlers.jobs_table(database=database).to_dict("records")}
+    rows = {row["id"]: row for row in job_handlers.jobs_table(database=database, principal=OPEN_PRINCIPAL).to_dict("records")}
     assert rows[gpu_job]["step / max steps"] == "2 / 20" and rows[gpu_job]["latest loss"] == "2.2500"
     assert rows[gpu_job]["tokens/s"] == "1,200" and rows[gpu_job]["peak memory MB"] == "3,500"
     assert rows[cpu_job]["step / max steps"] == "7 / 30" and rows[cpu_job]["peak memory MB"] == "640"

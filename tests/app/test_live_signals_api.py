@@ -1,6 +1,7 @@
 """GET /api/jobs/{id}/metrics: the worker's GPU and process samples, and server-side
 downsampling (`max_points`) that keeps a 100,000-point job's page small."""
 from tunedeck import metric_store, sample_store
+from app.principal import OPEN_PRINCIPAL
 
 SPEC = {"name": "live", "model": "builtin:tiny-llama", "dataset": "builtin:arithmetic",
         "method": "lora", "backend": "zero2", "num_gpus": 2, "max_steps": 100_000}
@@ -78,7 +79,7 @@ def test_a_100000_point_job_comes_back_downsampled_to_api_and_page(client):
     small = client.get(f"/api/jobs/{job_id}/metrics?max_points=100").json()
     assert len(small["train"]) <= 100 and len(small["gpus"]) <= 100
 
-    page = load_job_page(job_id, database=database)
+    page = load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL)
     assert len(page.loss.dropna()) <= LIVE_CHART_POINTS
     assert len(page.live.learning_rate) <= LIVE_CHART_POINTS
     assert len(page.live.sampled_memory.dropna()) <= 2 * LIVE_CHART_POINTS  # used + capacity

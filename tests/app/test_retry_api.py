@@ -6,6 +6,7 @@ from tunedeck.run_folder import RunFolder
 from app.failure_view import failure_markdown, failure_view, rank_log_tail
 from app.ui import job_actions
 from app.ui.job_handlers import jobs_table, load_job_page
+from app.principal import OPEN_PRINCIPAL
 
 SPEC = {"name": "oom-job", "num_gpus": 2, "max_steps": 10, "micro_batch_size": 8,
         "backend": "fsdp", "learning_rate": 1e-3, "precision": "fp16"}
@@ -73,23 +74,23 @@ def test_the_jobs_table_and_the_page_show_the_reason_the_rank_log_and_the_retry(
     database = client.app_state.database
     job_id = failed_job(client, tmp_path, kind="out_of_memory", rank=1)
     write_rank_logs(tmp_path, job_id, rank=1, lines=50)
-    row = jobs_table(database=database).set_index("id").loc[job_id]
+    row = jobs_table(database=database, principal=OPEN_PRINCIPAL).set_index("id").loc[job_id]
     assert row["reason"] == "out of memory (rank 1)"
-    page = load_job_page(job_id, database=database)
+    page = load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL)
     assert page.failure.reason == "out of memory (rank 1)"
     assert page.failure.retry_label == "Retry with activation checkpointing"
     log = page.failure.rank_log.splitlines()
     assert log[0] == "--- rank 1 stdout.log ---" and log[1] == "step 20" and log[-1] == "MemoryError"
     assert failure_markdown(page.failure) == "**Why it failed:** out of memory (rank 1)"
     message = job_actions.retry_from_page(job_id, database=database,
-                                          celery_app=client.app_state.celery_app)
+                                          celery_app=client.app_state.celery_app, principal=OPEN_PRINCIPAL)
     assert message.startswith("Retried as job ") and "(activation checkpointing)" in message
 
 
 def test_no_failure_panel_for_other_jobs_and_no_retry_for_input_errors(client, tmp_path):
     database = client.app_state.database
     queued = client.post("/api/jobs", json=SPEC).json()["id"]
-    assert not load_job_page(queued, database=database).failure.reason
+    assert not load_job_page(queued, database=database, principal=OPEN_PRINCIPAL).failure.reason
     job_id = failed_job(client, tmp_path, kind="input_error", rank=None, error="model /m: no such folder")
     with database.transaction() as session:
         job = job_store.get_job(session=session, job_id=job_id)

@@ -12,6 +12,8 @@ from tunedeck.broker import RUN_JOB_TASK
 from tunedeck.db.engine import Database
 from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
+from tunedeck.settings import Settings
+from app.principal import OPEN_PRINCIPAL
 
 
 class RecordingCelery:
@@ -186,7 +188,8 @@ def test_option_groups_follow_the_choices():
 def test_submit_stores_a_queued_job_and_enqueues_its_id(database):
     celery = RecordingCelery()
     job_id, message = form_handlers.submit_form(make_form(name="ui-run"), database=database,
-                                                celery_app=celery)
+                                                celery_app=celery, principal=OPEN_PRINCIPAL,
+                                                settings=Settings())
     assert job_id is not None and f"**{job_id}**" in message and "queued" in message
     assert [(name, args) for name, args, _ in celery.sent] == [(RUN_JOB_TASK, [job_id])]
     with database.transaction() as session:
@@ -198,7 +201,8 @@ def test_submit_stores_a_queued_job_and_enqueues_its_id(database):
 def test_refused_submit_stores_and_sends_nothing(database):
     celery = RecordingCelery()
     job_id, message = form_handlers.submit_form(make_form(lora_r=0), database=database,
-                                                celery_app=celery)
+                                                celery_app=celery, principal=OPEN_PRINCIPAL,
+                                                settings=Settings())
     assert job_id is None and "LoRA rank (lora.r)" in message and "Not submitted" in message
     assert celery.sent == []
     with database.transaction() as session:
@@ -232,7 +236,7 @@ def test_jobs_table_has_one_row_a_job_newest_first(database):
                                    worker_host="h")
         job_store.mark_job_failed(session=session, job_id=second,
                                   error="rank 1 failed: CUDA out of memory\ntraceback...")
-    table = job_handlers.jobs_table(database=database)
+    table = job_handlers.jobs_table(database=database, principal=OPEN_PRINCIPAL)
     assert list(table.columns) == job_handlers.JOBS_TABLE_COLUMNS
     rows = table.to_dict("records")
     assert [row["id"] for row in rows] == [second, first]
@@ -261,7 +265,7 @@ def test_job_page_of_a_running_job(database):
                                   (1, 1000.1, {"allocated_mb": None, "rss_mb": 950.0}),
                                   (0, 1002.0, {"allocated_mb": 120.0, "rss_mb": 990.0}),
                                   (1, 1002.1, {"allocated_mb": None, "rss_mb": 960.0})])
-    page = job_handlers.load_job_page(job_id, database=database)
+    page = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL)
     assert page.status == "queued" and not page.finished and page.cancellable
     assert "step 3 / 20" in page.headline and "loss 1.5000" in page.headline
     assert page.loss.to_dict("list") == {"step": [1, 2, 3], "loss": [3.0, 2.0, 1.5],
@@ -279,7 +283,7 @@ def test_memory_frame_has_one_series_per_rank_preferring_allocated_mb(database):
                                   (1, 1000.5, {"allocated_mb": None, "rss_mb": 950.0}),
                                   (0, 1002.0, {"allocated_mb": 120.0, "rss_mb": 990.0}),
                                   (1, 1002.5, {"allocated_mb": None, "rss_mb": 960.0})])
-    memory = job_handlers.load_job_page(job_id, database=database).memory.dropna()
+    memory = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL).memory.dropna()
     assert list(memory.columns) == ["seconds", "memory_mb", "rank"]
     assert sorted(memory["rank"].unique()) == ["rank 0", "rank 1"]
     by_rank = {rank: group["memory_mb"].tolist() for rank, group in memory.groupby("rank")}
@@ -305,7 +309,7 @@ def test_job_page_of_a_failed_job_shows_its_error(database):
     job_id = create_job(database)
     with database.transaction() as session:
         job_store.mark_job_failed(session=session, job_id=job_id, error="torchrun exited 1")
-    page = job_handlers.load_job_page(job_id, database=database)
+    page = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL)
     assert page.status == "failed" and page.finished and not page.cancellable
     assert page.error == "torchrun exited 1"
     assert "torchrun exited 1" in job_handlers.error_html(page.error)
@@ -323,7 +327,7 @@ def test_job_page_of_a_succeeded_job_links_its_artifacts(database, tmp_path):
         job_store.mark_job_running(session=session, job_id=job_id, run_dir=str(run.path),
                                    worker_host="h")
         job_store.mark_job_succeeded(session=session, job_id=job_id)
-    page = job_handlers.load_job_page(job_id, database=database)
+    page = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL)
     assert page.status == "succeeded" and page.finished
     assert f'href="/api/jobs/{job_id}/artifacts/merged"' in page.downloads_html
     assert f'href="/api/jobs/{job_id}/artifacts/adapter"' in page.downloads_html
@@ -332,16 +336,16 @@ def test_job_page_of_a_succeeded_job_links_its_artifacts(database, tmp_path):
 
 
 def test_job_page_without_a_job(database):
-    assert job_handlers.load_job_page(None, database=database).status is None
-    missing = job_handlers.load_job_page(99, database=database)
+    assert job_handlers.load_job_page(None, database=database, principal=OPEN_PRINCIPAL).status is None
+    missing = job_handlers.load_job_page(99, database=database, principal=OPEN_PRINCIPAL)
     assert missing.status is None and "no job 99" in missing.headline and missing.finished
 
 
 def test_cancel_from_the_page_ends_a_queued_job(database):
     job_id = create_job(database)
-    assert "cancelled" in job_actions.cancel_from_page(job_id, database=database)
-    assert job_handlers.load_job_page(job_id, database=database).status == "cancelled"
-    assert "no job 42" in job_actions.cancel_from_page(42, database=database)
+    assert "cancelled" in job_actions.cancel_from_page(job_id, database=database, principal=OPEN_PRINCIPAL)
+    assert job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL).status == "cancelled"
+    assert "no job 42" in job_actions.cancel_from_page(42, database=database, principal=OPEN_PRINCIPAL)
 
 
 def test_build_ui_builds(database):
@@ -363,7 +367,7 @@ def test_ui_modules_do_not_import_torch_or_the_worker():
 
 def test_eval_loss_is_a_second_line_of_the_loss_chart(database):
     job_id = create_job(database, eval_split=0.1, eval_every_steps=2)
-    page = job_handlers.load_job_page(job_id, database=database)
+    page = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL)
     # Before any point, each line is one empty row, so the chart knows both colours at once.
     assert page.loss["series"].tolist() == ["train", "eval"] and page.loss["loss"].isna().all()
     add_steps(database, job_id, [3.0, 2.0, 1.5])
@@ -371,7 +375,7 @@ def test_eval_loss_is_a_second_line_of_the_loss_chart(database):
         metric_store.add_metric_points(session=session, job_id=job_id, events=[
             (100, {"kind": "eval", "rank": 0, "time": 2000.0, "step": 2, "eval_loss": 2.5,
                    "eval_tokens": 80})])
-    page = job_handlers.load_job_page(job_id, database=database)
+    page = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL)
     assert page.loss.dropna().to_dict("list") == {"step": [1, 2, 3, 2], "loss": [3.0, 2.0, 1.5, 2.5],
                                                   "series": ["train"] * 3 + ["eval"]}
     assert str(page.loss["step"].dtype) == "float64"
@@ -402,7 +406,8 @@ def test_a_job_that_will_not_fit_is_warned_about_before_and_at_submit(database):
     preview = form_handlers.preview_form(form)
     assert preview.plan.warning.startswith("⚠ zero2 will not fit: it needs about")
     assert preview.message == preview.plan.warning
-    job_id, message = form_handlers.submit_form(form, database=database, celery_app=RecordingCelery())
+    job_id, message = form_handlers.submit_form(form, database=database, celery_app=RecordingCelery(),
+                                                principal=OPEN_PRINCIPAL, settings=Settings())
     assert job_id is not None and "⚠ zero2 will not fit" in message
     unknown = form_handlers.preview_form(make_form(model="/nowhere/model"))
     assert unknown.plan.markdown.startswith("No memory plan: model /nowhere/model")
@@ -421,36 +426,36 @@ def test_job_page_lists_checkpoints_and_resumes_a_failed_job_from_the_newest(dat
     with database.transaction() as session:
         job_store.mark_job_running(session=session, job_id=job_id, run_dir=str(run.path),
                                    worker_host="h")
-    running = job_handlers.load_job_page(job_id, database=database)
+    running = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL)
     assert list(running.checkpoints["step"]) == [10, 5] and not running.resumable
     with database.transaction() as session:
         job_store.mark_job_failed(session=session, job_id=job_id, error="worker lost")
-    assert job_handlers.load_job_page(job_id, database=database).resumable
+    assert job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL).resumable
     celery = RecordingCelery()
-    message = job_actions.resume_from_page(job_id, database=database, celery_app=celery)
+    message = job_actions.resume_from_page(job_id, database=database, celery_app=celery, principal=OPEN_PRINCIPAL)
     assert message == f"Job {job_id} is queued again; it resumes from its latest checkpoint."
     assert [(name, args) for name, args, _ in celery.sent] == [(RUN_JOB_TASK, [job_id])]
-    assert job_handlers.load_job_page(job_id, database=database).status == "queued"
+    assert job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL).status == "queued"
     assert job_actions.resume_from_page(job_id, database=database,
-                                        celery_app=celery).startswith("Not resumed: job")
+                                        celery_app=celery, principal=OPEN_PRINCIPAL).startswith("Not resumed: job")
     no_checkpoints = create_job(database)
     with database.transaction() as session:
         job_store.request_cancel(session=session, job_id=no_checkpoints)
-    assert not job_handlers.load_job_page(no_checkpoints, database=database).resumable
+    assert not job_handlers.load_job_page(no_checkpoints, database=database, principal=OPEN_PRINCIPAL).resumable
 
 
 def test_job_page_sets_each_ranks_measured_bytes_beside_the_plan(database):
     from tunedeck.metrics_event import decode_event, encode_event
 
     job_id = create_job(database, backend="fsdp", method="full")
-    assert job_handlers.load_job_page(job_id, database=database).memory_comparison == ""
+    assert job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL).memory_comparison == ""
     lines = [encode_event("footprint", rank=rank, time=1.0, step=1, params_bytes=246_400,
                           grads_bytes=246_400, optimizer_bytes=492_800) for rank in (0, 1)]
     lines.append(encode_event("memory", rank=1, time=1.0, step=1, peak_reserved_mb=2048.0))
     with database.transaction() as session:
         metric_store.add_metric_points(session=session, job_id=job_id,
                                        events=[(seq, decode_event(line)) for seq, line in enumerate(lines)])
-    table = job_handlers.load_job_page(job_id, database=database).memory_comparison
+    table = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL).memory_comparison
     assert "Planned for `fsdp`" in table
     # builtin:tiny-llama full under FSDP on 2 ranks: 123,200 fp32 weights / 2 = 0.25 MB each.
     assert "| 0 | 0.25 (0.25) | 0.25 (0.25) | 0.49 (0.49) | n/a on CPU" in table

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import RunningServer, running_tunedeck
+from tests.servers import RunningServer, add_account, running_tunedeck
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
@@ -17,19 +17,29 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-component-update", "--disable-sync"]
 SERVER_START_SECONDS = 120
 VIEWPORT = {"width": 1400, "height": 1000}
+# The browser signs in as a plain user (not an admin): it sees its own jobs only.
+USER, PASSWORD = "browser-user", "a browser's password"
 
 
 @pytest.fixture(scope="module")
 def tunedeck_server(tmp_path_factory) -> RunningServer:
-    """`tunedeck up` on a free port; everything of it is gone after the module's tests."""
+    """`tunedeck up` on a free port with one account, whose token the server's `http` client
+    sends; everything of it is gone after the module's tests."""
     home = tmp_path_factory.mktemp("tunedeck-home")
-    with running_tunedeck(home, startup_seconds=SERVER_START_SECONDS) as running:
+    token = add_account(home, USER, PASSWORD)
+    with running_tunedeck(home, startup_seconds=SERVER_START_SECONDS, token=token) as running:
         yield running
 
 
 @pytest.fixture(scope="module")
 def server(tunedeck_server: RunningServer) -> str:
     return tunedeck_server.base_url
+
+
+@pytest.fixture(scope="module")
+def api(tunedeck_server: RunningServer):
+    """The REST API with the browser user's token."""
+    return tunedeck_server.http
 
 
 @pytest.fixture(scope="session")
@@ -44,12 +54,21 @@ def browser():
         browser.close()
 
 
-@pytest.fixture
-def page(browser, server):
+def signed_in_page(browser, server: str):
+    """A new browser context's page, signed in through the sign-in form, on the UI."""
     context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
     page.set_default_timeout(30_000)
-    page.goto(server)
+    page.goto(server)  # the UI sends a browser that has not signed in to the form
+    page.locator("#username").fill(USER)
+    page.locator("#password").fill(PASSWORD)
+    page.locator("#sign-in").click()
     page.locator("#new-job-submit").wait_for()
+    return page
+
+
+@pytest.fixture
+def page(browser, server):
+    page = signed_in_page(browser, server)
     yield page
-    context.close()
+    page.context.close()

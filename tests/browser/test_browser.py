@@ -18,7 +18,8 @@ pytestmark = pytest.mark.browser
 SCREENSHOT = Path("/tmp/tunedeck-ui.png")
 JOB_SECONDS = 400  # a cold DeepSpeed op cache compiles for ~90 s before the first step
 MAX_STEPS = 20
-# The `server`, `browser` and `page` fixtures are in conftest.py.
+# The `server`, `api` (the REST API as the signed-in user), `browser` and `page` fixtures
+# are in conftest.py.
 
 
 def _expect():
@@ -38,18 +39,18 @@ def _fill_form(page, *, backend: str, lora_rank: str = "8") -> None:
     page.locator("#new-job-lora-r input").fill(lora_rank)
 
 
-def test_a_bad_value_is_refused_with_the_field_named(page, server):
+def test_a_bad_value_is_refused_with_the_field_named(page, api):
     expect = _expect()
     _fill_form(page, backend="zero2", lora_rank="0")
     expect(page.locator("#new-job-errors")).to_contain_text("LoRA rank (lora.r)")
     page.locator("#new-job-submit").click()
     expect(page.locator("#new-job-result")).to_contain_text("Not submitted")
     expect(page.locator("#new-job-result")).to_contain_text("lora.r")
-    assert httpx.get(f"{server}/api/jobs").json() == []
+    assert api.get("/api/jobs").json() == []
 
 
 @pytest.mark.torchrun
-def test_submit_a_job_and_watch_it_train(page, server):
+def test_submit_a_job_and_watch_it_train(page, api):
     expect = _expect()
     _fill_form(page, backend="fsdp")
     expect(page.locator("#new-job-config-title")).to_contain_text("FSDP")
@@ -73,13 +74,13 @@ def test_submit_a_job_and_watch_it_train(page, server):
     expect(page.locator("#job-id input")).to_have_value(str(job_id))  # the job page opened
     expect(page.locator("#job-status")).to_contain_text(f"Job {job_id}")
 
-    steps_seen = _watch_steps(page, server, job_id)
+    steps_seen = _watch_steps(page, api, job_id)
     assert steps_seen[-1] == MAX_STEPS and max(steps_seen) > min(steps_seen), steps_seen
-    final = _wait_for_final_status(server, job_id)
+    final = _wait_for_final_status(api, job_id)
     assert final["status"] == "succeeded", f"job {job_id} {final['status']}: {final['error']}"
     expect(page.locator("#job-status")).to_contain_text("succeeded")
 
-    train = httpx.get(f"{server}/api/jobs/{job_id}/metrics").json()["train"]
+    train = api.get(f"/api/jobs/{job_id}/metrics").json()["train"]
     assert len(train) == MAX_STEPS
     assert line_points(page, "#job-loss-plot") == [MAX_STEPS]
     memory_lines = line_colours(page, "#job-memory-plot")
@@ -89,7 +90,7 @@ def test_submit_a_job_and_watch_it_train(page, server):
     page.screenshot(path=str(SCREENSHOT), full_page=True)
 
 
-def _watch_steps(page, server: str, job_id: int) -> list[int]:
+def _watch_steps(page, api: httpx.Client, job_id: int) -> list[int]:
     """The step counts the job page showed, until it showed the last one."""
     seen: list[int] = []
     deadline = time.monotonic() + JOB_SECONDS
@@ -99,26 +100,26 @@ def _watch_steps(page, server: str, job_id: int) -> list[int]:
             seen.append(int(match[1]))
         if seen and seen[-1] == MAX_STEPS:
             return seen
-        status = httpx.get(f"{server}/api/jobs/{job_id}").json()
+        status = api.get(f"/api/jobs/{job_id}").json()
         if status["status"] in ("failed", "cancelled"):
             pytest.fail(f"job {job_id} {status['status']}: {status['error']}")
         time.sleep(0.3)
     pytest.fail(f"job {job_id} did not reach step {MAX_STEPS} in {JOB_SECONDS} s; saw {seen}")
 
 
-def _wait_for_final_status(server: str, job_id: int) -> dict:
+def _wait_for_final_status(api: httpx.Client, job_id: int) -> dict:
     deadline = time.monotonic() + JOB_SECONDS
     while time.monotonic() < deadline:
-        job = httpx.get(f"{server}/api/jobs/{job_id}").json()
+        job = api.get(f"/api/jobs/{job_id}").json()
         if job["status"] in ("succeeded", "failed", "cancelled"):
             return job
         time.sleep(0.5)
     pytest.fail(f"job {job_id} did not finish in {JOB_SECONDS} s after its last step")
 
 
-def test_clicking_a_job_in_the_table_opens_it(page, server):
+def test_clicking_a_job_in_the_table_opens_it(page, api):
     expect = _expect()
-    jobs = httpx.get(f"{server}/api/jobs").json()
+    jobs = api.get("/api/jobs").json()
     if not jobs:
         pytest.skip("no job was submitted by the test before")
     page.get_by_role("tab", name="Jobs", exact=True).click()
@@ -127,3 +128,50 @@ def test_clicking_a_job_in_the_table_opens_it(page, server):
     name_cell.click()
     expect(page.locator("#job-id input")).to_have_value(str(jobs[0]["id"]))
     expect(page.locator("#job-status")).to_contain_text(f"Job {jobs[0]['id']}")
+
+
+def test_the_page_names_the_signed_in_user_and_signs_out(browser, server):
+    from tests.browser.conftest import USER, signed_in_page
+
+    expect = _expect()
+    page = signed_in_page(browser, server)
+    expect(page.locator("#account")).to_contain_text(f"Signed in as {USER} (user)")
+    page.locator("#sign-out").click()
+    expect(page.locator("#sign-in")).to_be_visible()
+    page.goto(server)  # the session is over: back to the form, not the UI
+    expect(page.locator("#sign-in")).to_be_visible()
+    page.context.close()
+
+
+def test_a_wrong_password_keeps_the_ui_closed(browser, server):
+    from tests.browser.conftest import USER, VIEWPORT
+
+    expect = _expect()
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.goto(server)
+    expect(page).to_have_url(re.compile(r"/login\?next=/"))
+    page.locator("#username").fill(USER)
+    page.locator("#password").fill("not the password")
+    page.locator("#sign-in").click()
+    expect(page.locator("#sign-in-error")).to_contain_text("wrong user name or password")
+    assert page.locator("#new-job-submit").count() == 0
+    context.close()
+
+
+def test_script_in_a_job_name_is_shown_as_text_never_run(page, api):
+    expect = _expect()
+    name = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
+    response = api.post("/api/jobs", json={"name": name, "max_steps": 1})
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+    api.post(f"/api/jobs/{job_id}/cancel")  # only its name matters here
+    dialogs = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.get_by_role("tab", name="Jobs", exact=True).click()
+    expect(page.locator("#jobs-table")).to_contain_text("<img src=x onerror=")
+    page.locator("#jobs-table [data-testid=cell-0-1]").click()
+    expect(page.locator("#job-status")).to_contain_text(f"Job {job_id}")
+    expect(page.locator("#job-status")).to_contain_text("<script>")
+    assert page.evaluate("window.pwned") is None
+    assert dialogs == []

@@ -15,7 +15,7 @@ from typing import Callable, TypeVar
 
 import pytest
 
-from tests.browser.conftest import VIEWPORT
+from tests.browser.conftest import signed_in_page
 from tests.browser.tables import table_rows
 from tests.browser.vega import legend_labels, line_colours, line_points
 from tests.servers import RunningServer
@@ -47,17 +47,14 @@ def early_compare_page(browser, tunedeck_server: RunningServer, two_jobs: tuple[
     """A page on the Compare tab of both jobs, opened while the second is still queued: its
     line must join the chart (coloured, in the legend) once it reports, with no reload."""
     first, second = two_jobs
-    context = browser.new_context(viewport=VIEWPORT)
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    page.goto(tunedeck_server.base_url)
+    page = signed_in_page(browser, tunedeck_server.base_url)
     _open_tab(page, "Compare")
     page.locator("#compare-ids textarea, #compare-ids input").first.fill(f"{first}, {second}")
     page.locator("#compare-button").click()
     _expect()(page.locator("#compare-message")).to_contain_text(f"job {second}")
     assert tunedeck_server.job(second)["status"] == "queued"  # else this page proves nothing
     yield page
-    context.close()
+    page.context.close()
 
 
 def _succeeded(server: RunningServer, *job_ids: int) -> None:

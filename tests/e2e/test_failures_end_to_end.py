@@ -67,14 +67,15 @@ def test_a_nan_loss_is_explained_and_retried_with_a_tenth_of_the_rate_in_bf16(se
     assert retried["spec"] == JobSpec.model_validate(expected).model_dump(mode="json")
 
 
-def test_a_missing_dataset_is_an_input_error_that_retry_refuses(server):
-    job_id = server.submit({**JOB, "dataset": "/nonexistent/train.jsonl"})
+def test_a_missing_dataset_is_an_input_error_that_retry_refuses(server, tmp_path):
+    missing = tmp_path / "nonexistent" / "train.jsonl"  # inside the allowed roots
+    job_id = server.submit({**JOB, "dataset": str(missing)})
     job = server.wait_for(job_id, FINISHED, timeout_seconds=60)
     assert (job["failure_kind"], job["failed_rank"]) == ("input_error", None)
     response = server.http.post(f"/api/jobs/{job_id}/retry")
     assert response.status_code == 409
     assert response.json()["detail"].startswith("fix the file first: ")
-    assert "/nonexistent/train.jsonl" in response.json()["detail"]
+    assert str(missing) in response.json()["detail"]
 
 
 def test_a_sigkilled_rank_is_named_and_retried_with_the_same_spec(server):

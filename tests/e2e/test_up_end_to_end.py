@@ -91,11 +91,12 @@ def test_a_local_model_folder_and_a_chat_jsonl_of_the_users_own(server, tmp_path
     assert len(server.http.get(f"/api/jobs/{job_id}/metrics").json()["train"]) == 4
 
 
-def test_missing_dataset_fails_at_once_naming_the_path(server):
-    job_id = server.submit({**LORA_JOB, "dataset": "/nonexistent/train.jsonl"})
+def test_missing_dataset_fails_at_once_naming_the_path(server, tmp_path):
+    missing = tmp_path / "nonexistent" / "train.jsonl"  # inside the allowed roots
+    job_id = server.submit({**LORA_JOB, "dataset": str(missing)})
     job = server.wait_for(job_id, {"failed", "succeeded"}, timeout_seconds=60)
     assert job["status"] == "failed"
-    assert "/nonexistent/train.jsonl" in job["error"] and "no such file" in job["error"]
+    assert str(missing) in job["error"] and "no such file" in job["error"]
     assert server.http.get("/healthz").status_code == 200
 
 

@@ -50,6 +50,9 @@ class Job(Base):
     # rendezvous ("host:port"); the other nodes are in job_nodes.
     rendezvous: Mapped[str | None] = mapped_column(String(300), nullable=True)
     launcher_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The account that submitted it (users.name); null for jobs submitted with open access.
+    # A user sees and controls their own jobs, an admin everyone's.
+    owner: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
@@ -155,3 +158,51 @@ class JobEvent(Base):
     time: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
     kind: Mapped[str] = mapped_column(String(16))
     message: Mapped[str] = mapped_column(Text)
+
+
+class User(Base):
+    """An account: a name, a scrypt password hash (never the password), and a role."""
+
+    __tablename__ = "users"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    password_hash: Mapped[str] = mapped_column(String(300))
+    role: Mapped[str] = mapped_column(String(16))  # user, admin
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+
+
+class Credential(Base):
+    """An API token or a browser session of a user. Only the SHA-256 of the secret is kept,
+    so a copy of the database lets nobody in; `kind` says which it is."""
+
+    __tablename__ = "credentials"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    secret_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    kind: Mapped[str] = mapped_column(String(16))  # token, session
+    user_name: Mapped[str] = mapped_column(ForeignKey("users.name", ondelete="CASCADE"), index=True)
+    label: Mapped[str] = mapped_column(String(200), default="")
+    # The first characters of a token, to tell a user's tokens apart when listing them.
+    hint: Mapped[str] = mapped_column(String(16), default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class AuditEvent(Base):
+    """Who did what to which job, and when: submissions, cancels, resumes, downloads,
+    sign-ins and token changes. Rows are only ever added."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (Index("ix_audit_events_time", "time"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    time: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    actor: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(32))
+    # No foreign key: the trail outlives anything it names.
+    job_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    detail: Mapped[str] = mapped_column(Text, default="")
+    client: Mapped[str | None] = mapped_column(String(100), nullable=True)

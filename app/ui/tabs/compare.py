@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from app.principal import principal_of
 from app.ui import compare_handlers
 from app.ui.compare_handlers import Comparison
 
@@ -42,8 +43,9 @@ def build_compare_tab(*, database) -> CompareTab:
     refresh_timer = gr.Timer(REFRESH_SECONDS, active=False)
     outputs = [message, loss_plot, throughput_plot, memory_plot, diff_table, refresh_timer]
 
-    def refresh(ids_text):
-        return _show(compare_handlers.load_comparison(ids_text, database=database))
+    def refresh(ids_text, request: gr.Request):
+        return _show(compare_handlers.load_comparison(ids_text, database=database,
+                                                      principal=principal_of(request)))
 
     compare_button.click(refresh, job_ids, outputs, show_progress="hidden")
     job_ids.submit(refresh, job_ids, outputs, show_progress="hidden")

@@ -7,6 +7,7 @@ from typing import Any
 
 import gradio as gr
 
+from app.principal import principal_of
 from app.ui import compare_handlers, job_actions, job_handlers
 from app.ui.job_handlers import JobPage
 from app.ui.tabs.failure_panel import build_failure_panel, show_failure
@@ -48,23 +49,28 @@ def build_job_page_tab(*, database, celery_app) -> JobPageTab:
     outputs = [headline, error, downloads, *charts, *details, cancel_button, resume_button,
                refresh_timer, *failure.outputs, *live.outputs]
 
-    def refresh(selected_job_id):
-        return _show(job_handlers.load_job_page(selected_job_id, database=database))
+    # Each handler acts for the signed-in user (gr.Request carries the access middleware's
+    # principal): another user's job is "no such job" here as in the API.
+    def refresh(selected_job_id, request: gr.Request):
+        return _show(job_handlers.load_job_page(selected_job_id, database=database,
+                                                principal=principal_of(request)))
 
-    def cancel(selected_job_id):
-        return job_actions.cancel_from_page(selected_job_id, database=database)
+    def cancel(selected_job_id, request: gr.Request):
+        return job_actions.cancel_from_page(selected_job_id, database=database,
+                                            principal=principal_of(request))
 
-    def resume(selected_job_id):
+    def resume(selected_job_id, request: gr.Request):
         return job_actions.resume_from_page(selected_job_id, database=database,
-                                            celery_app=celery_app)
+                                            celery_app=celery_app, principal=principal_of(request))
 
-    def retry(selected_job_id):
+    def retry(selected_job_id, request: gr.Request):
         return job_actions.retry_from_page(selected_job_id, database=database,
-                                           celery_app=celery_app)
+                                           celery_app=celery_app, principal=principal_of(request))
 
-    def compare_backends(selected_job_id):
-        return compare_handlers.compare_backends_from_page(selected_job_id, database=database,
-                                                           celery_app=celery_app)
+    def compare_backends(selected_job_id, request: gr.Request):
+        return compare_handlers.compare_backends_from_page(
+            selected_job_id, database=database, celery_app=celery_app,
+            principal=principal_of(request))
 
     job_id.change(refresh, job_id, outputs, show_progress="hidden", trigger_mode="always_last")
     refresh_timer.tick(refresh, job_id, outputs, show_progress="hidden", concurrency_limit=None)

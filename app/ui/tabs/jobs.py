@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import gradio as gr
 
+from app.principal import principal_of
 from app.ui import job_handlers
 
 REFRESH_SECONDS = 2.0
@@ -19,8 +19,14 @@ class JobsTab:
 
 
 def build_jobs_tab(*, database) -> JobsTab:
-    gr.Markdown("All jobs, newest first. Click a row to open the job's page.")
-    refresh = partial(job_handlers.jobs_table, database=database)
+    gr.Markdown("Your jobs (an admin's: everyone's), newest first. Click a row to open the "
+                "job's page.")
+
+    def refresh(request: gr.Request | None = None):
+        if request is None:  # Gradio reads the value once while building: nobody asks yet
+            return job_handlers.empty_jobs_table()
+        return job_handlers.jobs_table(database=database, principal=principal_of(request))
+
     # A callable value is read again on each page load, so a new browser never sees stale rows.
     table = gr.Dataframe(refresh, interactive=False, wrap=True, max_height=640,
                          elem_id="jobs-table")

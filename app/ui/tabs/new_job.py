@@ -6,10 +6,12 @@ from typing import Any
 
 import gradio as gr
 
+from app.principal import principal_of
 from app.ui import form_handlers
 from app.ui.form_handlers import FORM_FIELDS, FORM_LABELS as LABELS, SAME_AS_PRECISION, form_values
 from tunedeck.job_spec import (BACKENDS, DTYPES, LEARNING_RATE_SCHEDULES, METHODS, PRECISIONS,
                                SHARDING_STRATEGIES)
+from tunedeck.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -18,7 +20,7 @@ class NewJobTab:
     submitted_job_id: gr.State
 
 
-def build_new_job_tab(*, database, celery_app) -> NewJobTab:
+def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
     defaults = form_handlers.default_form()
     initial = form_handlers.preview_form(defaults)
     gr.Markdown("Describe a fine-tune. The preview beside the form is exactly the config and "
@@ -52,9 +54,14 @@ def build_new_job_tab(*, database, celery_app) -> NewJobTab:
         return (f"#### {shown.config_title}", shown.config_json, shown.trainer_json,
                 shown.command_line, shown.message, shown.plan.frame, shown.plan.markdown)
 
-    def submit(*values):
+    def submit(request: gr.Request, *values):
+        try:
+            principal = principal_of(request)
+        except PermissionError:
+            return None, "Not submitted: sign in first."
         return form_handlers.submit_form(form_values(values), database=database,
-                                         celery_app=celery_app)
+                                         celery_app=celery_app, principal=principal,
+                                         settings=settings)
 
     gr.on([component.change for component in inputs], preview, inputs,
           [config_title, config_code, trainer_code, command_line, form_message, plan_chart,

@@ -1,0 +1,37 @@
+"""The audit trail: who submitted, cancelled, resumed, retried or downloaded what, who
+signed in (or failed to) and who made or revoked a token, and when. Rows are only added.
+The caller owns the transaction, so an action and its record commit together."""
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from tunedeck.db.models import AuditEvent
+
+SUBMIT, CANCEL, RESUME, RETRY, COMPARE_BACKENDS = "submit", "cancel", "resume", "retry", "compare_backends"
+DOWNLOAD, UPLOAD = "download", "upload"
+SIGN_IN, SIGN_IN_FAILED, SIGN_OUT = "sign_in", "sign_in_failed", "sign_out"
+TOKEN_CREATED, TOKEN_REVOKED = "token_created", "token_revoked"
+USER_CREATED, USER_CHANGED = "user_created", "user_changed"
+
+
+def record(*, session: Session, actor: str, action: str, job_id: int | None = None,
+           detail: str = "", client: str | None = None) -> None:
+    session.add(AuditEvent(actor=actor[:64], action=action, job_id=job_id,
+                           detail=detail[:2000], client=(client or None) and client[:100]))
+
+
+def list_events(*, session: Session, limit: int = 200, job_id: int | None = None,
+                actor: str | None = None) -> list[AuditEvent]:
+    query = select(AuditEvent)
+    if job_id is not None:
+        query = query.where(AuditEvent.job_id == job_id)
+    if actor is not None:
+        query = query.where(AuditEvent.actor == actor)
+    return list(session.scalars(query.order_by(AuditEvent.id.desc()).limit(limit)))
+
+
+def event_to_dict(event: AuditEvent) -> dict:
+    return {"id": event.id, "time": event.time.isoformat(), "actor": event.actor,
+            "action": event.action, "job_id": event.job_id, "detail": event.detail,
+            "client": event.client}

@@ -1,0 +1,99 @@
+"""Where a job may read from: the rule for a spec's model, dataset and eval_dataset.
+
+A reference is either built in (`builtin:...`), a Hugging Face id (`org/name` or `name`),
+or a local path. A local path must be absolute, hold no `..`, lie (symlinks resolved) inside
+one of the allowed roots, and be a regular file (datasets) or a folder (models): never a
+device, FIFO or socket. A path that does not exist here passes this rule (the worker, which
+reads it, checks it again on its own host and reports a missing one).
+
+Pure (os and pathlib only): the web checks a spec with it before storing the job, the worker
+before it takes GPUs.
+"""
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Iterable, Sequence
+
+PATH_FIELDS = ("model", "dataset", "eval_dataset")
+MODEL_FIELDS = ("model",)
+HUB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")
+# A file name's suffix: "data/train.jsonl" is a relative file, "Qwen/Qwen2.5-0.5B" an id.
+FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".txt", ".arrow", ".tsv", ".bin",
+                 ".safetensors", ".gz", ".zip", ".tar")
+ROOTS_SETTING = "TUNEDECK_ALLOWED_ROOTS"
+
+
+def spec_path_problems(spec, allowed_roots: Sequence[Path]) -> list[tuple[str, str]]:
+    """(field, message) for each of the spec's model, dataset and eval_dataset that breaks
+    the rule."""
+    problems = []
+    for field in PATH_FIELDS:
+        reference = getattr(spec, field)
+        problem = reference_problem(field, reference, allowed_roots) if reference else None
+        if problem:
+            problems.append((field, problem))
+    return problems
+
+
+def reference_problem(field: str, reference: str, allowed_roots: Sequence[Path]) -> str | None:
+    """Why `reference` may not be read for `field`, or None. The message names the field,
+    the path and the allowed roots."""
+    if reference.startswith("builtin:"):
+        return None
+    if not _is_local(reference):
+        if HUB_ID_PATTERN.match(reference):
+            return None
+        return (f"{field} {reference}: neither a Hugging Face id (org/name) nor an absolute "
+                f"path. {_where_allowed(allowed_roots)}")
+    path = Path(reference)
+    if not path.is_absolute():
+        return (f"{field} {reference}: not an absolute path; give an absolute path under an "
+                f"allowed folder. {_where_allowed(allowed_roots)}")
+    if ".." in path.parts:
+        return f"{field} {reference}: '..' is not allowed in a path. {_where_allowed(allowed_roots)}"
+    real = Path(os.path.realpath(path))
+    if not _inside_any(real, allowed_roots):
+        shown = reference if str(real) == reference else f"{reference} (resolves to {real})"
+        return f"{field} {shown}: outside the allowed folders. {_where_allowed(allowed_roots)}"
+    return _kind_problem(field, reference, real)
+
+
+def _is_local(reference: str) -> bool:
+    if reference.startswith(("/", "./", "../", "~", ".")) or "\\" in reference:
+        return True
+    if Path(reference).suffix.lower() in FILE_SUFFIXES:
+        return True
+    return os.path.lexists(reference)
+
+
+def _inside_any(real: Path, allowed_roots: Iterable[Path]) -> bool:
+    for root in allowed_roots:
+        resolved_root = Path(os.path.realpath(root))
+        if real == resolved_root or real.is_relative_to(resolved_root):
+            return True
+    return False
+
+
+def _kind_problem(field: str, reference: str, real: Path) -> str | None:
+    try:
+        mode = os.stat(real).st_mode
+    except FileNotFoundError:
+        return None  # the worker reports a missing input, on the host that reads it
+    except OSError as error:
+        return f"{field} {reference}: cannot be read ({error.strerror})"
+    if field in MODEL_FIELDS:
+        return None if stat.S_ISDIR(mode) else (
+            f"{field} {reference}: not a folder; expected a Hugging Face model folder")
+    if stat.S_ISREG(mode):
+        return None
+    kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file (a device, FIFO or socket)"
+    return f"{field} {reference}: {kind}; expected a .jsonl or .json file"
+
+
+def _where_allowed(allowed_roots: Sequence[Path]) -> str:
+    roots = ", ".join(str(root) for root in allowed_roots) or "none"
+    return (f"Allowed folders: {roots} (an admin changes them with {ROOTS_SETTING}; a dataset "
+            "can also be uploaded with POST /api/datasets)")
