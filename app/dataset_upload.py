@@ -20,7 +20,9 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from starlette.concurrency import run_in_threadpool
 
+from app.job_access import record_action
 from app.principal import principal_of
+from tunedeck import audit
 from tunedeck.dataset_records import DATASET_SUFFIXES, example_from_record, iter_records
 
 upload_router = APIRouter()
@@ -62,6 +64,10 @@ async def upload_dataset(request: Request,
         raise HTTPException(status_code=413, detail=_too_large(max_bytes)) from None
     finally:
         temp_path.unlink(missing_ok=True)
+    await run_in_threadpool(record_action, database=request.app.state.database,
+                            principal=principal, action=audit.UPLOAD,
+                            detail=f"{final_path.name} ({records} records, {size} bytes)",
+                            client=request.client.host if request.client else None)
     return {"dataset": str(final_path), "records": records, "bytes": size, "sha256": digest}
 
 

@@ -102,6 +102,15 @@ def create_user(*, session: Session, name: str, password: str, is_admin: bool = 
     return Account(name=name, is_admin=is_admin)
 
 
+def create_initial_admin(*, session: Session, name: str, password: str) -> bool:
+    """The first account, an admin, when there is none yet (deployments bootstrap with it);
+    False when accounts exist already, whatever their names."""
+    if any_users(session=session):
+        return False
+    create_user(session=session, name=name, password=password, is_admin=True)
+    return True
+
+
 def set_password(*, session: Session, name: str, password: str) -> None:
     """A new password also ends the user's browser sessions (tokens stay: revoke those
     apart)."""

@@ -142,10 +142,33 @@ def _run_migrate(_arguments: argparse.Namespace) -> int:
 
     from tunedeck.secrets_redaction import redact_url
 
-    database_url = load_settings().resolved_database_url
+    settings = load_settings()
+    database_url = settings.resolved_database_url
     upgrade_database(database_url)
     print(f"database {redact_url(database_url)} is at the latest migration")
+    if settings.initial_admin_password is not None:
+        _create_initial_admin(settings)
     return 0
+
+
+def _create_initial_admin(settings) -> None:
+    from tunedeck import accounts, audit
+    from tunedeck.db.engine import Database
+
+    database = Database(settings.resolved_database_url)
+    try:
+        with database.transaction() as session:
+            created = accounts.create_initial_admin(
+                session=session, name=settings.initial_admin,
+                password=settings.initial_admin_password.get_secret_value())
+            if created:
+                audit.record(session=session, actor="migrate", action=audit.USER_CREATED,
+                             detail=f"{settings.initial_admin} (admin, initial)")
+    finally:
+        database.dispose()
+    if created:
+        print(f"created the initial admin {settings.initial_admin} "
+              "(TUNEDECK_INITIAL_ADMIN_PASSWORD)")
 
 
 def _load_spec_or_exit(path: Path):

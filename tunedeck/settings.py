@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -53,6 +53,13 @@ class Settings(BaseSettings):
     redispatch_seconds: float = Field(
         30.0, gt=0, le=3600,
         description="a queued job nobody claimed is sent to the broker again after this long")
+    initial_admin: str = Field(
+        "admin", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+        description="the admin `tunedeck migrate` creates when no account exists yet")
+    initial_admin_password: SecretStr | None = Field(
+        None, min_length=8, max_length=1024, repr=False,
+        description="with it, `tunedeck migrate` creates the initial admin if there is no "
+                    "account (later changes have no effect: use `tunedeck user passwd`)")
     session_hours: float = Field(
         12.0, gt=0, le=24 * 90, description="a browser sign-in lasts this long")
     cookie_secure: bool = Field(

@@ -292,3 +292,28 @@ def test_every_route_rest_and_gradio_refuses_an_anonymous_request(ui_app):
     assert allowed == [], allowed
     assert {path for _m, path, _s in checked} >= {"/api/jobs", "/api/jobs/1/artifacts/1",
                                                    "/api/workers", "/config"}
+
+
+# --- the UI's handlers act for the signed-in user too ----------------------------------------
+
+def test_the_ui_shows_and_acts_on_a_users_own_jobs_only(client, accounts_app):
+    from app.principal import Principal
+    from app.ui import compare_handlers, job_actions, job_handlers
+
+    database = accounts_app.state.database
+    alice, bob = Principal("alice", is_admin=False), Principal("bob", is_admin=False)
+    alices, bobs = submit(client, "alice"), submit(client, "bob")
+    assert list(job_handlers.jobs_table(database=database, principal=bob)["id"]) == [bobs]
+    assert job_handlers.load_job_page(alices, database=database, principal=bob).headline == (
+        f"There is no job {alices}.")
+    assert job_actions.cancel_from_page(alices, database=database, principal=bob) == (
+        f"There is no job {alices}.")
+    assert compare_handlers.load_comparison(f"{alices}, {bobs}", database=database,
+                                            principal=bob).message.startswith("Cannot compare")
+    assert job_actions.cancel_from_page(alices, database=database, principal=alice).startswith(
+        f"Job {alices}")
+    root = Principal("root", is_admin=True)
+    assert set(job_handlers.jobs_table(database=database, principal=root)["id"]) == {alices, bobs}
+    trail = client.get(f"/api/audit?job_id={alices}", headers=bearer(client.tokens["root"])).json()
+    assert [(event["actor"], event["action"]) for event in trail] == [("alice", "cancel"),
+                                                                      ("alice", "submit")]

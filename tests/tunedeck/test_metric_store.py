@@ -87,3 +87,80 @@ def test_the_charted_figures_are_copied_into_their_columns_numbers_only(database
     # The chart downsamples on these columns: what is not a finite number is NULL.
     assert [tuple(row) for row in rows] == [("step", 2.5, None, 1.0, None, None, None),
                                             ("memory", None, None, None, None, 1000.5, None)]
+
+
+def _chart_events(steps, *, first_seq=0, loss=lambda step: 2.0 / (1 + step)):
+    """A step line of rank 0 and a memory line of ranks 0 and 1 for each step."""
+    events = []
+    for offset, step in enumerate(steps):
+        seq = first_seq + 2 * offset
+        events.append((seq, {"kind": "step", "rank": 0, "time": float(seq), "step": step,
+                             "loss": loss(step), "tokens_per_second": 1000.0 + step % 13}))
+        events += [(seq + 1, {"kind": "memory", "rank": rank, "time": float(seq), "step": step,
+                              "device": f"cuda:{rank}", "allocated_mb": 100.0 + step % 17 + rank})
+                   for rank in (0, 1)]
+    return events
+
+
+def _fresh_read(url, job_id, max_points):
+    """What a web process that never read this job answers (no cached lines)."""
+    from tunedeck.db.engine import Database
+
+    fresh = Database(url)
+    try:
+        with fresh.transaction() as session:
+            return metric_store.read_chart_metrics(session=session, job_id=job_id, max_points=max_points)
+    finally:
+        fresh.dispose()
+
+
+def test_a_polled_job_sees_every_new_point_as_a_fresh_read_does(database):
+    with database.transaction() as session:
+        job_id = job_store.create_job(session=session, spec=JobSpec(max_steps=6000)).id
+        metric_store.add_metric_points(session=session, job_id=job_id,
+                                       events=_chart_events(range(1, 3001)))
+    polls = [(range(3001, 3004), 6000),  # a running job's next points, appended
+             (range(2500, 4001), 6100),  # resumed from step 2500: earlier steps again
+             (range(4001, 4002), 10_000)]  # one more point, with a spike
+    with database.transaction() as session:  # the page opens: its lines are cached
+        first = metric_store.read_chart_metrics(session=session, job_id=job_id, max_points=300)
+    assert first == _fresh_read(database.url, job_id, 300)
+    for steps, first_seq in polls:
+        with database.transaction() as session:
+            metric_store.add_metric_points(
+                session=session, job_id=job_id, events=_chart_events(
+                    steps, first_seq=first_seq, loss=lambda step: 99.0 if step == 4001 else 1.0))
+        with database.transaction() as session:
+            after = metric_store.read_chart_metrics(session=session, job_id=job_id, max_points=300)
+        assert after == _fresh_read(database.url, job_id, 300)
+        assert after["train"][-1]["step"] == steps[-1] and len(after["train"]) <= 300
+        assert {row["rank"] for row in after["memory"] if row["step"] == steps[-1]} == {0, 1}
+    assert max(row["loss"] for row in after["train"]) == 99.0
+    assert all(row["loss"] == 1.0 for row in after["train"] if 2500 <= row["step"] < 4001)
+
+
+def test_a_point_committed_after_a_newer_one_is_not_missed(database):
+    # PostgreSQL hands out ids at insert and two workers can commit out of id order: a row
+    # below the highest id already read still reaches the chart.
+    from tunedeck.db.models import MetricPoint
+
+    with database.transaction() as session:
+        job_id = job_store.create_job(session=session, spec=JobSpec(max_steps=100)).id
+        metric_store.add_metric_points(session=session, job_id=job_id,
+                                       events=_chart_events(range(1, 51)))
+        metric_store.read_chart_metrics(session=session, job_id=job_id, max_points=2000)
+        free_id = 1 + max(point.id for point in session.query(MetricPoint).filter_by(job_id=job_id))
+
+    def insert_step(point_id, seq, step, loss):
+        row = metric_store._row(job_id, seq, {"kind": "step", "rank": 0, "time": float(seq),
+                                              "step": step, "loss": loss})
+        session.execute(MetricPoint.__table__.insert(), [{**row, "id": point_id}])
+
+    with database.transaction() as session:  # the newer row first, then the late one
+        insert_step(free_id + 1, 1000, 52, 1.0)
+    with database.transaction() as session:
+        metric_store.read_chart_metrics(session=session, job_id=job_id, max_points=2000)
+        insert_step(free_id, 999, 51, 7.0)
+    with database.transaction() as session:
+        train = metric_store.read_chart_metrics(session=session, job_id=job_id, max_points=2000)["train"]
+    assert [(row["step"], row["loss"]) for row in train][-2:] == [(51, 7.0), (52, 1.0)]
