@@ -32,6 +32,8 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         # The worker that runs (or last ran) it, and the GPUs it holds there.
         "worker_name": job.worker_name,
         "gpu_indices": job.gpu_indices,
+        # The pid of node 0's launcher (torchrun) on its worker's host, while it may live.
+        "launcher_pid": job.launcher_pid,
         "created_at": _iso(job.created_at),
         "started_at": _iso(job.started_at),
         "finished_at": _iso(job.finished_at),

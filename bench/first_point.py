@@ -142,8 +142,20 @@ def phase_seconds(marks: list[float]) -> list[float]:
     return [later - earlier for earlier, later in zip(marks, marks[1:])]
 
 
-def timed_run(server, ranks: int, backend: str) -> tuple[float, list[float], dict[str, float]]:
+def wait_until_idle(server, warm: bool, timeout_seconds: float = 120) -> None:
+    """An idle worker: with warm start, its standby launcher is ready (the worker starts
+    the next one when a job ends; trainer/warm_start.py writes its ready file)."""
+    deadline = time.monotonic() + timeout_seconds
+    while warm and not list((server.home / "warm").glob("*/*.ready")):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the worker's standby launcher did not get ready")
+        time.sleep(0.2)
+
+
+def timed_run(server, ranks: int, backend: str, *, warm: bool
+              ) -> tuple[float, list[float], dict[str, float]]:
     """Seconds to the first visible point, the seconds of each phase, rank 0's split."""
+    wait_until_idle(server, warm)
     submitted = time.time()
     job_id = server.submit(job_spec(ranks, backend))
     visible = wait_for_first_point(server, job_id)
@@ -204,11 +216,12 @@ def timed_launch(home: Path, run_dir: Path, ranks: int, backend: str
 
 
 def print_report(arguments, totals: list[float], phases: list[list[float]],
-                 splits: list[dict[str, float]]) -> None:
+                 splits: list[dict[str, float]], *, mode: str = "") -> None:
     median = statistics.median(totals)
     what = "launch to first step line" if arguments.launch_only else "time to first point"
-    print(f"tiny LoRA job, {arguments.backend}, {arguments.ranks} rank(s), {arguments.runs} timed "
-          f"runs (warm), load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs:")
+    print(f"{mode}tiny LoRA job, {arguments.backend}, {arguments.ranks} rank(s), {arguments.runs} "
+          f"timed runs (warm caches), load average {os.getloadavg()[0]:.2f} on "
+          f"{os.cpu_count()} CPUs:")
     print(f"  {what}: median {median:.2f} s (runs {', '.join(f'{total:.2f}' for total in totals)})")
     print("  where it goes (median seconds of each phase):")
     names = LAUNCH_ONLY_PHASES if arguments.launch_only else PHASES
@@ -230,28 +243,43 @@ def main() -> int:
     parser.add_argument("--backend", choices=("fsdp", "zero2"), default="fsdp")
     parser.add_argument("--launch-only", action="store_true",
                         help="time torchrun -> first step line only (no web, broker, worker)")
+    parser.add_argument("--start", choices=("warm", "cold", "both"), default="both",
+                        help="the worker's launch: its standby launcher (TUNEDECK_WARM_START, "
+                             "the default) or plain torchrun; both: cold is the reference")
     arguments = parser.parse_args()
-    totals, phases, splits = [], [], []
-    with tempfile.TemporaryDirectory(prefix="tunedeck-bench-") as folder:
-        if arguments.launch_only:
+    if arguments.launch_only:
+        with tempfile.TemporaryDirectory(prefix="tunedeck-bench-") as folder:
             home = Path(folder) / "home"
             def run_once(index: int):
                 return timed_launch(home, Path(folder) / f"run-{index}", arguments.ranks,
                                     arguments.backend)
             timed = [run_once(index) for index in range(arguments.runs + 1)][1:]  # 1st warms
-        else:
+        print_report(arguments, *_collect(timed))
+        return 0
+    medians = {}
+    for start in (("warm", "cold") if arguments.start == "both" else (arguments.start,)):
+        warm = start == "warm"
+        with tempfile.TemporaryDirectory(prefix="tunedeck-bench-") as folder:
             timed = []
-            with running_tunedeck(Path(folder) / "server") as server:
-                timed_run(server, arguments.ranks, arguments.backend)  # warm caches
+            with running_tunedeck(Path(folder) / "server",
+                                  extra_env={"TUNEDECK_WARM_START": str(warm).lower()}) as server:
+                timed_run(server, arguments.ranks, arguments.backend, warm=warm)  # warm caches
                 for index in range(arguments.runs):
-                    timed.append(timed_run(server, arguments.ranks, arguments.backend))
-        for index, (total, phase_list, split) in enumerate(timed):
-            totals.append(total)
-            phases.append(phase_list)
-            splits.append(split)
-            print(f"run {index + 1}: first point after {total:.2f} s", flush=True)
-    print_report(arguments, totals, phases, splits)
+                    timed.append(timed_run(server, arguments.ranks, arguments.backend, warm=warm))
+                    print(f"{start} start, run {index + 1}: first point after "
+                          f"{timed[-1][0]:.2f} s", flush=True)
+        totals, phases, splits = _collect(timed)
+        print_report(arguments, totals, phases, splits, mode=f"{start} start: ")
+        medians[start] = statistics.median(totals)
+    if len(medians) == 2:
+        print(f"warm start / cold start (reference, same run): "
+              f"{medians['warm'] / medians['cold']:.2f}")
     return 0
+
+
+def _collect(timed):
+    totals = [total for total, _phases, _split in timed]
+    return totals, [phases for _total, phases, _split in timed], [split for *_rest, split in timed]
 
 
 if __name__ == "__main__":

@@ -68,12 +68,14 @@ def _database():
     return Database(load_settings().resolved_database_url)
 
 
-def _account_change(change) -> None:
-    from tunedeck import accounts
+def _account_change(change, *, action: str, detail: str) -> None:
+    """`change(session)` and its audit record, in one transaction; a refusal exits naming it."""
+    from tunedeck import accounts, audit
 
     try:
         with _database().transaction() as session:
             change(session)
+            audit.record(session=session, actor="cli", action=action, detail=detail)
     except accounts.AccountError as error:
         sys.exit(str(error))
 
@@ -87,13 +89,10 @@ def _add_user(arguments: argparse.Namespace) -> int:
         sys.exit(str(error))
     password = _read_password(arguments)
 
-    def add(session) -> None:
-        accounts.create_user(session=session, name=arguments.name, password=password,
-                             is_admin=arguments.admin)
-        audit.record(session=session, actor="cli", action=audit.USER_CREATED,
-                     detail=f"{arguments.name} ({'admin' if arguments.admin else 'user'})")
-
-    _account_change(add)
+    _account_change(lambda session: accounts.create_user(
+        session=session, name=arguments.name, password=password, is_admin=arguments.admin),
+        action=audit.USER_CREATED,
+        detail=f"{arguments.name} ({'admin' if arguments.admin else 'user'})")
     print(f"user {arguments.name} added{' (admin)' if arguments.admin else ''}")
     return 0
 
@@ -113,12 +112,9 @@ def _change_password(arguments: argparse.Namespace) -> int:
 
     password = _read_password(arguments)
 
-    def change(session) -> None:
-        accounts.set_password(session=session, name=arguments.name, password=password)
-        audit.record(session=session, actor="cli", action=audit.USER_CHANGED,
-                     detail=f"{arguments.name}: new password")
-
-    _account_change(change)
+    _account_change(lambda session: accounts.set_password(
+        session=session, name=arguments.name, password=password),
+        action=audit.USER_CHANGED, detail=f"{arguments.name}: new password")
     print(f"password of {arguments.name} changed; their browser sign-ins have ended")
     return 0
 
@@ -126,12 +122,10 @@ def _change_password(arguments: argparse.Namespace) -> int:
 def _set_disabled(arguments: argparse.Namespace) -> int:
     from tunedeck import accounts, audit
 
-    def change(session) -> None:
-        accounts.set_disabled(session=session, name=arguments.name, disabled=arguments.disabled)
-        audit.record(session=session, actor="cli", action=audit.USER_CHANGED,
-                     detail=f"{arguments.name}: {'disabled' if arguments.disabled else 'enabled'}")
-
-    _account_change(change)
+    state = "disabled" if arguments.disabled else "enabled"
+    _account_change(lambda session: accounts.set_disabled(
+        session=session, name=arguments.name, disabled=arguments.disabled),
+        action=audit.USER_CHANGED, detail=f"{arguments.name}: {state}")
     print(f"user {arguments.name} {'disabled' if arguments.disabled else 'enabled'}")
     return 0
 
@@ -141,14 +135,10 @@ def _create_token(arguments: argparse.Namespace) -> int:
 
     secrets: list[str] = []
 
-    def create(session) -> None:
-        secrets.append(accounts.create_api_token(
-            session=session, user_name=arguments.user, label=arguments.label,
-            expires_in_days=arguments.expires_days))
-        audit.record(session=session, actor="cli", action=audit.TOKEN_CREATED,
-                     detail=f"for {arguments.user}: {arguments.label}")
-
-    _account_change(create)
+    _account_change(lambda session: secrets.append(accounts.create_api_token(
+        session=session, user_name=arguments.user, label=arguments.label,
+        expires_in_days=arguments.expires_days)),
+        action=audit.TOKEN_CREATED, detail=f"for {arguments.user}: {arguments.label}")
     print(secrets[0])
     print(f"(an API token for {arguments.user}; it is shown only now: send it as "
           "'Authorization: Bearer <token>' or set TUNEDECK_TOKEN for the CLI)", file=sys.stderr)

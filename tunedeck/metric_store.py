@@ -2,15 +2,15 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
-from tunedeck import metrics_event
+from tunedeck import chart_cache, metrics_event
 from tunedeck.db.models import MetricPoint
-from tunedeck.downsample import keep_line_positions, keep_positions
+from tunedeck.downsample import keep_positions
 
 TRAIN_SERIES_RANK = 0  # step and eval events carry all-rank figures; rank 0's row is the job's
 
@@ -86,8 +86,9 @@ def read_chart_metrics(*, session: Session, job_id: int,
                        max_points: int) -> dict[str, list[dict[str, Any]]]:
     """`read_job_metrics`, with each line (a series, a rank's memory) downsampled to at
     most `max_points` (min and max a bucket). The figures come from their own columns, out
-    of a covering index, so the JSON of only the points kept is read: a 100,000-step job
-    costs little more than a 2,000-step one."""
+    of a covering index, and stay in memory between requests (`chart_cache`: a poll reads
+    only the rows added since, and the JSON of only the kept points not built before), so
+    a 100,000-step job costs little more than a 2,000-step one."""
     return {
         "train": _downsampled_step_series(session, job_id, metrics_event.STEP, TRAIN_CHART_KEYS,
                                           metrics_event.STEP_FIELDS, max_points),
@@ -100,18 +101,19 @@ def read_chart_metrics(*, session: Session, job_id: int,
 
 def _downsampled_step_series(session: Session, job_id: int, kind: str, keys: tuple[str, ...],
                              fields: tuple[str, ...], max_points: int) -> list[dict[str, Any]]:
-    # Step, then line order is ix_metric_points_series_figures' own: no sort, no table read.
-    table = _float_table(session, select(MetricPoint.id, MetricPoint.step, *_figure_columns(keys))
-                         .where(MetricPoint.job_id == job_id, MetricPoint.kind == kind,
-                                MetricPoint.rank == TRAIN_SERIES_RANK,
-                                MetricPoint.step.is_not(None))
-                         .order_by(MetricPoint.step, MetricPoint.seq))
-    if not len(table):
+    line_set = chart_cache.read_line_set(
+        session, key=(job_id, kind), order_width=2, fetch_table=_float_table,
+        columns=(MetricPoint.id, MetricPoint.rank, MetricPoint.step, MetricPoint.seq,
+                 *_figure_columns(keys)),
+        where=(MetricPoint.job_id == job_id, MetricPoint.kind == kind,
+               MetricPoint.rank == TRAIN_SERIES_RANK, MetricPoint.step.is_not(None)))
+    line = line_set.lines.get(TRAIN_SERIES_RANK)
+    if line is None:
         return []
-    latest = _last_row_of_each_step(table[:, 1])  # a resumed run's rows win
-    kept = latest[keep_positions(np.ascontiguousarray(table[latest, 2:].T), max_points)]
-    return [{"time": time, **_pick(values, fields)}
-            for time, _rank, values in _points_by_id(session, _ids(table, kept))]
+    latest = _last_row_of_each_step(line[:, 2])  # a resumed run's rows win
+    kept = latest[keep_positions(np.ascontiguousarray(line[latest, 4:].T), max_points)]
+    return _answer_rows(session, line_set, _ids(line, kept),
+                        lambda time, _rank, values: {"time": time, **_pick(values, fields)})
 
 
 def _last_row_of_each_step(steps: np.ndarray) -> np.ndarray:
@@ -121,15 +123,35 @@ def _last_row_of_each_step(steps: np.ndarray) -> np.ndarray:
 
 
 def _downsampled_memory(session: Session, job_id: int, max_points: int) -> list[dict[str, Any]]:
-    # Time, then rank order is ix_metric_points_memory_figures' own.
-    table = _float_table(session, select(MetricPoint.id, MetricPoint.rank,
-                                         *_figure_columns(MEMORY_CHART_KEYS))
-                         .where(MetricPoint.job_id == job_id,
-                                MetricPoint.kind == metrics_event.MEMORY)
-                         .order_by(MetricPoint.time, MetricPoint.rank))
-    kept = keep_line_positions(table[:, 1:], group_width=1, max_points=max_points)
-    return [{"time": time, "rank": rank, **_pick(values, metrics_event.MEMORY_FIELDS)}
-            for time, rank, values in _points_by_id(session, _ids(table, kept))]
+    line_set = chart_cache.read_line_set(
+        session, key=(job_id, metrics_event.MEMORY), order_width=1, fetch_table=_float_table,
+        columns=(MetricPoint.id, MetricPoint.rank, MetricPoint.time,
+                 *_figure_columns(MEMORY_CHART_KEYS)),
+        where=(MetricPoint.job_id == job_id, MetricPoint.kind == metrics_event.MEMORY))
+    kept = [line[keep_positions(np.ascontiguousarray(line[:, 3:].T), max_points)]
+            for line in line_set.lines.values()]
+    if not kept:
+        return []
+    kept_rows = np.concatenate(kept)
+    # Time, then rank order, as one chart draws the lines.
+    kept_rows = kept_rows[np.lexsort((kept_rows[:, 0], kept_rows[:, 1], kept_rows[:, 2]))]
+    return _answer_rows(session, line_set, _ids(kept_rows, slice(None)),
+                        lambda time, rank, values: {"time": time, "rank": rank,
+                                                    **_pick(values, metrics_event.MEMORY_FIELDS)})
+
+
+def _answer_rows(session: Session, line_set: chart_cache.LineSet, ids: list[int],
+                 build: Callable[[float, int, dict[str, Any]], dict[str, Any]]
+                 ) -> list[dict[str, Any]]:
+    """The answer row of each id, in order: built from the row's JSON once, then held with
+    the line set (a point never changes); each caller gets its own copies."""
+    known = {point_id: row for point_id in ids
+             if (row := line_set.rows.get(point_id)) is not None}
+    missing = [point_id for point_id in ids if point_id not in known]
+    known.update((point_id, build(*point))
+                 for point_id, point in zip(missing, _points_by_id(session, missing)))
+    chart_cache.remember_rows(line_set, known)
+    return [dict(known[point_id]) for point_id in ids]
 
 
 def _figure_columns(keys: tuple[str, ...]) -> list:
@@ -172,11 +194,12 @@ def _points_by_id(session: Session, ids: list[int]) -> list[tuple[float, int, di
 def _latest_footprint_per_rank(session: Session, job_id: int) -> list[dict[str, Any]]:
     """Each rank's measured bytes of parameters, gradients and optimizer state (its latest
     launch's), by rank."""
+    # Sorted here, not in SQL: ORDER BY rank, seq led SQLite to walk the job's every row
+    # (by the unique index on job, rank, seq) for these few.
     rows = session.execute(
-        select(MetricPoint.rank, MetricPoint.values)
-        .where(MetricPoint.job_id == job_id, MetricPoint.kind == metrics_event.FOOTPRINT)
-        .order_by(MetricPoint.rank, MetricPoint.seq))
-    latest = {rank: values for rank, values in rows}
+        select(MetricPoint.rank, MetricPoint.seq, MetricPoint.values)
+        .where(MetricPoint.job_id == job_id, MetricPoint.kind == metrics_event.FOOTPRINT))
+    latest = {rank: values for rank, _seq, values in sorted(rows, key=lambda row: row[:2])}
     return [{"rank": rank, **_pick(values, metrics_event.FOOTPRINT_FIELDS)}
             for rank, values in sorted(latest.items())]
 

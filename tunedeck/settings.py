@@ -64,6 +64,10 @@ class Settings(BaseSettings):
         12.0, gt=0, le=24 * 90, description="a browser sign-in lasts this long")
     cookie_secure: bool = Field(
         False, description="send the sign-in cookie over HTTPS only (set it behind TLS)")
+    warm_start: bool = Field(
+        True, description="keep a launcher ready with torch, transformers and peft imported, "
+                          "so a job's ranks start in a second instead of importing for "
+                          "seconds (LoRA and full jobs on one node; QLoRA starts cold)")
     poll_seconds: float = Field(0.5, gt=0, le=10, description="how often the worker tails metrics")
     cancel_grace_seconds: float = Field(10.0, ge=0, le=600)
     torch_extensions_dir: Path = Field(

@@ -31,6 +31,7 @@ from worker.job_claim import Claim, claim_job
 from worker.supervision import (DATABASE_RETRY_INTERVAL, DATABASE_RETRY_SECONDS, Supervision,
                                 _supervise)
 from worker.process_group import JobProcesses, start_process_group
+from worker.warm_launcher import WarmLauncher, fits_warm_start
 from worker.worker_identity import WorkerIdentity
 
 log = logging.getLogger(__name__)
@@ -64,13 +65,15 @@ def run_job(job_id: int, *, settings: Settings, database: Database,
             shutdown_requested: Callable[[], bool] = never,
             identity: WorkerIdentity | None = None,
             hand_on: Callable[[int, str], None] | None = None,
-            start_node: Callable[[int, int, str], None] | None = None) -> str:
+            start_node: Callable[[int, int, str], None] | None = None,
+            warm: WarmLauncher | None = None) -> str:
     """Run a queued job to its end; returns its final status (or its current one if it
     was not ours to run: already claimed, cancelled, finished, or waiting for GPUs).
     A job this worker has no room for goes to `hand_on(job_id, worker_name)` when another
     worker has. Of a job on several nodes this worker runs node 0 and tells the workers of
     the others through `start_node(job_id, node_rank, worker_name)`. When
-    `shutdown_requested()` turns true, the job is stopped and marked failed."""
+    `shutdown_requested()` turns true, the job is stopped and marked failed. With `warm`,
+    a job that fits starts on its standby launcher (worker/warm_launcher.py)."""
     identity = identity or WorkerIdentity.from_settings(settings)
     run = RunFolder(settings.run_dir_for(job_id))
     claim = claim_job(job_id, identity=identity, database=database, run_dir=str(run.path),
@@ -85,7 +88,8 @@ def run_job(job_id: int, *, settings: Settings, database: Database,
         if start_node is not None:
             start_node(job_id, node_rank, worker_name)
     outcome = _launch_and_supervise(job_id, claim, run, identity=identity, settings=settings,
-                                    database=database, shutdown_requested=shutdown_requested)
+                                    database=database, shutdown_requested=shutdown_requested,
+                                    warm=warm)
     if outcome.status != "taken_away":
         _record_outcome(job_id, outcome, database=database)
     return outcome.status
@@ -93,7 +97,8 @@ def run_job(job_id: int, *, settings: Settings, database: Database,
 
 def _launch_and_supervise(job_id: int, claim: Claim, run: RunFolder, *,
                           identity: WorkerIdentity, settings: Settings, database: Database,
-                          shutdown_requested: Callable[[], bool]) -> JobOutcome:
+                          shutdown_requested: Callable[[], bool],
+                          warm: WarmLauncher | None = None) -> JobOutcome:
     spec = claim.spec
     assert spec is not None
     problems = find_input_problems(
@@ -107,7 +112,7 @@ def _launch_and_supervise(job_id: int, claim: Claim, run: RunFolder, *,
         returncode, supervision = launch_node(job_id, spec, run, place, resume=claim.resume,
                                               settings=settings, database=database,
                                               shutdown_requested=shutdown_requested,
-                                              worker_name=identity.name)
+                                              worker_name=identity.name, warm=warm)
     except OSError as error:
         return JobOutcome("failed", f"could not start torchrun: {error}", FailureReason(ERROR))
     if supervision.taken_away:
@@ -120,14 +125,19 @@ def _launch_and_supervise(job_id: int, claim: Claim, run: RunFolder, *,
 
 def launch_node(job_id: int, spec: JobSpec, run: RunFolder, place: NodePlace, *, resume: bool,
                 settings: Settings, database: Database, shutdown_requested: Callable[[], bool],
-                worker_name: str | None) -> tuple[int | None, Supervision]:
-    """Start this node's torchrun and supervise it to its end: (its exit code, what the
-    supervision learned). Raises OSError when torchrun cannot start."""
+                worker_name: str | None, warm: WarmLauncher | None = None
+                ) -> tuple[int | None, Supervision]:
+    """Start this node's torchrun (on the standby launcher of `warm` when the job fits one)
+    and supervise it to its end: (its exit code, what the supervision learned). Raises
+    OSError when torchrun cannot start."""
     argv, env = _prepare_run_folder(spec, run, settings, resume=resume, place=place,
                                     job_id=job_id)
+    log_file = run.node_launcher_log_file(place.node_rank)
     # The worker's own folder, so relative model and dataset paths mean what the check saw.
-    process = start_process_group(argv, cwd=Path.cwd(), env=env,
-                                  log_file=run.node_launcher_log_file(place.node_rank))
+    process = warm.take(argv, cwd=Path.cwd(), env=env, log_file=log_file) \
+        if warm is not None and fits_warm_start(spec) else None
+    if process is None:
+        process = start_process_group(argv, cwd=Path.cwd(), env=env, log_file=log_file)
     if place.node_rank == 0:
         with database.transaction() as session:
             job_store.record_launcher_pid(session=session, job_id=job_id, launcher_pid=process.pid)
@@ -199,6 +209,11 @@ def _launch_environment(spec: JobSpec, settings: Settings) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         "TOKENIZERS_PARALLELISM": "false",
     }
+
+
+def standby_environment() -> dict[str, str]:
+    """What a standby launcher starts with (it takes on its job's environment later)."""
+    return {**_inherited_environment(), "PYTHONUNBUFFERED": "1"}
 
 
 def _inherited_environment() -> dict[str, str]:

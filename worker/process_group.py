@@ -17,7 +17,7 @@ import psutil
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_worker() -> None:
     # Runs in the child between fork and exec: if the worker dies (even by SIGKILL), the
     # kernel SIGKILLs torchrun, and each rank, whose own death signal is SIGKILL too (set
     # first thing in trainer/__main__.py), dies with it. Not SIGTERM: torchrun's graceful
@@ -35,7 +35,7 @@ def start_process_group(argv: list[str], *, cwd: Path, env: dict[str, str],
     with log_file.open("ab") as log:
         return subprocess.Popen(
             argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
+            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_worker,
         )
 
 

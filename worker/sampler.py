@@ -16,6 +16,8 @@ import psutil
 
 from tunedeck.sample_store import GPU, PROCESS
 
+from trainer.warm_rank import RANK_PROCESS_NAME_PREFIX
+
 log = logging.getLogger(__name__)
 SAMPLE_SECONDS = 1.0
 BYTES_PER_MB = 1024 * 1024  # MiB, as the ranks' own memory readings
@@ -166,17 +168,27 @@ class JobSampler:
         return process if process.is_running() else None
 
     def _rank(self, process: psutil.Process) -> int | None:
+        # Only a rank is remembered: a process forked by the warm start's fork server
+        # becomes one (names itself) a moment after it appears.
         if process.pid not in self._rank_of:
-            self._rank_of[process.pid] = _rank_from_environment(process)
+            rank = rank_of_process(process)
+            if rank is None:
+                return None
+            self._rank_of[process.pid] = rank
         return self._rank_of[process.pid]
 
 
-def _rank_from_environment(process: psutil.Process) -> int | None:
+def rank_of_process(process: psutil.Process) -> int | None:
+    """The RANK torchrun gave the process: in its environment when torchrun started it, in
+    its name when the warm start's fork server did (trainer/warm_rank.py)."""
     try:
         environment = process.environ()
+        name = process.name()
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return None
     value = environment.get("RANK", environment.get("LOCAL_RANK"))
+    if value is None and name.startswith(RANK_PROCESS_NAME_PREFIX):
+        value = name.removeprefix(RANK_PROCESS_NAME_PREFIX)
     return int(value) if value is not None and value.isdigit() else None
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from functools import lru_cache
 
 from celery.signals import worker_ready, worker_shutting_down
@@ -13,9 +14,10 @@ from tunedeck.job_states import FINISHED_STATUSES
 from tunedeck.settings import load_settings
 from worker.heartbeat import Heartbeat
 from worker.job_claim import jobs_to_offer
-from worker.job_runner import run_job
+from worker.job_runner import run_job, standby_environment
 from worker.node_runner import run_job_node
 from worker.recovery import settle_jobs_whose_launcher_is_gone
+from worker.warm_launcher import WarmLauncher
 from worker.worker_identity import WorkerIdentity
 
 settings = load_settings()
@@ -41,6 +43,15 @@ def heartbeat() -> Heartbeat:
                      send=lambda job_id, spec: enqueue_job(celery_app, job_id, spec))
 
 
+@lru_cache(maxsize=1)
+def warm_launcher() -> WarmLauncher | None:
+    """The standby launcher of this worker (None with TUNEDECK_WARM_START=false)."""
+    if not settings.warm_start:
+        return None
+    return WarmLauncher(folder=settings.home_dir / "warm" / worker_identity().name,
+                        environment=standby_environment(), cwd=Path.cwd())
+
+
 def hand_on(job_id: int, worker_name: str) -> None:
     send_to_worker(celery_app, job_id, worker_name)
 
@@ -51,9 +62,12 @@ def run_job_task(job_id: int) -> str:
                      shutdown_requested=shutdown_requested.is_set, identity=worker_identity(),
                      hand_on=hand_on,
                      start_node=lambda job, node, worker: send_node_to_worker(celery_app, job,
-                                                                              node, worker))
+                                                                              node, worker),
+                     warm=warm_launcher())
     if status in FINISHED_STATUSES:
         offer_waiting_jobs()
+        if warm_launcher() is not None and not shutdown_requested.is_set():
+            warm_launcher().replenish()  # the next job's, now that this one's CPU is free
     return status
 
 
@@ -77,6 +91,8 @@ def offer_waiting_jobs() -> None:
 def stop_running_jobs(**_kwargs) -> None:
     shutdown_requested.set()
     heartbeat().stop()
+    if warm_launcher() is not None:
+        warm_launcher().stop()
 
 
 @worker_ready.connect
@@ -90,5 +106,7 @@ def settle_jobs_at_start(**_kwargs) -> None:
     for job_id, spec in settled.to_send:
         enqueue_job(celery_app, job_id, spec)
     heartbeat().start()
+    if warm_launcher() is not None:
+        warm_launcher().replenish()
     for job_id in jobs_to_offer(identity=identity, database=worker_database(), limit=1000):
         hand_on(job_id, identity.name)

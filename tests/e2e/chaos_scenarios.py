@@ -138,14 +138,23 @@ def wait_for_steps(web: RunningServer, job_id: int, steps: int, timeout_seconds:
                timeout_seconds, f"job {job_id} to log {steps} steps")
 
 
-def job_processes(home: Path, job_id: int) -> list[psutil.Process]:
-    """Every live process whose command line names the job's run folder (torchrun, ranks)."""
+def job_processes(home: Path, job_id: int, launcher_pid: int | None = None) -> list[psutil.Process]:
+    """Every live process whose command line names the job's run folder (a cold torchrun,
+    its ranks), and with `launcher_pid`, every one in the launcher's process group (a warm
+    launcher, its fork server and forked ranks, whose command lines name no folder)."""
+    from worker.process_group import live_group_members
+
     run_dir = str(home.resolve() / "runs" / f"job-{job_id}")
-    found = []
+    found = {}
     for process in psutil.process_iter(["cmdline", "status"]):
         if process.info["status"] != psutil.STATUS_ZOMBIE and run_dir in (process.info["cmdline"] or []):
-            found.append(process)
-    return found
+            found[process.pid] = process
+    for pid in live_group_members(launcher_pid) if launcher_pid else []:
+        try:
+            found.setdefault(pid, psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    return list(found.values())
 
 
 def alive(process: psutil.Process) -> bool:
@@ -186,10 +195,13 @@ def killed_worker(home: Path, env: dict) -> ChaosReport:
                    "the first checkpoint")
         start_worker(stack, home, env, "second")
         wait_for_workers(web, {"first", "second"})
-        launched = [process for job_id in (doomed, restarting)
-                    for process in job_processes(home, job_id)]
-        if len(launched) != 4:  # torchrun and its rank, for each job
-            report.problems.append(f"expected 4 job processes before the kill, saw {len(launched)}")
+        launched = {job_id: job_processes(home, job_id, web.job(job_id)["launcher_pid"])
+                    for job_id in (doomed, restarting)}
+        # Each job: its torchrun and its rank (and the fork server of a warm launch).
+        if any(len(processes) < 2 for processes in launched.values()):
+            report.problems.append(f"expected a launcher and a rank of each job before the "
+                                   f"kill, saw {launched}")
+        launched = [process for processes in launched.values() for process in processes]
         worker_process("first").send_signal(signal.SIGKILL)
         wait_until(lambda: first.poll() is not None, 10, "the killed worker to exit")
         # torchrun dies with its worker (SIGKILL), and its ranks with it.

@@ -16,6 +16,7 @@ from tests.servers import running_tunedeck
 from tunedeck.job_spec import JobSpec
 from tunedeck.retry_changes import memory_retry
 from tunedeck.run_folder import RunFolder
+from worker.sampler import rank_of_process
 
 pytestmark = [pytest.mark.torchrun]
 
@@ -82,7 +83,7 @@ def test_a_sigkilled_rank_is_named_and_retried_with_the_same_spec(server):
     job_id = server.submit({**JOB, "name": "sigkill", "max_steps": 100000})
     _wait_for_first_step(server, job_id)
     rank_1 = next(pid for pid in _job_processes(server, job_id)
-                  if psutil.Process(pid).environ().get("RANK") == "1")
+                  if rank_of_process(psutil.Process(pid)) == 1)
     os.kill(rank_1, signal.SIGKILL)
     job = server.wait_for(job_id, FINISHED, timeout_seconds=120)
     assert (job["status"], job["failure_kind"], job["failed_rank"]) == \

@@ -116,7 +116,9 @@ def test_cancel_leaves_no_process_of_the_job(server):
                             "backend": "fsdp"})
     _wait_for_first_step(server, job_id)
     processes = _job_processes(server, job_id)
-    assert len(processes) == 3  # torchrun and two ranks
+    # torchrun and two ranks, and (warm start) the fork server the ranks were forked from
+    # and its multiprocessing resource tracker
+    assert len(processes) == 5
     assert server.http.post(f"/api/jobs/{job_id}/cancel").status_code == 202
     job = server.wait_for(job_id, {"cancelled", "failed", "succeeded"}, timeout_seconds=60)
     assert job["status"] == "cancelled"
@@ -135,15 +137,22 @@ def _wait_for_first_step(server, job_id: int, timeout_seconds: float = 180) -> N
 
 
 def _job_processes(server, job_id: int) -> list[int]:
-    """Every live process whose command line names the job's run folder (torchrun, ranks)."""
+    """Every live process of the job: those whose command line names its run folder (a cold
+    torchrun and its ranks), and those in its launcher's process group (a warm launcher, its
+    fork server and the ranks forked from it: their command lines name no folder)."""
     import psutil
 
+    from worker.process_group import live_group_members
+
     run_dir = str(server.home.resolve() / "runs" / f"job-{job_id}")
-    found = []
+    found = set()
     for process in psutil.process_iter(["pid", "cmdline", "status"]):
         if process.info["status"] != psutil.STATUS_ZOMBIE and run_dir in (process.info["cmdline"] or []):
-            found.append(process.info["pid"])
-    return found
+            found.add(process.info["pid"])
+    launcher_pid = server.job(job_id).get("launcher_pid")
+    if launcher_pid:
+        found.update(live_group_members(launcher_pid))
+    return sorted(found)
 
 
 def test_cancel_after_a_checkpoint_then_resume_finishes_the_same_job(server):

@@ -1,4 +1,6 @@
 """Eval points through the store, on SQLite and (marked) PostgreSQL."""
+import pytest
+
 from tunedeck import job_store, metric_store
 from tunedeck.job_spec import JobSpec
 from tunedeck.metrics_event import decode_event, encode_event
@@ -144,6 +146,8 @@ def test_a_point_committed_after_a_newer_one_is_not_missed(database):
     # below the highest id already read still reaches the chart.
     from tunedeck.db.models import MetricPoint
 
+    if database.url.startswith("sqlite"):
+        pytest.skip("SQLite makes its ids visible in order: one writer holds the lock to commit")
     with database.transaction() as session:
         job_id = job_store.create_job(session=session, spec=JobSpec(max_steps=100)).id
         metric_store.add_metric_points(session=session, job_id=job_id,

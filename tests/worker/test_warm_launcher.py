@@ -1,0 +1,180 @@
+"""The standby launcher (worker/warm_launcher.py, trainer/warm_start.py) with real
+processes: a standby gets ready, becomes a job's torchrun, and its ranks, forked from the
+fork server, train the built-in model on 2 CPU ranks; a cancel and a dead worker leave no
+process behind; the sampler tells the forked ranks apart."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.trainer.conftest import write_run
+from tunedeck.job_spec import JobSpec
+from tunedeck.run_folder import RunFolder
+from worker.job_runner import standby_environment
+from worker.process_group import JobProcesses, live_group_members
+from worker.sampler import JobSampler
+from worker.warm_launcher import WarmLauncher, fits_warm_start
+
+pytestmark = pytest.mark.torchrun
+
+REPO = Path(__file__).resolve().parents[2]
+READY_SECONDS = 120
+RUN_SECONDS = 300
+
+
+def ready_launcher(tmp_path: Path) -> WarmLauncher:
+    launcher = WarmLauncher(folder=tmp_path / "warm", environment=standby_environment(), cwd=REPO)
+    launcher.replenish()
+    deadline = time.monotonic() + READY_SECONDS
+    while not launcher.is_ready():
+        assert time.monotonic() < deadline, (tmp_path / "warm" / "standby.log").read_text()
+        time.sleep(0.1)
+    return launcher
+
+
+def job_environment(tunedeck_home: Path) -> dict[str, str]:
+    return {**standby_environment(), "TUNEDECK_HOME": str(tunedeck_home), "OMP_NUM_THREADS": "1",
+            "TOKENIZERS_PARALLELISM": "false", "TUNEDECK_TEST_MARK": "job-environment"}
+
+
+def torchrun_argv(run: RunFolder) -> list[str]:
+    return json.loads(run.launch_file.read_text())["argv"]
+
+
+def rank_pids(processes: JobProcesses, run: RunFolder, ranks: int) -> list[int]:
+    """The ranks' pids, once both wrote their first metrics line."""
+    deadline = time.monotonic() + RUN_SECONDS
+    while not all(run.rank_metrics_file(rank).exists() for rank in range(ranks)):
+        assert time.monotonic() < deadline and processes.launcher.poll() is None, \
+            run.launcher_log_file.read_text()[-3000:]
+        time.sleep(0.1)
+    processes.refresh()
+    return [pid for pid in processes.alive_pids()
+            if psutil.Process(pid).name().startswith("td-rank")]
+
+
+def test_a_standby_runs_a_job_to_success_with_forked_ranks(tmp_path, tunedeck_home, builtin_model_dir):
+    launcher = ready_launcher(tmp_path)
+    run = write_run(tmp_path / "run", backend="fsdp", method="lora", max_steps=4, num_gpus=2)
+    env = job_environment(tunedeck_home)
+    standby_pid = launcher._standby.pid
+    process = launcher.take(torchrun_argv(run), cwd=REPO, env=env, log_file=run.launcher_log_file)
+    assert process is not None and process.pid == standby_pid
+    assert not launcher.is_ready()  # taken: the next job needs a new standby
+    processes = JobProcesses(process)
+    pids = rank_pids(processes, run, ranks=2)
+    assert len(pids) == 2
+    for pid in pids:
+        # Forked, not exec'd: the fork server is the parent, and the job's environment
+        # reached the rank's Python even though /proc still shows the server's.
+        assert psutil.Process(psutil.Process(pid).ppid()).ppid() == process.pid
+    sampler = JobSampler.for_launch(host="test", launch_env=env)
+    samples = sampler.sample_processes(processes.alive_pids(), time.time())
+    assert sorted(sample["index"] for sample in samples) == [0, 1]
+    assert process.wait(timeout=RUN_SECONDS) == 0, run.launcher_log_file.read_text()[-3000:]
+    assert run.merged_dir.is_dir() and run.adapter_dir.is_dir()
+    log = run.launcher_log_file.read_text()
+    assert "[default0]:step 4/4" in log and "[default1]" in log
+    assert list(run.rank_logs_dir.glob("*/attempt_0/1/stderr.log"))
+    processes.kill()
+    assert processes.alive_pids() == []
+
+
+def test_the_rank_sees_the_jobs_environment_not_the_standbys(tmp_path, tunedeck_home):
+    """The trainer entry point is not needed to check the environment: a rank of a warm
+    torchrun runs `trainer.warm_rank.run_rank`, which must hand `main` the job's variables."""
+    launcher = ready_launcher(tmp_path)
+    run = write_run(tmp_path / "run", backend="fsdp", method="lora", max_steps=2, num_gpus=2,
+                    dataset=str(tmp_path / "missing.jsonl"))
+    env = job_environment(tunedeck_home)
+    process = launcher.take(torchrun_argv(run), cwd=REPO, env=env, log_file=run.launcher_log_file)
+    assert process.wait(timeout=RUN_SECONDS) != 0  # the dataset is missing: every rank fails
+    notices = [json.loads(line) for line in run.rank_metrics_file(0).read_text().splitlines()]
+    errors = [event["message"] for event in notices if event.get("level") == "error"]
+    assert errors and "missing.jsonl" in errors[0]
+    # torchrun's own failure summary names the failed ranks, as a cold launch's does.
+    assert "ChildFailedError" in run.launcher_log_file.read_text()
+    JobProcesses(process).kill()
+
+
+def test_a_cancel_leaves_nothing_of_a_warm_job(tmp_path, tunedeck_home, builtin_model_dir):
+    launcher = ready_launcher(tmp_path)
+    run = write_run(tmp_path / "run", backend="fsdp", method="lora", max_steps=10_000, num_gpus=2)
+    process = launcher.take(torchrun_argv(run), cwd=REPO, env=job_environment(tunedeck_home),
+                            log_file=run.launcher_log_file)
+    processes = JobProcesses(process)
+    pids = rank_pids(processes, run, ranks=2)
+    everything = processes.alive_pids()
+    assert len(everything) == 5  # launcher, fork server, resource tracker, two ranks
+    processes.stop(grace_seconds=10)
+    assert processes.alive_pids() == [] and live_group_members(process.pid) == []
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                   for pid in pids)
+
+
+DYING_WORKER = textwrap.dedent("""
+    import json, sys, time
+    from pathlib import Path
+    from worker.job_runner import standby_environment
+    from worker.warm_launcher import WarmLauncher
+    launcher = WarmLauncher(folder=Path(sys.argv[1]), environment=standby_environment(),
+                            cwd=Path(sys.argv[2]))
+    launcher.replenish()
+    while not launcher.is_ready():
+        time.sleep(0.1)
+    request = json.loads(Path(sys.argv[3]).read_text())
+    process = launcher.take(request["argv"], cwd=Path(sys.argv[2]), env=request["env"],
+                            log_file=Path(request["log_file"]))
+    print(process.pid, flush=True)
+    time.sleep(3600)
+""")
+
+
+def test_a_killed_worker_takes_its_warm_job_with_it(tmp_path, tunedeck_home, builtin_model_dir):
+    run = write_run(tmp_path / "run", backend="fsdp", method="lora", max_steps=10_000, num_gpus=2)
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"argv": torchrun_argv(run), "env": job_environment(tunedeck_home),
+                                   "log_file": str(run.launcher_log_file)}))
+    worker = subprocess.Popen([sys.executable, "-c", DYING_WORKER, str(tmp_path / "warm"),
+                               str(REPO), str(request)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        launcher_pid = int(worker.stdout.readline())
+        deadline = time.monotonic() + RUN_SECONDS
+        while not run.rank_metrics_file(1).exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        job = [launcher_pid, *(child.pid for child in psutil.Process(launcher_pid).children(recursive=True))]
+        assert len(job) == 5  # launcher, fork server, resource tracker, two ranks
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait()
+        deadline = time.monotonic() + 30
+        while live_group_members(launcher_pid):
+            assert time.monotonic() < deadline, live_group_members(launcher_pid)
+            time.sleep(0.2)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+
+
+def test_qlora_and_jobs_on_several_nodes_start_cold():
+    assert fits_warm_start(JobSpec(max_steps=1, method="lora"))
+    assert fits_warm_start(JobSpec(max_steps=1, method="full", backend="fsdp"))
+    assert not fits_warm_start(JobSpec(max_steps=1, method="qlora"))
+    assert not fits_warm_start(JobSpec(max_steps=1, num_nodes=2))
+
+
+def test_a_dead_standby_is_not_handed_a_job(tmp_path):
+    launcher = ready_launcher(tmp_path)
+    launcher._standby.kill()
+    launcher._standby.wait()
+    assert not launcher.is_ready()
+    assert launcher.take(["torchrun"], cwd=REPO, env={}, log_file=tmp_path / "log") is None

@@ -1,0 +1,107 @@
+"""The worker's standby launcher: one `python -m trainer.warm_start` kept ready for the next
+job, so a job's ranks start from a fork server that imported torch, transformers and peft
+ahead of time instead of importing them at launch (trainer/warm_start.py says how).
+
+The standby is what `start_process_group` would have started: its own session, its death
+signal tied to the worker, the job's log file as its output; JobProcesses supervises,
+cancels and kills it the same way. A job it does not fit (QLoRA, several nodes), a standby
+that died, or a worker with warm start off launches cold, with the same argv.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from tunedeck.job_spec import JobSpec
+from worker.process_group import die_with_worker
+
+log = logging.getLogger(__name__)
+
+
+def fits_warm_start(spec: JobSpec) -> bool:
+    """QLoRA needs bitsandbytes, which the fork server keeps out; a job on several nodes
+    launches with the static rendezvous, which the standby is not tried with."""
+    return spec.method != "qlora" and spec.num_nodes == 1
+
+
+class WarmLauncher:
+    """At most one standby at a time; `take` hands it a job, `replenish` starts the next."""
+
+    def __init__(self, *, folder: Path, environment: dict[str, str], cwd: Path):
+        self.folder = folder
+        self.environment = environment
+        self.cwd = cwd
+        self._lock = threading.Lock()
+        self._standby: subprocess.Popen | None = None
+        self._ready_file: Path | None = None
+
+    def replenish(self) -> None:
+        """Start a standby unless one is alive. It takes seconds of CPU to get ready, so
+        call this when the worker is idle (at start, after a job), not as a job starts."""
+        with self._lock:
+            if self._standby is not None and self._standby.poll() is None:
+                return
+            self.folder.mkdir(parents=True, exist_ok=True)
+            ready_file = self.folder / f"standby-{os.getpid()}-{threading.get_ident()}.ready"
+            ready_file.unlink(missing_ok=True)
+            with (self.folder / "standby.log").open("ab") as output:
+                try:
+                    self._standby = subprocess.Popen(
+                        [sys.executable, "-m", "trainer.warm_start", "--ready-file", str(ready_file)],
+                        cwd=self.cwd, env=self.environment, stdin=subprocess.PIPE,
+                        stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+                        preexec_fn=die_with_worker)
+                except OSError:
+                    log.exception("could not start a standby launcher; jobs start cold")
+                    self._standby = None
+                    return
+            self._ready_file = ready_file
+
+    def is_ready(self) -> bool:
+        """A standby is alive and its fork server has finished importing."""
+        with self._lock:
+            return (self._standby is not None and self._standby.poll() is None
+                    and self._ready_file is not None and self._ready_file.exists())
+
+    def take(self, argv: list[str], *, cwd: Path, env: dict[str, str],
+             log_file: Path) -> subprocess.Popen | None:
+        """The standby, now running the job (its launcher), or None: launch cold."""
+        with self._lock:
+            standby, self._standby = self._standby, None
+            ready_file, self._ready_file = self._ready_file, None
+        if standby is None or standby.poll() is not None:
+            return None
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        request = {"argv": argv, "env": env, "cwd": str(cwd), "log_file": str(log_file)}
+        try:
+            standby.stdin.write((json.dumps(request) + "\n").encode())
+            standby.stdin.close()
+        except OSError:  # it died meanwhile
+            _kill_group(standby)
+            return None
+        if ready_file is not None:
+            ready_file.unlink(missing_ok=True)
+        return standby
+
+    def stop(self) -> None:
+        with self._lock:
+            standby, self._standby = self._standby, None
+        if standby is not None:
+            _kill_group(standby)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
