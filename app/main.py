@@ -45,7 +45,8 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True) -> Fas
         blocks = build_ui(database=api.state.database, celery_app=api.state.celery_app,
                           worker_lost_seconds=settings.worker_lost_seconds,
                           settings=settings)
-        api = gr.mount_gradio_app(api, blocks, path="/")
+        # Gradio's own upload route (the New job form's dataset upload) has the API's cap.
+        api = gr.mount_gradio_app(api, blocks, path="/", max_file_size=settings.max_upload_bytes)
         _slow_down_idle_queue_polling(blocks)
     # Outermost, so no route (REST, Gradio's own, its files) answers before it has decided.
     api.add_middleware(AccessMiddleware, database=api.state.database)

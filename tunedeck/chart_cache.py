@@ -3,11 +3,14 @@ polls a 100,000-step job reads only the rows added since its last poll.
 
 Metric points are only ever inserted (a conflicting line is skipped, never updated), so a
 line's rows seen once stay valid: a request reads the rows above the highest id it holds.
-On PostgreSQL it also checks the lines' row count: ids come from a sequence at insert, so
-two workers writing one job's ranks can commit a smaller id after a larger one; a count that
-does not add up reloads the line set whole. SQLite needs no count: one writer at a time
-holds the lock from insert to commit, so its ids become visible in order. Either way a page
-never misses a point, and sees a new one on its next request.
+On PostgreSQL ids come from a sequence at insert, so two writers of one job's points (the
+nodes of a job on several nodes) can commit a smaller id after a larger one: for such a job
+each request also checks the lines' row count, and a count that does not add up reloads the
+line set whole. A job on one node has one writer (its worker's supervision loop, one
+transaction after another), so its ids become visible in order; its count is checked only
+every VERIFY_SECONDS, to bound what an unforeseen second writer (a worker cut off, then
+back) could hide. SQLite needs no count: one writer at a time holds the lock from insert to
+commit.
 
 Each line (a rank's rows) is one float array, a row a point: `(id, rank, *order keys,
 *figures)`, sorted by the order keys then id, NaN for null. The answer rows built from the
@@ -16,9 +19,10 @@ points kept are held too, by id, so a finished job's page builds no row twice.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -32,6 +36,8 @@ CACHED_FLOATS = 16_000_000
 # the rows no longer kept are dropped. A row (a dict of ~10 fields) counts as 64 floats.
 CACHED_ROWS_PER_LINE_SET = 20_000
 FLOATS_A_ROW = 64
+# How often a single-writer line set's row count is checked anyway (see above).
+VERIFY_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,8 @@ class LineSet:
     count: int
     max_id: int
     rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # When its count was last found to add up (time.monotonic()).
+    verified_at: float = field(default_factory=time.monotonic)
 
     @property
     def floats(self) -> int:
@@ -91,11 +99,12 @@ def cache_of(session: Session) -> ChartCache:
 
 
 def read_line_set(session: Session, *, key: tuple, columns: Sequence, where: Sequence,
-                  order_width: int,
-                  fetch_table: Callable[[Session, Select], np.ndarray]) -> LineSet:
+                  order_width: int, fetch_table: Callable[[Session, Select], np.ndarray],
+                  single_writer: bool = False) -> LineSet:
     """The rows matching `where` as lines by rank: `columns` are `(id, rank, *order keys
     (order_width of them), *figures)` of an insert-only table (`MetricPoint`'s). Only the
-    rows newer than the cached ones are read when the cached ones still add up."""
+    rows newer than the cached ones are read when the cached ones still add up.
+    `single_writer`: one writer commits these rows, one transaction after another."""
     cache = cache_of(session)
     held = cache.get(key)
     id_column = columns[0]
@@ -104,9 +113,12 @@ def read_line_set(session: Session, *, key: tuple, columns: Sequence, where: Seq
         entry = _line_set(fetch_table(session, statement), order_width, {})
     else:
         new = fetch_table(session, statement.where(id_column > held.max_id))
-        if _ids_visible_in_order(session) or held.count + len(new) == session.scalar(
-                select(func.count(id_column)).where(*where)):
-            entry = _grown(held, new, order_width) if len(new) else held
+        trusted = _ids_visible_in_order(session) or (
+            single_writer and time.monotonic() - held.verified_at < VERIFY_SECONDS)
+        if trusted:
+            entry = _grown(held, new, order_width, held.verified_at) if len(new) else held
+        elif held.count + len(new) == session.scalar(select(func.count(id_column)).where(*where)):
+            entry = _grown(held, new, order_width, time.monotonic())
         else:  # a row committed out of id order: read the line set again, whole
             entry = _line_set(fetch_table(session, statement), order_width, held.rows)
     if entry is not held:
@@ -131,7 +143,9 @@ def _line_set(table: np.ndarray, order_width: int, rows: dict[int, dict[str, Any
                    max_id=int(table[:, 0].max()) if len(table) else 0, rows=rows)
 
 
-def _grown(held: LineSet, new: np.ndarray, order_width: int) -> LineSet:
+def _grown(held: LineSet, new: np.ndarray, order_width: int, verified_at: float) -> LineSet:
+    if not len(new):
+        return replace(held, verified_at=verified_at)
     lines = dict(held.lines)
     for rank, added in _split_by_rank(new).items():
         added = _sorted(added, order_width)
@@ -144,7 +158,8 @@ def _grown(held: LineSet, new: np.ndarray, order_width: int) -> LineSet:
         appended = np.concatenate([line, added])
         lines[rank] = appended if in_order else _sorted(appended, order_width)
     return LineSet(lines=lines, count=held.count + len(new),
-                   max_id=max(held.max_id, int(new[:, 0].max())), rows=held.rows)
+                   max_id=max(held.max_id, int(new[:, 0].max())), rows=held.rows,
+                   verified_at=verified_at)
 
 
 def _split_by_rank(table: np.ndarray) -> dict[int, np.ndarray]:

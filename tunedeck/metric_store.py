@@ -9,7 +9,7 @@ from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from tunedeck import chart_cache, metrics_event
-from tunedeck.db.models import MetricPoint
+from tunedeck.db.models import Job, MetricPoint
 from tunedeck.downsample import keep_positions
 
 TRAIN_SERIES_RANK = 0  # step and eval events carry all-rank figures; rank 0's row is the job's
@@ -89,20 +89,25 @@ def read_chart_metrics(*, session: Session, job_id: int,
     of a covering index, and stay in memory between requests (`chart_cache`: a poll reads
     only the rows added since, and the JSON of only the kept points not built before), so
     a 100,000-step job costs little more than a 2,000-step one."""
+    job = session.get(Job, job_id)
+    # One node, one writer of its points: their ids become visible in order (chart_cache).
+    single_writer = job is not None and int((job.spec or {}).get("num_nodes", 1)) == 1
     return {
         "train": _downsampled_step_series(session, job_id, metrics_event.STEP, TRAIN_CHART_KEYS,
-                                          metrics_event.STEP_FIELDS, max_points),
+                                          metrics_event.STEP_FIELDS, max_points, single_writer),
         "eval": _downsampled_step_series(session, job_id, metrics_event.EVAL, EVAL_CHART_KEYS,
-                                         metrics_event.EVAL_FIELDS, max_points),
-        "memory": _downsampled_memory(session, job_id, max_points),
+                                         metrics_event.EVAL_FIELDS, max_points, single_writer),
+        "memory": _downsampled_memory(session, job_id, max_points, single_writer),
         "footprint": _latest_footprint_per_rank(session, job_id),
     }
 
 
 def _downsampled_step_series(session: Session, job_id: int, kind: str, keys: tuple[str, ...],
-                             fields: tuple[str, ...], max_points: int) -> list[dict[str, Any]]:
+                             fields: tuple[str, ...], max_points: int,
+                             single_writer: bool) -> list[dict[str, Any]]:
     line_set = chart_cache.read_line_set(
         session, key=(job_id, kind), order_width=2, fetch_table=_float_table,
+        single_writer=single_writer,
         columns=(MetricPoint.id, MetricPoint.rank, MetricPoint.step, MetricPoint.seq,
                  *_figure_columns(keys)),
         where=(MetricPoint.job_id == job_id, MetricPoint.kind == kind,
@@ -122,9 +127,11 @@ def _last_row_of_each_step(steps: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.append(steps[1:] != steps[:-1], True))
 
 
-def _downsampled_memory(session: Session, job_id: int, max_points: int) -> list[dict[str, Any]]:
+def _downsampled_memory(session: Session, job_id: int, max_points: int,
+                        single_writer: bool) -> list[dict[str, Any]]:
     line_set = chart_cache.read_line_set(
         session, key=(job_id, metrics_event.MEMORY), order_width=1, fetch_table=_float_table,
+        single_writer=single_writer,
         columns=(MetricPoint.id, MetricPoint.rank, MetricPoint.time,
                  *_figure_columns(MEMORY_CHART_KEYS)),
         where=(MetricPoint.job_id == job_id, MetricPoint.kind == metrics_event.MEMORY))

@@ -175,3 +175,31 @@ def test_script_in_a_job_name_is_shown_as_text_never_run(page, api):
     expect(page.locator("#job-status")).to_contain_text("<script>")
     assert page.evaluate("window.pwned") is None
     assert dialogs == []
+
+
+def test_a_dataset_uploaded_in_the_form_fills_the_dataset_field(page, tmp_path):
+    import json
+
+    from tests.browser.conftest import USER
+
+    expect = _expect()
+    good = tmp_path / "my-train.jsonl"
+    good.write_text("\n".join(json.dumps({"instruction": f"add {i} and 1", "output": str(i + 1)})
+                              for i in range(12)))
+    _choose_file(page, good)
+    expect(page.locator("#new-job-upload-result")).to_contain_text("12 records")
+    dataset = page.locator("#new-job-dataset textarea, #new-job-dataset input").first
+    expect(dataset).to_have_value(re.compile(rf"/uploads/{USER}/[0-9a-f]{{12}}-my-train\.jsonl$"))
+
+    bad = tmp_path / "columns.jsonl"
+    bad.write_text('{"text": "no instruction, prompt or messages"}\n')
+    _choose_file(page, bad)
+    expect(page.locator("#new-job-upload-result")).to_contain_text("Upload refused")
+    expect(page.locator("#new-job-upload-result")).to_contain_text("columns.jsonl")
+    expect(dataset).to_have_value(re.compile(r"my-train\.jsonl$"))  # the good one stays
+
+
+def _choose_file(page, path) -> None:
+    with page.expect_file_chooser() as chooser:
+        page.locator("#new-job-dataset-upload").click()
+    chooser.value.set_files(str(path))

@@ -263,3 +263,37 @@ def test_the_memory_plan_reads_no_model_folder_outside_the_roots(hostile_client,
     response = hostile_client.post("/api/plan", json={"spec": {"model": str(outside), "max_steps": 1}})
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == ["body", "spec", "model"], response.text
+
+
+# --- the New job form's upload: the same rule -------------------------------------------------
+
+def test_the_forms_upload_keeps_a_good_file_and_refuses_a_bad_one(tmp_path):
+    import json as _json
+
+    from app.principal import Principal
+    from app.ui.upload_handlers import upload_dataset_from_form
+    from tunedeck.db.engine import Database
+    from tunedeck.migrate import upgrade_database
+    from tunedeck.settings import Settings
+
+    settings = Settings(home=tmp_path / "home", database_url=None, broker_url=None)
+    upgrade_database(settings.resolved_database_url)
+    database = Database(settings.resolved_database_url)
+    alice = Principal("alice", is_admin=False)
+    received = tmp_path / "gradio" / "train.jsonl"
+    received.parent.mkdir()
+    received.write_text("\n".join(_json.dumps({"prompt": f"q{i}", "response": f"a{i}"})
+                                  for i in range(5)))
+    dataset, message = upload_dataset_from_form(str(received), principal=alice,
+                                                settings=settings, database=database)
+    assert Path(dataset).parent == settings.upload_dir_for("alice") and "5 records" in message
+    assert not received.exists()  # Gradio's copy is gone; ours is in the uploads folder
+
+    bad = tmp_path / "gradio" / "bad.jsonl"
+    bad.write_text('{"text": "no prompt or response"}\n')
+    dataset, message = upload_dataset_from_form(str(bad), principal=alice, settings=settings,
+                                                database=database)
+    assert dataset is None and message.startswith("Upload refused: ") and "bad.jsonl" in message
+    kept = list(settings.upload_dir_for("alice").iterdir())
+    assert [path.name.split("-", 1)[1] for path in kept] == ["train.jsonl"]  # nothing of bad.jsonl
+    database.dispose()

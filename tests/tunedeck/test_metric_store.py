@@ -141,15 +141,22 @@ def test_a_polled_job_sees_every_new_point_as_a_fresh_read_does(database):
     assert all(row["loss"] == 1.0 for row in after["train"] if 2500 <= row["step"] < 4001)
 
 
-def test_a_point_committed_after_a_newer_one_is_not_missed(database):
-    # PostgreSQL hands out ids at insert and two workers can commit out of id order: a row
-    # below the highest id already read still reaches the chart.
+@pytest.mark.parametrize("nodes", [2, 1])
+def test_a_point_committed_after_a_newer_one_is_not_missed(database, nodes, monkeypatch):
+    # PostgreSQL hands out ids at insert and two workers (the nodes of a job on several
+    # nodes) can commit out of id order: a row below the highest id already read still
+    # reaches the chart. A job on one node has one writer, so its count is only checked
+    # every VERIFY_SECONDS: made 0 here, the same row is found the same way.
+    from tunedeck import chart_cache
     from tunedeck.db.models import MetricPoint
 
     if database.url.startswith("sqlite"):
         pytest.skip("SQLite makes its ids visible in order: one writer holds the lock to commit")
+    if nodes == 1:
+        monkeypatch.setattr(chart_cache, "VERIFY_SECONDS", 0.0)
     with database.transaction() as session:
-        job_id = job_store.create_job(session=session, spec=JobSpec(max_steps=100)).id
+        job_id = job_store.create_job(session=session,
+                                      spec=JobSpec(max_steps=100, num_nodes=nodes)).id
         metric_store.add_metric_points(session=session, job_id=job_id,
                                        events=_chart_events(range(1, 51)))
         metric_store.read_chart_metrics(session=session, job_id=job_id, max_points=2000)
@@ -168,3 +175,26 @@ def test_a_point_committed_after_a_newer_one_is_not_missed(database):
     with database.transaction() as session:
         train = metric_store.read_chart_metrics(session=session, job_id=job_id, max_points=2000)["train"]
     assert [(row["step"], row["loss"]) for row in train][-2:] == [(51, 7.0), (52, 1.0)]
+
+
+def test_a_single_node_job_between_checks_reads_only_the_new_rows(database, monkeypatch):
+    """Between count checks a one-node job's poll asks for the rows above the highest id
+    it holds, and nothing else: no count query."""
+    from tunedeck import chart_cache
+
+    with database.transaction() as session:
+        job_id = job_store.create_job(session=session, spec=JobSpec(max_steps=100)).id
+        metric_store.add_metric_points(session=session, job_id=job_id,
+                                       events=_chart_events(range(1, 51)))
+    with database.transaction() as session:
+        metric_store.read_chart_metrics(session=session, job_id=job_id, max_points=2000)
+    counted = []
+    real_scalar = chart_cache.Session.scalar
+    monkeypatch.setattr(chart_cache.Session, "scalar",
+                        lambda self, *args, **kwargs: counted.append(args) or real_scalar(self, *args, **kwargs))
+    with database.transaction() as session:
+        metric_store.add_metric_points(session=session, job_id=job_id,
+                                       events=_chart_events(range(51, 53), first_seq=500))
+    with database.transaction() as session:
+        train = metric_store.read_chart_metrics(session=session, job_id=job_id, max_points=2000)["train"]
+    assert train[-1]["step"] == 52 and counted == []

@@ -7,7 +7,7 @@ from typing import Any
 import gradio as gr
 
 from app.principal import principal_of
-from app.ui import form_handlers
+from app.ui import form_handlers, upload_handlers
 from app.ui.form_handlers import FORM_FIELDS, FORM_LABELS as LABELS, SAME_AS_PRECISION, form_values
 from tunedeck.job_spec import (BACKENDS, DTYPES, LEARNING_RATE_SCHEDULES, METHODS, PRECISIONS,
                                SHARDING_STRATEGIES)
@@ -28,6 +28,10 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
     with gr.Row():
         with gr.Column(scale=3):
             fields, groups = _form_fields(defaults)
+            upload_button = gr.UploadButton(
+                "Upload a dataset (.jsonl or .json)", file_types=[".jsonl", ".json"],
+                type="filepath", size="sm", elem_id="new-job-dataset-upload")
+            upload_message = gr.Markdown(elem_id="new-job-upload-result")
             submit_button = gr.Button("Submit job", variant="primary", elem_id="new-job-submit")
             submit_message = gr.Markdown(elem_id="new-job-result")
         with gr.Column(scale=2):
@@ -63,6 +67,13 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
                                          celery_app=celery_app, principal=principal,
                                          settings=settings)
 
+    def upload(received, request: gr.Request):
+        dataset, message = upload_handlers.upload_dataset_from_form(
+            received, principal=principal_of(request), settings=settings, database=database)
+        return (dataset if dataset is not None else gr.skip()), message, None
+
+    upload_button.upload(upload, upload_button, [fields["dataset"], upload_message, upload_button],
+                         show_progress="minimal")
     gr.on([component.change for component in inputs], preview, inputs,
           [config_title, config_code, trainer_code, command_line, form_message, plan_chart,
            plan_table],
