@@ -72,8 +72,44 @@ def main(argv: list[str] | None = None) -> int:
         return config, run_rank, [rank_launch]
 
     torchrun.config_from_args = forked_ranks
+    _report_every_killed_rank()
     record(torchrun.run)(args)  # a failed rank raises ChildFailedError: exit 1, as torchrun
     return 0
+
+
+def _report_every_killed_rank() -> None:
+    """torchrun reports every failed rank of a cold launch, but of forked ranks only the
+    first failure it notices: when a rank is SIGKILLed (the kernel's OOM killer, an
+    operator), its peers' broken-connection errors may be noticed first, and the kill would
+    go unreported. So each rank that had died by a signal before torchrun closed the others
+    joins the report, as in a cold launch (worker/failure_triage.py reads it)."""
+    from torch.distributed.elastic.multiprocessing.api import MultiprocessContext, ProcessFailure
+
+    poll = MultiprocessContext._poll
+
+    def poll_noting_killed_ranks(self):
+        exitcodes: dict[int, int | None] = {}
+        close = self.close
+
+        def close_after_noting(*args, **kwargs):
+            exitcodes.update((rank, process.exitcode)
+                             for rank, process in enumerate(self._pc.processes))
+            return close(*args, **kwargs)
+
+        self.close = close_after_noting
+        try:
+            result = poll(self)
+        finally:
+            del self.close
+        if result is not None and result.failures:
+            for rank, exitcode in exitcodes.items():
+                if exitcode is not None and exitcode < 0 and rank not in result.failures:
+                    result.failures[rank] = ProcessFailure(
+                        local_rank=rank, pid=self._pc.processes[rank].pid, exitcode=exitcode,
+                        error_file=self.error_files[rank])
+        return result
+
+    MultiprocessContext._poll = poll_noting_killed_ranks
 
 
 def _take_on_the_job(launch: dict) -> None:

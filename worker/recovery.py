@@ -3,6 +3,8 @@ died. Their launcher is gone, so nothing will ever finish them: they are failed 
 "worker lost", or queued again where their spec allows restarts."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import psutil
 from sqlalchemy.orm import Session
 
@@ -23,11 +25,16 @@ def settle_jobs_whose_launcher_is_gone(*, session: Session, worker_host: str) ->
 
 
 def _launcher_alive(pid: int | None, run_dir: str | None) -> bool:
-    if pid is None:
+    if pid is None or not run_dir:
         return False
     try:
         process = psutil.Process(pid)
-        # A reused pid belongs to some other program: the launcher names the run folder.
-        return process.status() != psutil.STATUS_ZOMBIE and (run_dir or "") in process.cmdline()
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        # A reused pid belongs to some other program. A cold launcher names the run folder
+        # on its command line; a warm one (worker/warm_launcher.py) does not, but like the
+        # cold one it writes its output to the run folder's log.
+        return run_dir in process.cmdline() or any(
+            Path(file.path).is_relative_to(run_dir) for file in process.open_files())
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False

@@ -200,7 +200,8 @@ def killed_worker(home: Path, env: dict) -> ChaosReport:
         # Each job: its torchrun and its rank (and the fork server of a warm launch).
         if any(len(processes) < 2 for processes in launched.values()):
             report.problems.append(f"expected a launcher and a rank of each job before the "
-                                   f"kill, saw {launched}")
+                                   f"kill, saw {launched} "
+                                   f"(launchers {[web.job(job)['launcher_pid'] for job in launched]})")
         launched = [process for processes in launched.values() for process in processes]
         worker_process("first").send_signal(signal.SIGKILL)
         wait_until(lambda: first.poll() is not None, 10, "the killed worker to exit")

@@ -33,7 +33,7 @@ SECRETS = {"database password": DATABASE_PASSWORD, "broker password": BROKER_PAS
            "hub token": HUB_TOKEN}
 FINISHED = {"succeeded", "failed", "cancelled"}
 SECRETS_JOB = {"name": "secrets", "model": "builtin:tiny-llama", "dataset": "builtin:arithmetic",
-               "method": "lora", "backend": "fsdp", "num_gpus": 1, "max_steps": 3,
+               "method": "lora", "backend": "fsdp", "num_gpus": 1, "max_steps": 40,
                "micro_batch_size": 4, "seq_len": 64, "precision": "fp32",
                "lora": {"r": 4, "alpha": 8, "dropout": 0.0}}
 SOURCE_FOLDERS = ("app", "tunedeck", "worker", "trainer")
@@ -121,14 +121,22 @@ def test_a_job_runs_and_no_secret_is_printed_written_stored_or_served(
 def _a_rank_environment(home: Path, server, job_id: int) -> dict[str, str]:
     """The environment of the job's rank 0, read from /proc while it runs: a torchrun child
     whose command line names the run folder."""
+    from worker.process_group import live_group_members
+    from worker.sampler import rank_of_process
+
     run_dir = str(home.resolve() / "runs" / f"job-{job_id}")
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
-        job_processes = {process.pid: process for process in psutil.process_iter(["cmdline"])
-                         if run_dir in (process.info["cmdline"] or [])}
-        for process in job_processes.values():
+        # A cold rank names the run folder on its command line; a warm one (forked by the
+        # warm start's fork server) is in its launcher's process group, named td-rank0.
+        launcher_pid = server.job(job_id).get("launcher_pid")
+        candidates = [process for process in psutil.process_iter(["cmdline"])
+                      if run_dir in (process.info["cmdline"] or [])]
+        candidates += [psutil.Process(pid) for pid in
+                       (live_group_members(launcher_pid) if launcher_pid else [])]
+        for process in candidates:
             try:
-                if process.ppid() in job_processes:  # torchrun's child: a rank
+                if rank_of_process(process) == 0:
                     return process.environ()
             except psutil.Error:
                 continue

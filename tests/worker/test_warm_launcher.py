@@ -70,6 +70,12 @@ def test_a_standby_runs_a_job_to_success_with_forked_ranks(tmp_path, tunedeck_ho
     process = launcher.take(torchrun_argv(run), cwd=REPO, env=env, log_file=run.launcher_log_file)
     assert process is not None and process.pid == standby_pid
     assert not launcher.is_ready()  # taken: the next job needs a new standby
+    from worker.recovery import _launcher_alive
+
+    deadline = time.monotonic() + RUN_SECONDS
+    while not _launcher_alive(process.pid, str(run.path)):  # a worker starting on this host
+        assert time.monotonic() < deadline  # must not take it for a dead worker's job
+        time.sleep(0.1)
     processes = JobProcesses(process)
     pids = rank_pids(processes, run, ranks=2)
     assert len(pids) == 2
@@ -178,3 +184,22 @@ def test_a_dead_standby_is_not_handed_a_job(tmp_path):
     launcher._standby.wait()
     assert not launcher.is_ready()
     assert launcher.take(["torchrun"], cwd=REPO, env={}, log_file=tmp_path / "log") is None
+
+
+def test_a_sigkilled_forked_rank_is_in_torchruns_report(tmp_path, tunedeck_home, builtin_model_dir):
+    """Whichever failure torchrun notices first (the kill, or rank 0's broken connection
+    to it), the report names the SIGKILLed rank, as a cold launch's does."""
+    from worker.failure_triage import parse_rank_exits
+
+    launcher = ready_launcher(tmp_path)
+    run = write_run(tmp_path / "run", backend="fsdp", method="lora", max_steps=10_000, num_gpus=2)
+    process = launcher.take(torchrun_argv(run), cwd=REPO, env=job_environment(tunedeck_home),
+                            log_file=run.launcher_log_file)
+    processes = JobProcesses(process)
+    (rank_1,) = [pid for pid in rank_pids(processes, run, ranks=2)
+                 if psutil.Process(pid).name() == "td-rank1"]
+    os.kill(rank_1, signal.SIGKILL)
+    assert process.wait(timeout=RUN_SECONDS) != 0
+    exits = parse_rank_exits(run.launcher_log_file.read_text())
+    assert any(rank_exit.rank == 1 and rank_exit.signal_name == "SIGKILL" for rank_exit in exits), exits
+    processes.kill()
