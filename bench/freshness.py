@@ -122,7 +122,8 @@ def main() -> int:
     parser.add_argument("--startup-seconds", type=float, default=300)
     arguments = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tunedeck-bench-") as folder:
-        env = {"TUNEDECK_WORKER_CONCURRENCY": str(arguments.jobs)}
+        # The fake `trainer` package has no warm start (trainer.warm_start): launch cold.
+        env = {"TUNEDECK_WORKER_CONCURRENCY": str(arguments.jobs), "TUNEDECK_WARM_START": "false"}
         with running_tunedeck(Path(folder) / "server", extra_env=env, cwd=FAKE_TRAINER_DIR) as server:
             freshness, revisits = measure(server, arguments)
     if not freshness:
