@@ -22,14 +22,15 @@ from starlette.concurrency import run_in_threadpool
 
 from app.job_access import record_action
 from app.principal import principal_of
+from tunedeck.accounts import USER_NAME_PATTERN
 from tunedeck import audit
 from tunedeck.dataset_records import DATASET_SUFFIXES, example_from_record, iter_records
 
 upload_router = APIRouter()
 
 UPLOAD_FILENAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-# What accounts allow; checked again here because the name becomes a folder.
-PRINCIPAL_FOLDER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# The account name rule, checked again here because the name becomes a folder.
+PRINCIPAL_FOLDER = USER_NAME_PATTERN
 HASH_PREFIX_CHARS = 12
 
 
