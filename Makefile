@@ -19,7 +19,7 @@ run: $(STAMP)
 	$(VENV)/bin/tunedeck up
 
 test: $(STAMP) services browser-deps
-	$(VPY) -m pytest -q -rs $(PYTEST_ARGS)
+	$(VPY) -m pytest -q -rs --durations=30 $(PYTEST_ARGS)
 
 install: $(STAMP)
 

@@ -5,7 +5,8 @@ then each rank imports torch, transformers, peft and DeepSpeed again. The worker
 process ahead of its next job instead. It imports torchrun's own launcher, starts a
 multiprocessing fork server that imports what ranks use (trainer.warm_preload), writes
 `--ready-file`, and waits for one line on stdin: the job's torchrun argv, environment,
-folder and log file (worker/warm_launcher.py). Then it becomes that torchrun: torchrun's
+folder and log file (worker/warm_launcher.py). It writes the line's accept file once it has
+taken them on. Then it becomes that torchrun: torchrun's
 own argument parser, rendezvous and agent, with the ranks forked from the fork server
 (`trainer.warm_rank`) instead of started as `python -m trainer`. The argv in launch.json is
 exactly what runs; only how each rank's process comes to exist differs.
@@ -56,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     launch = json.loads(line)
     _take_on_the_job(launch)
+    # From here this process is the job's launcher; until the worker reads this file, a
+    # failure above leaves the job to a cold launch (worker/warm_launcher.py).
+    Path(launch["accept_file"]).write_text(str(os.getpid()))
     args = torchrun.parse_args(launch["argv"][1:])
     if not (args.module and args.training_script == "trainer"):
         # Not the trainer (nothing TuneDeck generates): run the command as torchrun would.

@@ -16,12 +16,17 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from tunedeck.job_spec import JobSpec
 from worker.process_group import die_with_worker
 
 log = logging.getLogger(__name__)
+
+# How long a standby may take to say it took a job on: it answers at once when ready, and
+# one still importing answers when its imports end (seconds, well under a cold start's).
+ACCEPT_SECONDS = 120.0
 
 
 def fits_warm_start(spec: JobSpec) -> bool:
@@ -71,22 +76,37 @@ class WarmLauncher:
 
     def take(self, argv: list[str], *, cwd: Path, env: dict[str, str],
              log_file: Path) -> subprocess.Popen | None:
-        """The standby, now running the job (its launcher), or None: launch cold."""
+        """The standby, now running the job (its launcher), or None: launch cold. The
+        standby is the job's only once it said so (its accept file): one that dies or
+        fails before it has taken the job on leaves it to a cold launch, not failed."""
         with self._lock:
             standby, self._standby = self._standby, None
             ready_file, self._ready_file = self._ready_file, None
         if standby is None or standby.poll() is not None:
             return None
+        if ready_file is not None:
+            ready_file.unlink(missing_ok=True)
         log_file.parent.mkdir(parents=True, exist_ok=True)
-        request = {"argv": argv, "env": env, "cwd": str(cwd), "log_file": str(log_file)}
+        accept_file = self.folder / f"standby-{standby.pid}.accepted"
+        accept_file.unlink(missing_ok=True)
+        request = {"argv": argv, "env": env, "cwd": str(cwd), "log_file": str(log_file),
+                   "accept_file": str(accept_file)}
         try:
             standby.stdin.write((json.dumps(request) + "\n").encode())
             standby.stdin.close()
         except OSError:  # it died meanwhile
             _kill_group(standby)
             return None
-        if ready_file is not None:
-            ready_file.unlink(missing_ok=True)
+        deadline = time.monotonic() + ACCEPT_SECONDS
+        while not accept_file.exists():
+            if standby.poll() is not None or time.monotonic() > deadline:
+                log.warning("the standby launcher (pid %d) did not take the job on (exit code "
+                            "%s; see %s); starting it cold", standby.pid, standby.poll(),
+                            self.folder / "standby.log")
+                _kill_group(standby)
+                return None
+            time.sleep(0.005)
+        accept_file.unlink(missing_ok=True)
         return standby
 
     def stop(self) -> None:

@@ -22,7 +22,7 @@ from tests.servers import RunningServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.torchrun]
 
-MAX_STEPS = 16  # a few seconds of steps: time for several memory samples and a visible ETA
+MAX_STEPS = 32  # a few seconds of steps even on a warm start: several memory samples, a visible ETA
 JOB_SECONDS = 300
 CHART_SECONDS = 30  # the job page refreshes every second, the Compare tab every two
 RANKS = ["rank 0", "rank 1"]
@@ -123,7 +123,9 @@ def test_the_job_page_shows_progress_and_one_memory_line_per_rank(page, tunedeck
         assert len(colours) == len(RANKS) and None not in colours, (plot, colours)
         assert len(set(colours)) == len(RANKS), (plot, colours)  # told apart by colour
         points = line_points(page, plot)
-        assert min(points) >= 3, (plot, points)
+        # The ranks log every step; the worker samples once a second, and a warm-started job
+        # of this size may last only a few seconds: a line, not a count of seconds.
+        assert min(points) >= (MAX_STEPS if plot == "#job-memory-plot" else 2), (plot, points)
     expect(page.locator("#job-gpu-memory-plot")).to_contain_text("Memory per rank process (RSS")
 
 

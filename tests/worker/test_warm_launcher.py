@@ -186,6 +186,24 @@ def test_a_dead_standby_is_not_handed_a_job(tmp_path):
     assert launcher.take(["torchrun"], cwd=REPO, env={}, log_file=tmp_path / "log") is None
 
 
+def test_a_standby_that_fails_to_take_a_job_on_leaves_it_to_a_cold_launch(tmp_path):
+    """The standby is handed the job but dies before it has taken it on (here: the job's
+    folder is gone, so it cannot change into it): `take` says "launch cold" instead of
+    handing the worker a launcher that is already dead, and leaves no process behind."""
+    launcher = ready_launcher(tmp_path)
+    standby = launcher._standby
+    group = os.getpgid(standby.pid)
+    log_file = tmp_path / "run" / "torchrun.log"
+    assert launcher.take(["torchrun", "-m", "trainer"], cwd=tmp_path / "gone", env={},
+                         log_file=log_file) is None
+    assert standby.poll() is not None
+    deadline = time.monotonic() + 10
+    while live_group_members(group):  # its fork server, killed with it
+        assert time.monotonic() < deadline, live_group_members(group)
+        time.sleep(0.05)
+    assert "gone" in (tmp_path / "warm" / "standby.log").read_text()  # its reason, logged
+
+
 def test_a_sigkilled_forked_rank_is_in_torchruns_report(tmp_path, tunedeck_home, builtin_model_dir):
     """Whichever failure torchrun notices first (the kill, or rank 0's broken connection
     to it), the report names the SIGKILLed rank, as a cold launch's does."""
