@@ -27,9 +27,9 @@ from tunedeck.failure_kinds import OUT_OF_MEMORY
 from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 
-# Per operation, generation mode and pinned path: about 2,000 requests, some 30 s a
+# Per operation, generation mode and pinned path: about 1,500 requests, some 40 s a
 # database on the 2-core CI machine, and enough to reach every validator.
-MAX_EXAMPLES = 40
+MAX_EXAMPLES = 30
 # A floor below which the run would not have exercised the API (hypothesis stops early
 # only on tiny input spaces such as /healthz's).
 MIN_CASES = 1000
