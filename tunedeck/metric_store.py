@@ -167,18 +167,15 @@ def _figure_columns(keys: tuple[str, ...]) -> list:
 
 def _float_table(session: Session, statement: Select) -> np.ndarray:
     """The statement's rows (numbers or null only) as one float array, a row a point, NaN
-    for null. Fetched through the driver's own cursor: for 200,000 points, building
-    SQLAlchemy rows and transposing them took longer than the query itself."""
-    connection = session.connection()
-    compiled = statement.compile(dialect=connection.dialect)
-    parameters = (tuple(compiled.params[name] for name in compiled.positiontup or ())
-                  if compiled.positional else compiled.params)
-    cursor = connection.connection.cursor()
+    for null. Executed through SQLAlchemy (its compiled-statement cache: compiling this
+    statement anew took 2 ms, three times a poll) but fetched from the driver's own
+    cursor: for 200,000 points, building SQLAlchemy rows and transposing them took longer
+    than the query itself."""
+    result = session.connection().execute(statement)
     try:
-        cursor.execute(str(compiled), parameters)
-        rows = cursor.fetchall()
+        rows = result.cursor.fetchall()
     finally:
-        cursor.close()
+        result.close()
     return np.array(rows, dtype=float).reshape(len(rows), len(statement.selected_columns))
 
 

@@ -10,7 +10,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 def make_engine(database_url: str) -> Engine:
     if database_url.startswith("sqlite"):
-        engine = create_engine(database_url, connect_args={"timeout": 30, "check_same_thread": False})
+        # A pool as wide as the web's thread pool and a worker's job threads: past the
+        # default 5, each busy request opened (and tuned, below) a connection of its own.
+        engine = create_engine(database_url, pool_size=20, max_overflow=40,
+                               connect_args={"timeout": 30, "check_same_thread": False})
         event.listen(engine, "connect", _tune_sqlite_connection)
         return engine
     return create_engine(database_url, pool_pre_ping=True)
