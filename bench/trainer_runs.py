@@ -22,13 +22,16 @@ from tunedeck.metrics_event import decode_event  # noqa: E402
 from tunedeck.run_folder import RunFolder, write_run_folder  # noqa: E402
 
 SUMMARY = re.compile(r"training summary: tokens=(\d+) seconds=([\d.]+) "
-                     r"tokens_per_second=([\d.]+) median_step_seconds=([\d.]+)")
+                     r"tokens_per_second=([\d.]+) median_step_seconds=([\d.]+)"
+                     r"(?: telemetry_seconds=([\d.]+))?")
 
 
 @dataclass(frozen=True)
 class Summary:
     tokens_per_second: float
     median_step_seconds: float
+    seconds: float = 0.0  # the steps after the first, in all
+    telemetry_seconds: float = 0.0  # of `seconds`, handing figures to the telemetry
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,8 @@ def read_summary(log_text: str) -> Summary:
     match = SUMMARY.search(log_text)
     if match is None:
         raise RuntimeError("no training summary in the log:\n" + log_text[-3000:])
-    return Summary(float(match.group(3)), float(match.group(4)))
+    return Summary(float(match.group(3)), float(match.group(4)), seconds=float(match.group(2)),
+                   telemetry_seconds=float(match.group(5) or 0.0))
 
 
 def run_plain_torchrun(home: Path, spec: JobSpec, run_dir: Path, *, metrics: bool = False,

@@ -143,19 +143,25 @@ class Throughput:
     tokens: float = 0.0
     seconds: float = 0.0
     step_seconds: list[float] = field(default_factory=list)
+    # Of `seconds`, the time spent handing the step's figures to the telemetry: what
+    # running with `--metrics off` saves (bench/telemetry_overhead.py).
+    telemetry_seconds: float = 0.0
 
-    def add(self, *, step: int, tokens: float, seconds: float) -> None:
+    def add(self, *, step: int, tokens: float, seconds: float,
+            telemetry_seconds: float = 0.0) -> None:
         if step > self.first_step:
             self.tokens += tokens
             self.seconds += seconds
             self.step_seconds.append(seconds)
+            self.telemetry_seconds += telemetry_seconds
 
     def as_text(self) -> str:
         tokens_per_second = self.tokens / self.seconds if self.seconds else 0.0
         median_step_seconds = statistics.median(self.step_seconds) if self.step_seconds else 0.0
         return (f"tokens={int(self.tokens)} seconds={self.seconds:.4f} "
                 f"tokens_per_second={tokens_per_second:.2f} "
-                f"median_step_seconds={median_step_seconds:.6f}")
+                f"median_step_seconds={median_step_seconds:.6f} "
+                f"telemetry_seconds={self.telemetry_seconds:.6f}")
 
 
 def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *, spec: JobSpec,
@@ -185,13 +191,16 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *
         step_seconds = time.perf_counter() - started
         loss = loss_total / micro_batches_per_step
         stop_on_non_finite_loss(loss, step=step, precision=spec.precision)
+        reporting = time.perf_counter()
         telemetry.step(step=step, loss=loss, learning_rate=learning_rate, grad_norm=grad_norm_value,
                        tokens_per_second=tokens / step_seconds, step_seconds=step_seconds,
                        tokens=int(tokens), **mfu_meter.fields(tokens / step_seconds))
         telemetry.memory(step=step)
         footprint_pending = report_footprint(backend, telemetry, step=step,
                                              pending=footprint_pending)
-        throughput.add(step=step, tokens=tokens, seconds=time.perf_counter() - started)
+        reported = time.perf_counter()
+        throughput.add(step=step, tokens=tokens, seconds=reported - started,
+                       telemetry_seconds=reported - reporting)
         if context.is_main and (step % PRINT_EVERY_STEPS == 0 or step in (start_step + 1, total_steps)):
             print(f"step {step}/{total_steps} loss {loss:.4f} lr {learning_rate:.2e} "
                   f"grad_norm {grad_norm_value:.3f} {step_seconds:.2f}s", flush=True)
