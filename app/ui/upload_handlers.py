@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-
 import tempfile
 from pathlib import Path
 
@@ -54,6 +53,3 @@ def _copy_with_digest(source: Path, handle: int) -> str:
             digest.update(chunk)
             writer.write(chunk)
     return digest.hexdigest()
-
-
-
