@@ -9,7 +9,6 @@ TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 export GRADIO_ANALYTICS_ENABLED := False
-export TORCH_EXTENSIONS_DIR ?= $(HOME)/.cache/tunedeck/torch_extensions
 export TUNEDECK_TEST_POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 export TUNEDECK_TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 

@@ -14,11 +14,12 @@ from app.backend_comparison import ComparisonRefused, compare_backends, compare_
 from app.job_checkpoints import NothingToResume, list_checkpoints, resume_from_latest_checkpoint
 from app.job_compare import BadJobIds, compare_jobs, parse_job_ids
 from app.job_retry import RetryRefused, retry_job
+from app.lora_preview import PreviewUnavailable, lora_targets_preview
 from app.job_submission import cancel_job, submit_job
 from app.job_access import owner_for_new_job, record_action, visible_job, visible_jobs
 from app.principal import principal_of
 from app.spec_access import as_validation_detail, spec_access_problems
-from app.job_views import (MAX_JOB_ID, job_config, job_run_folder, job_to_dict,
+from app.job_views import (MAX_JOB_ID, job_artifacts, job_config, job_run_folder, job_to_dict,
                            read_job_log_tail)
 from tunedeck import audit, job_store
 from tunedeck.db.engine import Database
@@ -93,7 +94,10 @@ def list_jobs(request: Request, limit: int = Query(200, ge=1, le=1000)) -> list[
 
 @router.get("/api/jobs/{job_id}")
 def get_job(job_id: JobId, request: Request) -> dict[str, Any]:
-    return job_to_dict(_load_job(request, job_id))
+    """The job's row, plus `artifacts`: the dtype, bytes and file count of each download
+    (only here, not in listings: it reads the run folder's files)."""
+    job = _load_job(request, job_id)
+    return {**job_to_dict(job), "artifacts": job_artifacts(job)}
 
 
 @router.get("/api/jobs/{job_id}/metrics", response_class=JSONResponse)
@@ -235,17 +239,37 @@ def download_artifact(job_id: JobId, kind: str, request: Request) -> FileRespons
 def plan(request_body: PlanRequest, request: Request) -> dict[str, Any]:
     """Bytes per GPU of the spec under ddp, zero2, zero2_offload, fsdp and fsdp_offload, a
     verdict for each, the recommended backend and why."""
-    # The planner reads a local model's config.json: the same roots as a submission, so a
-    # plan cannot probe folders a job could not use.
-    problems = [(field, message) for field, message in spec_access_problems(
-        request_body.spec, principal=principal_of(request), settings=request.app.state.settings)
-        if field == "model"]
-    if problems:
-        raise HTTPException(status_code=422, detail=[{
-            "loc": ["body", "spec", field], "msg": message, "type": "value_error"}
-            for field, message in problems])
+    _refuse_unreadable_model(request_body.spec, request, location=["body", "spec"])
     try:
         return plan_json(request_body.spec, request_body.gpus)
     except ValueError as error:
         raise HTTPException(status_code=422, detail=[{
             "loc": ["body", "spec", "model"], "msg": str(error), "type": "value_error"}]) from error
+
+
+@router.post("/api/lora-targets")
+def lora_targets(spec: JobSpec, request: Request) -> dict[str, Any]:
+    """What the spec's LoRA adapts on its model, as the trainer resolves it (`all-linear`
+    included): `linear_modules`, `expert_parameters`, `routers` and `router` (frozen or
+    trained), `experts_left_out`, `trainable_parameters`, `total_parameters`; 422 naming the
+    model when the trainer cannot adapt it, 503 when this host cannot build models."""
+    _refuse_unreadable_model(spec, request, location=["body"])
+    try:
+        return lora_targets_preview(spec, home=request.app.state.settings.home_dir)
+    except PreviewUnavailable as error:
+        raise HTTPException(status_code=503, detail=str(error)) from error
+    except ValueError as error:
+        raise HTTPException(status_code=422, detail=[{
+            "loc": ["body", "model"], "msg": str(error), "type": "value_error"}]) from error
+
+
+def _refuse_unreadable_model(spec: JobSpec, request: Request, *, location: list[str]) -> None:
+    """A 422 for a local model outside the requester's roots: the planner and the target
+    resolver read its config.json, and must not probe folders a job could not use."""
+    problems = [(field, message) for field, message in spec_access_problems(
+        spec, principal=principal_of(request), settings=request.app.state.settings)
+        if field == "model"]
+    if problems:
+        raise HTTPException(status_code=422, detail=[{
+            "loc": [*location, field], "msg": message, "type": "value_error"}
+            for field, message in problems])

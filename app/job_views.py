@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from app.artifacts import ARTIFACT_KINDS, artifact_summary
 from tunedeck.backend_config import backend_config, build_torchrun_argv
 from tunedeck.db.models import Job
 from tunedeck.job_spec import JobSpec
@@ -43,6 +44,16 @@ def job_to_dict(job: Job) -> dict[str, Any]:
 
 def _iso(value) -> str | None:
     return value.isoformat() if value is not None else None
+
+
+def job_artifacts(job: Job) -> dict[str, dict]:
+    """{kind: {dtype, bytes, files}} of each download the job's run folder holds (merged,
+    adapter); empty before the export."""
+    run = job_run_folder(job)
+    if run is None:
+        return {}
+    summaries = {kind: artifact_summary(run, kind) for kind in ARTIFACT_KINDS}
+    return {kind: summary for kind, summary in summaries.items() if summary is not None}
 
 
 def job_run_folder(job: Job) -> RunFolder | None:

@@ -17,6 +17,7 @@ from app.account_api import account_router  # noqa: E402
 from app.access import AccessMiddleware, check_open_access_allowed  # noqa: E402
 from app.api import router  # noqa: E402
 from app.dataset_upload import upload_router  # noqa: E402
+from app.preflight_api import preflight_router  # noqa: E402
 from app.sign_in import sign_in_router  # noqa: E402
 from tunedeck.broker import make_celery  # noqa: E402
 from tunedeck.db.engine import Database  # noqa: E402
@@ -34,6 +35,7 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True) -> Fas
                                                       host=settings.host)
     api.include_router(router)
     api.include_router(upload_router)
+    api.include_router(preflight_router)
     api.include_router(sign_in_router)
     api.include_router(account_router)
     api.add_exception_handler(RequestValidationError, json_safe_validation_error)

@@ -50,6 +50,7 @@ from tunedeck.backend_config import backend_config, build_torchrun_argv  # noqa:
 from tunedeck.job_spec import JobSpec  # noqa: E402
 from tunedeck.metrics_event import decode_event  # noqa: E402
 from tunedeck.run_folder import RunFolder, write_run_folder  # noqa: E402
+from tunedeck.torch_extensions import environment_extensions_dir  # noqa: E402
 
 TARGET_SECONDS = 3.0
 API_POLL_SECONDS = 0.05
@@ -171,7 +172,7 @@ def launch_environment(home: Path, ranks: int) -> dict[str, str]:
     return {**{key: value for key, value in os.environ.items() if not key.startswith("TUNEDECK_")},
             "TUNEDECK_HOME": str(home),
             "TORCH_EXTENSIONS_DIR": os.environ.get(
-                "TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "tunedeck" / "torch_extensions")),
+                "TORCH_EXTENSIONS_DIR", str(environment_extensions_dir())),
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS",
                                               str(max(1, (os.cpu_count() or 1) // ranks))),
             "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -11,12 +11,15 @@ REPO = Path(__file__).resolve().parents[1]
 FORBIDDEN = {
     "trainer": {"app", "worker", "tunedeck.db", "tunedeck.job_store", "tunedeck.metric_store",
                 "tunedeck.settings", "sqlalchemy", "celery", "gradio", "fastapi"},
-    "app": {"torch", "deepspeed", "transformers", "peft", "worker", "trainer"},
+    "app": {"torch", "deepspeed", "transformers", "peft", "worker", "trainer", "datasets",
+            "tunedeck.dataset_sources"},
 }
 PURE_MODULES = ["tunedeck/job_spec.py", "tunedeck/backend_config.py", "tunedeck/run_folder.py",
-                "tunedeck/metrics_event.py", "tunedeck/job_states.py"]
+                "tunedeck/metrics_event.py", "tunedeck/job_states.py",
+                "tunedeck/safetensors_headers.py", "tunedeck/dataset_records.py",
+                "tunedeck/dataset_sources.py", "tunedeck/dataset_columns.py"]
 HEAVY = {"torch", "deepspeed", "transformers", "peft", "sqlalchemy", "celery", "gradio",
-         "fastapi", "yaml", "numpy"}
+         "fastapi", "yaml", "numpy", "datasets", "pyarrow", "huggingface_hub"}
 
 
 def module_level_imports(path: Path) -> set[str]:

@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from tunedeck.dataset_records import Example, load_file_examples, single_turn
+from tunedeck.dataset_records import Example, single_turn
+from tunedeck.dataset_sources import DatasetSource, load_source_examples, spec_source
 
-IGNORE_INDEX = -100  # the label value Hugging Face causal-LM losses skip
+from trainer.token_loss import IGNORE_INDEX, loss_token_count
 BUILTIN_DATASETS = ("arithmetic",)
 # Used when a tokenizer has no chat template of its own (most base models).
 PLAIN_PROMPT_TEMPLATE = "### Instruction:\n{prompt}\n\n### Response:\n"
@@ -35,15 +36,26 @@ class TokenizedExample:
 
 class MicroBatch(NamedTuple):
     inputs: dict[str, Any]  # the model's keyword arguments, labels included
-    token_count: int  # tokens that are not padding
+    token_count: int  # tokens that are not padding (what throughput counts)
+    loss_tokens: int  # answer tokens the loss covers (what the step's mean divides by)
 
 
-def load_examples(source: str, *, field: str = "dataset") -> list[Example]:
-    """`builtin:NAME` or a local .jsonl/.json file; errors name the spec field, the source
-    and the problem."""
-    if source.startswith("builtin:"):
-        return _builtin_examples(source.removeprefix("builtin:"), field)
-    return load_file_examples(source, field=field)
+def load_examples(source: str | DatasetSource, *, field: str = "dataset",
+                  limit: int | None = None) -> list[Example]:
+    """`builtin:NAME`, or any source tunedeck.dataset_sources reads (a local file or folder,
+    a Hugging Face id; a DatasetSource carries its config, split and columns); errors name
+    the spec field, the source and the problem."""
+    if isinstance(source, str):
+        source = DatasetSource(source, field=field)
+    if source.reference.startswith("builtin:"):
+        return _builtin_examples(source.reference.removeprefix("builtin:"), source.field)[:limit]
+    return load_source_examples(source, limit=limit)
+
+
+def load_spec_examples(spec, field: str = "dataset") -> list[Example]:
+    """The examples of the spec's `dataset` or `eval_dataset`, with its config, split and
+    columns (the `datasets` cache: HF_DATASETS_CACHE, which the worker sets for the ranks)."""
+    return load_examples(spec_source(spec, field))
 
 
 def _builtin_examples(name: str, field: str) -> list[Example]:
@@ -100,11 +112,12 @@ def tokenize_example(tokenizer, example: Example, seq_len: int, *,
     return _tokenize_all(tokenizer, [example], seq_len, source=source)[0]
 
 
-def _tokenize_all(tokenizer, examples: list[Example], seq_len: int, *,
+def _tokenize_all(tokenizer, examples: list[Example], seq_len: int | None, *,
                   source: str) -> list[TokenizedExample]:
     """Each example tokenized with masked labels. Texts are rendered and tokenized in
     batches (one tokenizer call for all prompts, one for all answers): the same ids as one
-    call per text, in a third of the time, which a job pays on every rank at start-up."""
+    call per text, in a third of the time, which a job pays on every rank at start-up.
+    `seq_len` None leaves them whole (the data preflight measures what truncation cuts)."""
     chat_template = bool(getattr(tokenizer, "chat_template", None))
     if chat_template:
         # The template closes the turn itself (its end-of-turn token is part of the answer).
@@ -126,10 +139,23 @@ def _tokenize_all(tokenizer, examples: list[Example], seq_len: int, *,
         answer_ids = [*answer_ids, *answer_suffix]
         if bos_id is not None and not prompt_text.startswith(tokenizer.bos_token):
             prompt_ids = [bos_id, *prompt_ids]
-        input_ids = (prompt_ids + answer_ids)[:seq_len]
-        labels = ([IGNORE_INDEX] * len(prompt_ids) + answer_ids)[:seq_len]
-        tokenized.append(TokenizedExample(input_ids=input_ids, labels=labels))
+        whole = TokenizedExample(input_ids=prompt_ids + answer_ids,
+                                 labels=[IGNORE_INDEX] * len(prompt_ids) + answer_ids)
+        tokenized.append(truncate_example(whole, seq_len))
     return tokenized
+
+
+def truncate_example(item: TokenizedExample, seq_len: int | None) -> TokenizedExample:
+    """The first `seq_len` tokens (all with None): the answer, last, is what a long
+    example loses."""
+    if seq_len is None:
+        return item
+    return TokenizedExample(input_ids=item.input_ids[:seq_len], labels=item.labels[:seq_len])
+
+
+def has_answer_tokens(item: TokenizedExample) -> bool:
+    """Whether the loss covers any of its tokens (an example without is dropped)."""
+    return any(label != IGNORE_INDEX for label in item.labels)
 
 
 def tokenize_examples(tokenizer, examples: list[Example], seq_len: int, *,
@@ -137,7 +163,7 @@ def tokenize_examples(tokenizer, examples: list[Example], seq_len: int, *,
     """Tokenized examples that still hold answer tokens after truncation to `seq_len`;
     `source` is how errors name the data ("dataset PATH", "eval_dataset PATH")."""
     tokenized = _tokenize_all(tokenizer, examples, seq_len, source=source)
-    kept = [item for item in tokenized if any(label != IGNORE_INDEX for label in item.labels)]
+    kept = [item for item in tokenized if has_answer_tokens(item)]
     if not kept:
         raise ValueError(f"{source}: every prompt fills seq_len={seq_len}; "
                          "no answer tokens are left to train on")
@@ -193,6 +219,7 @@ def micro_batches(examples: list[TokenizedExample], *, micro_batch_size: int, pa
         order = rank_shard_order(len(examples), seed=seed, epoch=epoch, rank=rank, world_size=world_size)
         for start in range(0, len(order) - micro_batch_size + 1, micro_batch_size):
             batch = [examples[i] for i in order[start:start + micro_batch_size]]
-            yield MicroBatch(collate(batch, pad_token_id),
-                             token_count=sum(len(item.input_ids) for item in batch))
+            inputs = collate(batch, pad_token_id)
+            yield MicroBatch(inputs, token_count=sum(len(item.input_ids) for item in batch),
+                             loss_tokens=loss_token_count(inputs["labels"]))
         epoch += 1

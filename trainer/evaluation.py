@@ -9,23 +9,24 @@ over every answer token of the eval set, not a mean of batch means.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tunedeck.dataset_records import Example, eval_split_problem, split_eval_examples
 from tunedeck.job_spec import JobSpec
 
-from trainer.datasets import IGNORE_INDEX, TokenizedExample, collate, load_examples, tokenize_examples
-from trainer.packing import pack_examples
+from trainer.datasets import IGNORE_INDEX, TokenizedExample, collate, load_spec_examples
 from trainer.rank import RankContext
 from trainer.telemetry import Telemetry
+from trainer.token_loss import summed_token_loss
 
 
 def load_train_and_eval_examples(spec: JobSpec, *, ranks: int) -> tuple[list[Example], list[Example]]:
     """(training examples, eval examples); the latter empty when the spec has no eval."""
-    examples = load_examples(spec.dataset)
+    examples = load_spec_examples(spec)
     if spec.eval_dataset is not None:
-        return examples, load_examples(spec.eval_dataset, field="eval_dataset")
+        return examples, load_spec_examples(spec, field="eval_dataset")
     problem = eval_split_problem(len(examples), fraction=spec.eval_split,
                                  micro_batch_size=spec.micro_batch_size, ranks=ranks)
     if problem:
@@ -40,17 +41,6 @@ def eval_source(spec: JobSpec) -> str:
     if spec.eval_dataset is not None:
         return f"eval_dataset {spec.eval_dataset}"
     return f"eval_split {spec.eval_split} of dataset {spec.dataset}"
-
-
-def summed_token_loss(logits, labels) -> tuple[Any, Any]:
-    """The sum of next-token cross-entropies over the labelled positions, and their count
-    (the same positions and loss as the model's own mean loss)."""
-    import torch.nn.functional as F
-
-    shifted_labels = labels[:, 1:]
-    loss_sum = F.cross_entropy(logits[:, :-1].float().flatten(0, 1), shifted_labels.flatten(),
-                               ignore_index=IGNORE_INDEX, reduction="sum")
-    return loss_sum, (shifted_labels != IGNORE_INDEX).sum()
 
 
 def score_micro_batch(model, batch: dict[str, Any]) -> tuple[Any, Any]:
@@ -69,7 +59,7 @@ def score_micro_batch(model, batch: dict[str, Any]) -> tuple[Any, Any]:
     return summed_token_loss(logits, batch["labels"])
 
 
-def rank_eval_batches(rows: list[TokenizedExample], *, micro_batch_size: int, rank: int,
+def rank_eval_batches(rows: Sequence[TokenizedExample], *, micro_batch_size: int, rank: int,
                       world_size: int) -> list[list[TokenizedExample]]:
     """This rank's share of the eval rows, in micro-batches. Every rank gets the same number
     of micro-batches: an FSDP forward gathers parameters, a collective all ranks must join.
@@ -116,15 +106,13 @@ class NoEvaluation:
         pass
 
 
-def build_evaluation(tokenizer, examples: list[Example], *, spec: JobSpec, context: RankContext,
-                     telemetry: Telemetry) -> Evaluation | NoEvaluation:
-    """Tokenized (and packed, as training is) eval micro-batches for this rank."""
-    if not examples:
+def build_evaluation(rows: Sequence[TokenizedExample], *, pad_token_id: int, spec: JobSpec,
+                     context: RankContext, telemetry: Telemetry) -> Evaluation | NoEvaluation:
+    """This rank's eval micro-batches, from the eval rows (tokenized, and packed as training
+    is, by trainer/tokenized_data.py)."""
+    if not rows:
         return NoEvaluation()
-    rows = tokenize_examples(tokenizer, examples, spec.seq_len, source=eval_source(spec))
-    if spec.packing:
-        rows = pack_examples(rows, spec.seq_len)
     batches = rank_eval_batches(rows, micro_batch_size=spec.micro_batch_size,
                                 rank=context.rank, world_size=context.world_size)
-    return Evaluation(batches=[collate(batch, tokenizer.pad_token_id) for batch in batches],
+    return Evaluation(batches=[collate(batch, pad_token_id) for batch in batches],
                       every_steps=spec.eval_every_steps, context=context, telemetry=telemetry)

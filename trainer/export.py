@@ -4,8 +4,11 @@ Export starts from a fresh fp32 load of the base model and copies in the trained
 weights the backend gathered, so the merge never lands on a bf16 copy a backend made for
 training, nor (QLoRA) on the 4-bit weights the adapter was trained over: rounding the merged
 sum back to NF4 would undo much of what the adapter learned. `merged/` gives the same logits
-as the fp32 base + `adapter/`. Each folder is written beside its final name and renamed
-into place: a reader sees a whole model or none.
+as the fp32 base + `adapter/`, up to the rounding of the one cast at the end to the spec's
+`export_dtype` (auto: the base's stored dtype, so a bf16 base is not downloaded as fp32 at
+twice its bytes). `adapter/` stays fp32 (peft's default): it is small, and it is what an
+exact reapplication needs. Each folder is written beside its final name and renamed into
+place: a reader sees a whole model or none.
 """
 from __future__ import annotations
 
@@ -18,8 +21,13 @@ from typing import Any
 from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 
+from trainer.export_dtype import resolve_export_dtype, torch_dtype
 from trainer.method import apply_method, uses_adapter
 from trainer.model_source import load_base_model
+
+# Hugging Face's usual shard size (transformers 5 defaults to 50GB): a large merged/ is
+# several files named by model.safetensors.index.json, none of them tens of GB.
+MAX_SHARD_SIZE = "5GB"
 
 
 def export_weights(spec: JobSpec, run: RunFolder, *, trained_state: dict[str, Any], model_source: str,
@@ -31,9 +39,12 @@ def export_weights(spec: JobSpec, run: RunFolder, *, trained_state: dict[str, An
         with folder_written_in_place(run.adapter_dir) as staging:
             model.save_pretrained(staging)
         model = model.merge_and_unload()
+    # Once, after the fp32 merge: save_pretrained records the dtype in config.json.
+    model = model.to(torch_dtype(resolve_export_dtype(spec.export_dtype, model_source)))
     model.config.use_cache = True  # the exported model is for generation
     with folder_written_in_place(run.merged_dir) as staging:
-        model.save_pretrained(staging)  # safetensors: transformers 5 writes nothing else
+        # safetensors: transformers 5 writes nothing else
+        model.save_pretrained(staging, max_shard_size=MAX_SHARD_SIZE)
         tokenizer.save_pretrained(staging)
 
 

@@ -1,9 +1,12 @@
 """The fine-tuning method: which parameters train. `lora` adds a peft adapter over a frozen
 base; `qlora` adds the same adapter over a base loaded in 4-bit NF4 (see model_source);
-`full` trains every weight."""
+`full` trains every weight. Which weights an adapter lands on is trainer.lora_targets'
+answer; this module tells peft, and checks that peft did exactly that."""
 from __future__ import annotations
 
 from tunedeck.job_spec import JobSpec, LoraSettings
+
+from trainer.lora_targets import LoraTargets, resolve_lora_targets
 
 
 def uses_adapter(spec: JobSpec) -> bool:
@@ -22,7 +25,13 @@ def apply_method(model, spec: JobSpec):
 
     if getattr(model, "is_loaded_in_4bit", False):
         prepare_quantized_base(model)
-    return get_peft_model(model, lora_config(spec.lora))
+    targets = resolve_lora_targets(model, spec.lora)
+    config = lora_config(spec.lora, targets, model)
+    adapted = get_peft_model(model, config)
+    check_adapted_as_resolved(adapted, config, model_type=model.config.model_type)
+    if targets.uses_parameter_adapters:
+        restore_linear_dropout(adapted, spec.lora.dropout)
+    return adapted
 
 
 def prepare_quantized_base(model) -> None:
@@ -50,16 +59,81 @@ def prepare_quantized_base(model) -> None:
             module.support_avx512bf16_for_cpu = False
 
 
-def lora_config(settings: LoraSettings):
+def lora_config(settings: LoraSettings, targets: LoraTargets, model):
+    """Explicit names, never peft's "all-linear" (peft's own would adapt a Mixtral router).
+    lora.ParamWrapper (the fused expert weights) refuses a dropout, and peft's config has one
+    dropout for all: with expert adapters it is 0 here, and restore_linear_dropout gives the
+    linear layers theirs back. The saved adapter_config.json then says 0, which is also what
+    a reload of an adapter with expert weights needs."""
     from peft import LoraConfig
 
-    target_modules = settings.target_modules
-    if not isinstance(target_modules, str):
-        target_modules = list(target_modules)
+    modules, parameters = peft_target_names(targets, model)
     return LoraConfig(
-        r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
-        target_modules=target_modules, task_type="CAUSAL_LM", bias="none",
+        r=settings.r, lora_alpha=settings.alpha,
+        lora_dropout=0.0 if parameters else settings.dropout,
+        target_modules=modules, target_parameters=parameters or None,
+        modules_to_save=list(targets.router_modules) if targets.train_router else None,
+        task_type="CAUSAL_LM", bias="none",
     )
+
+
+def peft_target_names(targets: LoraTargets, model) -> tuple[list[str], list[str]]:
+    """(target_modules, target_parameters) as peft must be told. For model types whose
+    layout changed in transformers 5 (Mixtral, Qwen3-MoE, DeepSeek, ...) peft rewrites any
+    target name ending like a v4 expert projection (`.w1`, `.gate_proj`, ...) into a fused
+    expert parameter, even a dense MLP's or a shared expert's: those linears are named by
+    their weight instead (`...gate_proj.weight`, which peft leaves as it is)."""
+    rewritten = {leaf for leaf in {name.rpartition(".")[2] for name in targets.linear_modules}
+                 if peft_rewrites_target(leaf, model)}
+    kept = [name for name in targets.linear_modules if name.rpartition(".")[2] not in rewritten]
+    by_weight = [f"{name}.weight" for name in targets.linear_modules
+                 if name.rpartition(".")[2] in rewritten]
+    return kept, [*targets.expert_parameters, *by_weight]
+
+
+def peft_rewrites_target(leaf: str, model) -> bool:
+    """Whether peft's transformers-5 conversion would rewrite a target named `*.leaf` on
+    this model: asked of peft itself, on a trial config."""
+    try:
+        from peft.utils.transformers_weight_conversion import convert_peft_config_for_transformers
+    except ImportError:  # a peft without the conversion rewrites nothing
+        return False
+    from peft import LoraConfig
+
+    trial = LoraConfig(target_modules=[f"probe.{leaf}"], task_type="CAUSAL_LM")
+    try:
+        convert_peft_config_for_transformers(trial, model=model, conversions=None)
+    except ValueError:  # "cannot convert w1 without w3": it would rewrite it
+        return True
+    return f"probe.{leaf}" not in set(trial.target_modules or ())
+
+
+def check_adapted_as_resolved(adapted, config, *, model_type: str) -> None:
+    """peft must adapt exactly the names it was given: a silent difference would train (and
+    merge) other weights than the form showed."""
+    base = adapted.base_model
+    done_parameters = getattr(base, "targeted_parameter_names", [])
+    for kind, asked, done in (("modules", config.target_modules, base.targeted_module_names),
+                              ("parameters", config.target_parameters, done_parameters)):
+        missing, extra = set(asked or ()) - set(done), set(done) - set(asked or ())
+        if missing or extra:
+            raise ValueError(f"model type {model_type}: peft adapted other {kind} than resolved "
+                             f"(missing {sorted(missing)[:3]}, extra {sorted(extra)[:3]}); "
+                             "list lora.target_modules explicitly, or use method full")
+
+
+def restore_linear_dropout(model, dropout: float) -> None:
+    """The spec's dropout on every adapter but the fused expert ones: what peft builds for a
+    linear layer when its config's dropout is set (lora_B(lora_A(dropout(x))))."""
+    import torch
+    from peft.tuners.lora.layer import LoraLayer, ParamWrapper
+
+    if dropout == 0:
+        return
+    for module in model.modules():
+        if isinstance(module, LoraLayer) and not isinstance(module, ParamWrapper):
+            for adapter_name in module.lora_dropout:
+                module.lora_dropout[adapter_name] = torch.nn.Dropout(p=dropout)
 
 
 def trainable_parameters(model) -> list:

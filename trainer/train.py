@@ -1,8 +1,9 @@
 """`train(spec, run)`: one fine-tune, read top to bottom.
 
-Read the data, load the model and tokenizer, apply the method, wrap with the backend, resume
-from the latest checkpoint if asked, loop (saving a checkpoint every N steps), gather, save
-and merge. Every rank runs this same function; only rank 0 writes the model.
+Load the tokenizer, tokenize the data (once a node, trainer/tokenized_data.py), load the
+model, apply the method, wrap with the backend, resume from the latest checkpoint if asked,
+loop (saving a checkpoint every N steps), gather, save and merge. Every rank runs this same
+function; only rank 0 writes the model.
 """
 from __future__ import annotations
 
@@ -21,18 +22,20 @@ from tunedeck.run_folder import RunFolder, read_json
 
 from trainer.backends import TrainingBackend, backend_class
 from trainer.checkpoint import Checkpoints, skip_micro_batches
-from trainer.datasets import MicroBatch, micro_batches, tokenize_examples
-from trainer.evaluation import Evaluation, NoEvaluation, build_evaluation, load_train_and_eval_examples
+from trainer.datasets import MicroBatch, micro_batches
+from trainer.evaluation import Evaluation, NoEvaluation, build_evaluation
 from trainer.export import export_weights
+from trainer.lora_targets import resolve_lora_targets
 from trainer.method import apply_method, trainable_parameter_count, uses_adapter
 from trainer.mfu import MfuMeter
 from trainer.model_source import load_base_model, load_tokenizer, resolve_model_source
-from trainer.packing import pack_examples
 from trainer.rank import RankContext, seed_everything
 from trainer.schedule import learning_rate_at, total_optimizer_steps
 from trainer.startup_clock import StartupClock
 from trainer.startup_gc import resume_collection_after_imports
 from trainer.telemetry import Telemetry
+from trainer.tokenized_data import TokenizedData, tokenize_once
+from trainer.token_loss import step_loss_weight
 
 PRINT_EVERY_STEPS = 10
 
@@ -42,17 +45,21 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     clock = StartupClock.since_process_start()
     backend_type = backend_class(spec.backend)
     clock.mark("imports")
-    # The data first: a wrong path fails in a second, not after a model load. The eval
-    # examples are held out here, before any training batch exists.
-    examples, eval_examples = load_train_and_eval_examples(spec, ranks=context.world_size)
-    clock.mark("examples")
     telemetry.notice(f"loading model {spec.model}")
     model_source = resolve_model_source(spec.model)
+    backend_settings = read_json(run.backend_config_file(spec.backend))
+    announce_slow_start(backend_type.startup_notice(backend_settings, context),
+                        telemetry=telemetry, context=context)
     backend_type.init_distributed(context)
     clock.mark("distributed init")
 
     tokenizer = load_tokenizer(model_source, trust_remote_code=spec.trust_remote_code)
     clock.mark("tokenizer")
+    # The data before the model: a bad record fails in seconds, not after a model load. The
+    # eval examples are held out here, before any training batch exists.
+    tokenized = tokenize_once(spec, tokenizer, run, context=context)
+    announce_tokenized(tokenized, telemetry=telemetry, context=context)
+    clock.mark("data")
     # transformers and torch are imported by now (the model's own modules and peft are
     # small next to them).
     resume_collection_after_imports()
@@ -60,19 +67,20 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     base_model = load_base_model(model_source, quantization=quantization_config(spec),
                                  device=context.device, trust_remote_code=spec.trust_remote_code)
     clock.mark("base model")
+    if uses_adapter(spec) and context.is_main:
+        telemetry.notice(resolve_lora_targets(base_model, spec.lora).as_text())
     model = apply_method(base_model, spec)
     clock.mark("method")
-    data = prepare_training_data(spec, tokenizer, examples, context=context)
-    evaluation = build_evaluation(tokenizer, eval_examples, spec=spec, context=context,
-                                  telemetry=telemetry)
-    clock.mark("data")
+    data = prepare_training_data(spec, tokenizer, tokenized, context=context)
+    evaluation = build_evaluation(tokenized.eval_rows, pad_token_id=tokenizer.pad_token_id,
+                                  spec=spec, context=context, telemetry=telemetry)
 
     if spec.activation_checkpointing:
         # Non-reentrant checkpointing composes with FSDP2, DeepSpeed and frozen (LoRA) inputs.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     mfu_meter = MfuMeter.for_model(model, full_finetune=spec.method == "full",
                                    device=context.device, world_size=context.world_size)
-    backend = backend_type.wrap(model, read_json(run.backend_config_file(spec.backend)), context)
+    backend = backend_type.wrap(model, backend_settings, context)
     clock.mark("backend")
     if context.is_main:
         print(clock.as_text(), flush=True)
@@ -93,6 +101,13 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
                          context=context, telemetry=telemetry)
 
 
+def announce_slow_start(notice: str | None, *, telemetry: Telemetry, context: RankContext) -> None:
+    """Say why the job sits at step 0 (in its events and its log), once, from rank 0."""
+    if notice is not None and context.is_main:
+        telemetry.notice(notice)
+        print(notice, flush=True)
+
+
 @dataclass(frozen=True)
 class TrainingData:
     batches: Iterator[MicroBatch]
@@ -100,11 +115,16 @@ class TrainingData:
     description: str
 
 
-def prepare_training_data(spec: JobSpec, tokenizer, examples, *, context: RankContext) -> TrainingData:
+def announce_tokenized(tokenized: TokenizedData, *, telemetry: Telemetry, context: RankContext) -> None:
+    if context.is_main:
+        telemetry.notice(f"tokenized {tokenized.train_examples:,} examples in {tokenized.seconds:.1f} s, "
+                         f"once for the {context.local_world_size} rank(s) of each node")
+
+
+def prepare_training_data(spec: JobSpec, tokenizer, tokenized: TokenizedData, *,
+                          context: RankContext) -> TrainingData:
     """This rank's endless micro-batches, and how many optimizer steps the job runs."""
-    tokenized = tokenize_examples(tokenizer, examples, spec.seq_len, source=f"dataset {spec.dataset}")
-    # The step count for `epochs` counts rows: packing makes fewer of them.
-    rows = pack_examples(tokenized, spec.seq_len) if spec.packing else tokenized
+    rows = tokenized.train_rows
     batches = micro_batches(rows, micro_batch_size=spec.micro_batch_size,
                             pad_token_id=tokenizer.pad_token_id, seed=spec.seed,
                             rank=context.rank, world_size=context.world_size)
@@ -113,7 +133,7 @@ def prepare_training_data(spec: JobSpec, tokenizer, examples, *, context: RankCo
         micro_batch_size=spec.micro_batch_size, grad_accum=spec.grad_accum,
         world_size=context.world_size)
     packed_rows = f" in {len(rows)} packed rows" if spec.packing else ""
-    return TrainingData(batches, total_steps, f"{len(tokenized)} examples{packed_rows}")
+    return TrainingData(batches, total_steps, f"{tokenized.train_examples} examples{packed_rows}")
 
 
 def export_trained_model(backend: TrainingBackend, spec: JobSpec, run: RunFolder, *,
@@ -169,7 +189,6 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *
                       evaluation: Evaluation | NoEvaluation, context: RankContext,
                       telemetry: Telemetry, mfu_meter: MfuMeter = MfuMeter(None, None)
                       ) -> Throughput:
-    micro_batches_per_step = spec.grad_accum * context.world_size
     throughput = Throughput(first_step=start_step + 1)
     footprint_pending = True
     for step in range(start_step + 1, total_steps + 1):
@@ -178,18 +197,9 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *
                                          warmup_steps=spec.warmup_steps, total_steps=total_steps,
                                          schedule=spec.lr_schedule)
         backend.set_learning_rate(learning_rate)
-        loss_sum = torch.zeros((), dtype=torch.float64, device=context.device)
-        token_count = torch.zeros((), dtype=torch.float64, device=context.device)
-        for _ in range(spec.grad_accum):
-            micro_batch = next(batches)
-            batch = {name: tensor.to(context.device, non_blocking=True)
-                     for name, tensor in micro_batch.inputs.items()}
-            loss_sum += backend.step(batch)
-            token_count += micro_batch.token_count  # non-pad tokens
-        grad_norm = backend.optimizer_step()
-        loss_total, tokens, grad_norm_value = reduce_step_totals(loss_sum, token_count, grad_norm)
+        step_batches = [next(batches) for _ in range(spec.grad_accum)]
+        loss, tokens, grad_norm_value = run_optimizer_step(backend, step_batches, context=context)
         step_seconds = time.perf_counter() - started
-        loss = loss_total / micro_batches_per_step
         stop_on_non_finite_loss(loss, step=step, precision=spec.precision)
         reporting = time.perf_counter()
         telemetry.step(step=step, loss=loss, learning_rate=learning_rate, grad_norm=grad_norm_value,
@@ -231,11 +241,38 @@ def stop_on_non_finite_loss(loss: float, *, step: int, precision: str) -> None:
     raise FloatingPointError(f"loss became {loss} at step {step}; {advice}")
 
 
-def reduce_step_totals(loss_sum, token_count, grad_norm) -> tuple[float, float, float]:
-    """Sum loss and tokens over ranks in one small all_reduce, then read everything back
-    to the host at once: the only sync a step adds. (The norm is global already.)"""
-    totals = torch.stack([loss_sum, token_count])
+def run_optimizer_step(backend: TrainingBackend, step_batches: list[MicroBatch], *,
+                       context: RankContext) -> tuple[float, float, float]:
+    """Forward and backward of the step's micro-batches, then the update: (the step's loss,
+    its non-pad tokens on every rank, the global gradient norm). The loss, and the gradient,
+    are the mean over every answer token of the step on every rank (trainer/token_loss.py),
+    so the same global batch trains the same model however it is split."""
+    loss_tokens, tokens = all_reduce_sums(
+        [sum(batch.loss_tokens for batch in step_batches),
+         sum(batch.token_count for batch in step_batches)], context=context)
+    loss_weight = step_loss_weight(world_size=context.world_size, step_loss_tokens=loss_tokens)
+    loss_sum = torch.zeros((), dtype=torch.float64, device=context.device)
+    for micro_batch in step_batches:
+        batch = {name: tensor.to(context.device, non_blocking=True)
+                 for name, tensor in micro_batch.inputs.items()}
+        loss_sum += backend.step(batch, loss_weight=loss_weight)
+    grad_norm = backend.optimizer_step()
+    loss_total, grad_norm_value = reduce_step_loss(loss_sum, grad_norm)
+    return loss_total / max(loss_tokens, 1.0), tokens, grad_norm_value
+
+
+def all_reduce_sums(values: list[float], *, context: RankContext) -> list[float]:
+    """Each value summed over ranks, in one small all_reduce: the token counts a step's
+    loss weight needs before its first backward."""
+    totals = torch.tensor(values, dtype=torch.float64, device=context.device)
     dist.all_reduce(totals)
-    everything = torch.cat([totals, grad_norm.detach().reshape(1).to(totals)])
-    loss_total, tokens, grad_norm_value = everything.tolist()
-    return loss_total, tokens, grad_norm_value
+    return totals.tolist()
+
+
+def reduce_step_loss(loss_sum, grad_norm) -> tuple[float, float]:
+    """Sum the loss over ranks in one small all_reduce, then read it and the norm back to
+    the host at once. (The norm is global already.)"""
+    dist.all_reduce(loss_sum)
+    everything = torch.cat([loss_sum.reshape(1), grad_norm.detach().reshape(1).to(loss_sum)])
+    loss_total, grad_norm_value = everything.tolist()
+    return loss_total, grad_norm_value

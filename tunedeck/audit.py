@@ -10,6 +10,7 @@ from tunedeck.db.models import AuditEvent
 
 SUBMIT, CANCEL, RESUME, RETRY, COMPARE_BACKENDS = "submit", "cancel", "resume", "retry", "compare_backends"
 DOWNLOAD, UPLOAD = "download", "upload"
+PREFLIGHT = "preflight"  # a worker was asked to read a dataset (and the model's tokenizer)
 SIGN_IN, SIGN_IN_FAILED, SIGN_OUT = "sign_in", "sign_in_failed", "sign_out"
 TOKEN_CREATED, TOKEN_REVOKED = "token_created", "token_revoked"
 USER_CREATED, USER_CHANGED = "user_created", "user_changed"

@@ -16,6 +16,12 @@ if TYPE_CHECKING:
 
 RUN_JOB_TASK = "tunedeck.run_job"
 RUN_JOB_NODE_TASK = "tunedeck.run_job_node"
+PREFLIGHT_DATASET_TASK = "tunedeck.preflight_dataset"
+# Pool threads a worker keeps beyond its job slots. A job's task holds its thread for
+# hours, and claims never run more jobs than slots (tunedeck.job_placement.room_for), so
+# this thread is always free of jobs: a preflight waits at most for run_job messages that
+# find no room (each returns at once) and for another preflight, never for a job.
+PREFLIGHT_THREADS = 1
 JOBS_QUEUE = broker_queue_for({"queue": DEFAULT_QUEUE})
 
 
@@ -78,3 +84,9 @@ def send_node_to_worker(celery_app: "Celery", job_id: int, node_rank: int,
 def send_to_worker(celery_app: "Celery", job_id: int, worker_name: str) -> None:
     """Hand a job's id to one worker (one that has room for it)."""
     celery_app.send_task(RUN_JOB_TASK, args=[job_id], queue=worker_broker_queue(worker_name))
+
+
+def send_preflight(celery_app: "Celery", preflight_id: int, spec: Mapping[str, Any]) -> None:
+    """Send a stored preflight's id to the queue of the workers that would run a job of
+    `spec` (its queue or host): they can read its data. Only after the row is committed."""
+    celery_app.send_task(PREFLIGHT_DATASET_TASK, args=[preflight_id], queue=broker_queue_for(spec))

@@ -1,5 +1,5 @@
-"""`tunedeck`: up, web, worker, migrate, submit, resume, plan, render (see DESIGN.md's command
-table), and the accounts: user, token, audit."""
+"""`tunedeck`: up, web, worker, migrate, submit, resume, plan, preflight, render (see
+DESIGN.md's command table), and the accounts: user, token, audit."""
 from __future__ import annotations
 
 import argparse
@@ -50,8 +50,18 @@ def _build_parser() -> argparse.ArgumentParser:
     resume.set_defaults(handler=_run_resume)
 
     from tunedeck.account_commands import add_account_commands
+    from tunedeck.preflight_command import add_preflight_command
 
     add_account_commands(commands)
+    add_preflight_command(commands, add_server_options=_add_server_options)
+
+    lora_targets = commands.add_parser("lora-targets", help="what SPEC.yaml's LoRA adapts on its "
+                                       "model (modules, expert weights, router, trainable count)")
+    lora_targets.add_argument("spec", type=Path)
+    lora_targets.add_argument("--json", action="store_true",
+                              help="print the JSON of POST /api/lora-targets")
+    _add_server_options(lora_targets)
+    lora_targets.set_defaults(handler=_run_lora_targets)
 
     plan = commands.add_parser("plan", help="memory per GPU of SPEC.yaml under each backend, "
                                "and which to use")
@@ -192,6 +202,19 @@ def _run_submit(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def _run_lora_targets(arguments: argparse.Namespace) -> int:
+    import json
+
+    from tunedeck.lora_targets_text import preview_as_markdown
+
+    spec = _with_absolute_local_paths(_load_spec_or_exit(arguments.spec))
+    preview = _post_to_server(arguments, "/api/lora-targets", spec.model_dump(mode="json"),
+                              expected_status=200, refusal="server could not resolve the targets")
+    print(json.dumps(preview, indent=2) if arguments.json
+          else preview_as_markdown(preview, dropout=spec.lora.dropout))
+    return 0
+
+
 def _run_resume(arguments: argparse.Namespace) -> int:
     job = _post_to_server(arguments, f"/api/jobs/{arguments.job_id}/resume", None,
                           expected_status=202, refusal=f"job {arguments.job_id} not resumed")
@@ -199,8 +222,9 @@ def _run_resume(arguments: argparse.Namespace) -> int:
     return 0
 
 
-def _post_to_server(arguments: argparse.Namespace, path: str, body, *, expected_status: int,
-                    refusal: str) -> dict:
+def _post_to_server(arguments: argparse.Namespace, path: str, body, *,
+                    expected_status: int | tuple[int, ...], refusal: str,
+                    method: str = "POST") -> dict:
     import httpx
 
     from tunedeck.settings import load_settings
@@ -212,7 +236,9 @@ def _post_to_server(arguments: argparse.Namespace, path: str, body, *, expected_
     token = arguments.token or os.environ.get("TUNEDECK_TOKEN")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        response = httpx.post(f"{server}{path}", json=body, headers=headers, timeout=30)
+        # A preflight's POST waits up to 30 s for its worker's report.
+        response = httpx.request(method, f"{server}{path}", json=body, headers=headers,
+                                 timeout=60)
     except httpx.HTTPError as error:
         from tunedeck.secrets_redaction import redact_url
 
@@ -220,7 +246,8 @@ def _post_to_server(arguments: argparse.Namespace, path: str, body, *, expected_
     if response.status_code == 401:
         sys.exit(f"{refusal}: the server wants an API token ({response.json().get('detail')}); "
                  "set TUNEDECK_TOKEN to one from `tunedeck token create USER`")
-    if response.status_code != expected_status:
+    if response.status_code not in (expected_status if isinstance(expected_status, tuple)
+                                    else (expected_status,)):
         sys.exit(f"{refusal} ({response.status_code}): {response.text}")
     return response.json()
 
@@ -229,7 +256,7 @@ def _with_absolute_local_paths(spec):
     """A path that exists here means this folder, not the worker's; say so explicitly."""
     changes = {}
     for field in ("model", "dataset", "eval_dataset"):
-        value = getattr(spec, field)
+        value = getattr(spec, field, None)  # a preflight request has no eval_dataset
         if value and not value.startswith("builtin:") and Path(value).expanduser().exists():
             changes[field] = str(Path(value).expanduser().resolve())
     return spec.model_copy(update=changes) if changes else spec

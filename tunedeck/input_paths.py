@@ -2,8 +2,8 @@
 
 A reference is either built in (`builtin:...`), a Hugging Face id (`org/name` or `name`),
 or a local path. A local path must be absolute, hold no `..`, lie (symlinks resolved) inside
-one of the allowed roots, and be a regular file (datasets) or a folder (models): never a
-device, FIFO or socket. A path that does not exist here passes this rule (the worker, which
+one of the allowed roots, and be a regular file or a folder (datasets) or a folder (models):
+never a device, FIFO or socket; nothing in a dataset folder may link outside the roots. A path that does not exist here passes this rule (the worker, which
 reads it, checks it again on its own host and reports a missing one).
 
 Pure (os and pathlib only): the web checks a spec with it before storing the job, the worker
@@ -43,7 +43,7 @@ def reference_problem(field: str, reference: str, allowed_roots: Sequence[Path])
     the path and the allowed roots."""
     if reference.startswith("builtin:"):
         return None
-    if not _is_local(reference):
+    if not is_local_reference(reference):
         if HUB_ID_PATTERN.match(reference):
             return None
         return (f"{field} {reference}: neither a Hugging Face id (org/name) nor an absolute "
@@ -58,10 +58,12 @@ def reference_problem(field: str, reference: str, allowed_roots: Sequence[Path])
     if not _inside_any(real, allowed_roots):
         shown = reference if str(real) == reference else f"{reference} (resolves to {real})"
         return f"{field} {shown}: outside the allowed folders. {_where_allowed(allowed_roots)}"
-    return _kind_problem(field, reference, real)
+    return _kind_problem(field, reference, real) or _folder_link_problem(field, reference, real,
+                                                                         allowed_roots)
 
 
-def _is_local(reference: str) -> bool:
+def is_local_reference(reference: str) -> bool:
+    """A path (absolute, relative, or a name with a file suffix), not a Hugging Face id."""
     if reference.startswith(("/", "./", "../", "~", ".")) or "\\" in reference:
         return True
     if Path(reference).suffix.lower() in FILE_SUFFIXES:
@@ -87,10 +89,24 @@ def _kind_problem(field: str, reference: str, real: Path) -> str | None:
     if field in MODEL_FIELDS:
         return None if stat.S_ISDIR(mode) else (
             f"{field} {reference}: not a folder; expected a Hugging Face model folder")
-    if stat.S_ISREG(mode):
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         return None
-    kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file (a device, FIFO or socket)"
-    return f"{field} {reference}: {kind}; expected a .jsonl or .json file"
+    return (f"{field} {reference}: not a regular file (a device, FIFO or socket); expected a "
+            "dataset file or folder")
+
+
+def _folder_link_problem(field: str, reference: str, real: Path,
+                         allowed_roots: Sequence[Path]) -> str | None:
+    """A dataset folder's file that links outside the roots (the folder is read whole)."""
+    if field in MODEL_FIELDS or not real.is_dir():
+        return None
+    for folder, names, files in os.walk(real):
+        for name in (*names, *files):
+            entry = Path(folder) / name
+            if entry.is_symlink() and not _inside_any(Path(os.path.realpath(entry)), allowed_roots):
+                return (f"{field} {reference}: {entry} links outside the allowed folders. "
+                        f"{_where_allowed(allowed_roots)}")
+    return None
 
 
 def _where_allowed(allowed_roots: Sequence[Path]) -> str:

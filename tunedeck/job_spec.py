@@ -17,6 +17,8 @@ Precision = Literal["bf16", "fp16", "fp32"]
 LearningRateSchedule = Literal["cosine", "linear", "constant"]
 ShardingStrategy = Literal["full_shard", "shard_grad_op", "hybrid_shard"]
 DType = Literal["bf16", "fp16", "fp32"]
+# The dtype merged/ is saved in; auto: the base model's stored dtype (see trainer/export_dtype.py).
+ExportDType = Literal["auto", "bf16", "fp16", "fp32"]
 
 METHODS: tuple[str, ...] = Method.__args__
 BACKENDS: tuple[str, ...] = Backend.__args__
@@ -24,6 +26,7 @@ PRECISIONS: tuple[str, ...] = Precision.__args__
 LEARNING_RATE_SCHEDULES: tuple[str, ...] = LearningRateSchedule.__args__
 SHARDING_STRATEGIES: tuple[str, ...] = ShardingStrategy.__args__
 DTYPES: tuple[str, ...] = DType.__args__
+EXPORT_DTYPES: tuple[str, ...] = ExportDType.__args__
 # DeepSpeed's default bucket size, in elements.
 DEFAULT_BUCKET_ELEMENTS = 500_000_000
 
@@ -31,6 +34,8 @@ DEFAULT_BUCKET_ELEMENTS = 500_000_000
 # A queue or host name: it becomes part of a broker queue name, so letters, digits and
 # . _ - only.
 PLACEMENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+# A `datasets` split: a name, a slice of one ("train[:10%]", "train[100:200]"), or a sum.
+SPLIT_PATTERN = r"^[A-Za-z0-9_.-]{1,64}(\[[0-9:%-]{0,32}\])?(\+[A-Za-z0-9_.-]{1,64}(\[[0-9:%-]{0,32}\])?){0,8}$"
 
 
 class StrictModel(BaseModel):
@@ -52,11 +57,39 @@ class LoraSettings(StrictModel):
     dropout: float = Field(0.05, ge=0, lt=1)
     # "all-linear" is peft's own shorthand for every linear layer but the output head.
     target_modules: Literal["all-linear"] | list[str] = "all-linear"
+    # Mixture-of-experts models: adapters on the routed experts' fused weights too, with no
+    # dropout (peft cannot drop out inside a fused expert matmul); off leaves them frozen.
+    experts: bool = True
+    # The router (the MoE block's gate) is trained in full when on; off, it stays frozen.
+    train_router: bool = False
 
     @field_validator("target_modules")
     @classmethod
     def _modules_without_nul(cls, modules: str | list[str]) -> str | list[str]:
         return modules if isinstance(modules, str) else [_no_nul(module) for module in modules]
+
+
+class ColumnMapping(StrictModel):
+    """Which columns hold the prompt, the response, a chat's messages and a system prompt,
+    for a dataset that names them otherwise; unset, the usual names are looked for
+    (instruction/input/output, prompt/response, messages)."""
+
+    prompt: str | None = Field(None, min_length=1, max_length=200)
+    response: str | None = Field(None, min_length=1, max_length=200)
+    messages: str | None = Field(None, min_length=1, max_length=200)
+    system: str | None = Field(None, min_length=1, max_length=200)
+
+    @field_validator("prompt", "response", "messages", "system")
+    @classmethod
+    def _name_without_nul(cls, name: str | None) -> str | None:
+        return _no_nul(name) if name is not None else None
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> "ColumnMapping":
+        if self.messages and (self.prompt or self.response):
+            raise ValueError("set columns.messages (a chat) or columns.prompt/response "
+                             "(one turn), not both")
+        return self
 
 
 class Zero2Settings(StrictModel):
@@ -101,6 +134,12 @@ class JobSpec(StrictModel):
     name: str | None = Field(None, max_length=200)
     model: str = Field("builtin:tiny-llama", min_length=1, max_length=1000)
     dataset: str = Field("builtin:arithmetic", min_length=1, max_length=1000)
+    # A Hugging Face dataset id's (or dataset folder's) configuration and split, e.g.
+    # "train[:10%]"; a single file (.jsonl, .csv, .parquet, ...) is read whole.
+    dataset_config: str | None = Field(None, min_length=1, max_length=200)
+    dataset_split: str = Field("train", pattern=SPLIT_PATTERN)
+    # The dataset's own column names, where they differ (eval_dataset is read with them too).
+    columns: ColumnMapping = ColumnMapping()
     method: Method = "lora"
     backend: Backend = "zero2"
     num_gpus: int = Field(1, ge=1, le=64)
@@ -122,6 +161,8 @@ class JobSpec(StrictModel):
     # the eval loss is measured every `eval_every_steps` optimizer steps and at the end.
     eval_split: float = Field(0.0, ge=0, le=0.5)
     eval_dataset: str | None = Field(None, min_length=1, max_length=1000)
+    # eval_dataset's split when it is a Hugging Face id or a dataset folder (with dataset_config).
+    eval_dataset_split: str = Field("test", pattern=SPLIT_PATTERN)
     eval_every_steps: int = Field(0, ge=0, le=10_000_000)
     # Pack several examples into each seq_len row (fewer pad tokens; attention still stops
     # at each example's boundary through per-example position ids).
@@ -139,11 +180,15 @@ class JobSpec(StrictModel):
     # Let transformers run Python code shipped with the model (its own modeling files): only
     # an admin may submit a spec with it on (the web refuses it for anyone else).
     trust_remote_code: bool = False
+    # The dtype of the merged weights (merging itself is fp32, cast once at the end). auto:
+    # what the base stores (its safetensors headers, else its config.json, else fp32), so a
+    # LoRA on a bf16 base downloads bf16, not twice the base's bytes in fp32.
+    export_dtype: ExportDType = "auto"
     lora: LoraSettings = LoraSettings()
     zero2: Zero2Settings = Zero2Settings()
     fsdp: FsdpSettings = FsdpSettings()
 
-    @field_validator("name", "model", "dataset", "eval_dataset")
+    @field_validator("name", "model", "dataset", "eval_dataset", "dataset_config")
     @classmethod
     def _text_without_nul(cls, text: str | None) -> str | None:
         return _no_nul(text) if text is not None else None
@@ -177,6 +222,13 @@ class JobSpec(StrictModel):
         if eval_dataset is not None and info.data.get("eval_split", 0) > 0:
             raise ValueError("set eval_split or eval_dataset, not both")
         return eval_dataset
+
+    @model_validator(mode="after")
+    def _eval_is_not_the_training_split(self) -> "JobSpec":
+        if self.eval_dataset == self.dataset and self.eval_dataset_split == self.dataset_split:
+            raise ValueError(f"eval_dataset is the dataset itself, split {self.dataset_split!r} "
+                             "too: set eval_dataset_split to a held-out split (e.g. test)")
+        return self
 
     @field_validator("eval_every_steps")
     @classmethod

@@ -21,6 +21,8 @@ CHECKPOINTS_DIR = "checkpoints"
 CHECKPOINT_PREFIX = "step-"
 # Written by rank 0 after every rank has saved its part: a checkpoint without it is partial.
 CHECKPOINT_STATE_FILE = "trainer_state.json"
+# The trainer's tokenized data, one folder a node (trainer/tokenized_data.py).
+TOKENIZED_DIR = "tokenized"
 ADAPTER_DIR = "adapter"
 MERGED_DIR = "merged"
 
@@ -48,6 +50,9 @@ class RunFolder:
     def node_launcher_log_file(self, node_rank: int) -> Path:
         return (self.launcher_log_file if node_rank == 0
                 else self.logs_dir / f"torchrun-node-{node_rank}.log")
+
+    def tokenized_dir(self, *, node_rank: int) -> Path:
+        return self.path / TOKENIZED_DIR / f"node-{node_rank}"
 
     @property
     def metrics_dir(self) -> Path:

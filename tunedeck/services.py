@@ -13,16 +13,18 @@ from tunedeck.settings import Settings
 def run_worker(*, concurrency: int | None = None) -> int:
     if concurrency is not None:  # before worker.tasks reads the settings: one figure for all
         os.environ["TUNEDECK_WORKER_CONCURRENCY"] = str(concurrency)
+    from tunedeck.broker import PREFLIGHT_THREADS
     from tunedeck.job_placement import broker_queues_of_worker
     from worker.tasks import celery_app, worker_identity
 
     identity = worker_identity()
     # Threads, not forked children: the task's thread is the torchrun launcher's parent,
     # so if this process dies, the kernel signals torchrun (PR_SET_PDEATHSIG). Celery's own
-    # heartbeats stay off: liveness is the database heartbeat (worker/heartbeat.py).
+    # heartbeats stay off: liveness is the database heartbeat (worker/heartbeat.py). One
+    # thread a job slot, and PREFLIGHT_THREADS more that jobs never hold.
     celery_app.worker_main([
         "worker", "--loglevel", "INFO", "--pool", "threads",
-        "--concurrency", str(identity.concurrency),
+        "--concurrency", str(identity.concurrency + PREFLIGHT_THREADS),
         "--queues", ",".join(broker_queues_of_worker(name=identity.name, host=identity.host,
                                                       queues=identity.queues)),
         "--without-mingle", "--without-gossip", "--without-heartbeat",

@@ -10,6 +10,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tunedeck.torch_extensions import DEFAULT_EXTENSIONS_ROOT
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TUNEDECK_", extra="ignore", frozen=True)
@@ -71,8 +73,10 @@ class Settings(BaseSettings):
     poll_seconds: float = Field(0.5, gt=0, le=10, description="how often the worker tails metrics")
     cancel_grace_seconds: float = Field(10.0, ge=0, le=600)
     torch_extensions_dir: Path = Field(
-        Path.home() / ".cache" / "tunedeck" / "torch_extensions",
-        description="DeepSpeed's compiled ops, cached outside the repo",
+        DEFAULT_EXTENSIONS_ROOT,
+        description="where DeepSpeed's compiled ops are cached, outside the repo; each "
+                    "Python environment and torch version builds in a folder of its own "
+                    "under it, so checkouts never rebuild each other's ops",
     )
     allowed_roots: str | None = Field(
         None, max_length=10_000,
@@ -81,6 +85,10 @@ class Settings(BaseSettings):
                     "folder (HOME/uploads/NAME) is always allowed for their own jobs")
     max_upload_mb: int = Field(1024, ge=1, le=1_048_576,
                                description="largest dataset upload (POST /api/datasets), in MB")
+    datasets_cache: Path | None = Field(
+        None, description="a worker's `datasets` library cache (what it prepares of Hugging "
+                          "Face ids, .parquet and .csv datasets; the ranks' HF_DATASETS_CACHE); "
+                          "default HOME/hf-datasets")
 
     @field_validator("allowed_roots")
     @classmethod
@@ -103,6 +111,12 @@ class Settings(BaseSettings):
             return (self.home_dir / "data",)
         return tuple(Path(root.strip()).resolve() for root in self.allowed_roots.split(",")
                      if root.strip())
+
+    @cached_property
+    def datasets_cache_dir(self) -> Path:
+        if self.datasets_cache is None:
+            return self.home_dir / "hf-datasets"
+        return self.datasets_cache.expanduser().resolve()
 
     @property
     def uploads_dir(self) -> Path:

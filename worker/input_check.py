@@ -6,12 +6,14 @@ import functools
 from pathlib import Path
 from typing import Sequence
 
-from tunedeck.dataset_records import count_file_records, eval_split_problem, load_file_examples
+from tunedeck.dataset_records import eval_split_problem
+from tunedeck.dataset_sources import count_source_records, load_source_examples, spec_source
 from tunedeck.input_paths import spec_path_problems
 from tunedeck.job_spec import JobSpec
 from tunedeck.settings import Settings
 
 from trainer.builtin_dataset import ARITHMETIC_SIZE
+from trainer.target_preview import model_family_problem
 
 BUILTIN_MODELS = ("builtin:tiny-llama",)
 BUILTIN_DATASETS = ("builtin:arithmetic",)
@@ -32,19 +34,22 @@ def worker_input_roots(settings: Settings, owner: str | None) -> tuple[Path, ...
 
 
 def find_input_problems(spec: JobSpec, *, cuda_available: bool | None = None,
-                        allowed_roots: Sequence[Path] | None = None) -> list[str]:
+                        allowed_roots: Sequence[Path] | None = None,
+                        datasets_cache: Path | None = None) -> list[str]:
     """`cuda_available` defaults to what this host's ranks will see (`host_has_cuda`).
     With `allowed_roots` (`worker_input_roots`), a local path outside them is refused before
-    anything is read from it."""
+    anything is read from it. A dataset the `datasets` library reads is read (fetched, for a
+    Hugging Face id the hub cache lacks) into `datasets_cache`, the ranks' HF_DATASETS_CACHE."""
     if allowed_roots is not None:
         path_problems = [message for _field, message in spec_path_problems(spec, allowed_roots)]
         if path_problems:
             return path_problems
-    dataset_problem = _dataset_problem(spec.dataset)
+    dataset_problem = _dataset_problem(spec, cache_dir=datasets_cache)
     problems = [host_problem(spec, cuda_available=cuda_available),
-                _model_problem(spec.model), dataset_problem,
-                _dataset_problem(spec.eval_dataset, field="eval_dataset") if spec.eval_dataset else None,
-                None if dataset_problem else _eval_split_problem(spec)]
+                _model_problem(spec.model) or model_family_problem(spec), dataset_problem,
+                _dataset_problem(spec, field="eval_dataset", cache_dir=datasets_cache)
+                if spec.eval_dataset else None,
+                None if dataset_problem else _eval_split_problem(spec, cache_dir=datasets_cache)]
     return [problem for problem in problems if problem]
 
 
@@ -90,20 +95,22 @@ def _model_problem(model: str) -> str | None:
     return None
 
 
-def _dataset_problem(dataset: str, *, field: str = "dataset") -> str | None:
+def _dataset_problem(spec: JobSpec, *, field: str = "dataset",
+                     cache_dir: Path | None = None) -> str | None:
+    dataset = getattr(spec, field)
     if dataset.startswith("builtin:"):
         return None if dataset in BUILTIN_DATASETS else (
             f"{field} {dataset}: unknown built-in dataset; expected one of "
             f"{', '.join(BUILTIN_DATASETS)}")
     try:
         # The first records show a wrong shape at once; the trainer reads the rest.
-        load_file_examples(dataset, limit=CHECKED_RECORDS, field=field)
+        load_source_examples(spec_source(spec, field, cache_dir=cache_dir), limit=CHECKED_RECORDS)
     except (OSError, ValueError) as error:
         return str(error)
     return None
 
 
-def _eval_split_problem(spec: JobSpec) -> str | None:
+def _eval_split_problem(spec: JobSpec, *, cache_dir: Path | None = None) -> str | None:
     """The trainer's own rule, on the record count (it checks again on what it tokenizes)."""
     if spec.eval_split == 0:
         return None
@@ -111,7 +118,7 @@ def _eval_split_problem(spec: JobSpec) -> str | None:
         record_count = BUILTIN_DATASET_SIZES[spec.dataset]
     else:
         try:
-            record_count = count_file_records(spec.dataset)
+            record_count = count_source_records(spec_source(spec, cache_dir=cache_dir))
         except (OSError, ValueError) as error:
             return str(error)
     problem = eval_split_problem(record_count, fraction=spec.eval_split,

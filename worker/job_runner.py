@@ -25,6 +25,7 @@ from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import InvalidTransition
 from tunedeck.run_folder import RunFolder, write_run_folder
 from tunedeck.settings import Settings
+from tunedeck.torch_extensions import environment_extensions_dir
 from worker.failure_triage import FailureEvidence, FailureReason, classify_failure, describe_failure
 from worker.input_check import find_input_problems, worker_input_roots
 from worker.job_claim import Claim, claim_job
@@ -102,7 +103,8 @@ def _launch_and_supervise(job_id: int, claim: Claim, run: RunFolder, *,
     spec = claim.spec
     assert spec is not None
     problems = find_input_problems(
-        spec, allowed_roots=worker_input_roots(settings, claim.owner))
+        spec, allowed_roots=worker_input_roots(settings, claim.owner),
+        datasets_cache=settings.datasets_cache_dir)
     if problems:
         return JobOutcome("failed", "\n".join(problems),
                           classify_failure(FailureEvidence(input_problems=tuple(problems))))
@@ -204,10 +206,13 @@ def _launch_environment(spec: JobSpec, settings: Settings) -> dict[str, str]:
     threads_per_rank = max(1, (os.cpu_count() or 1) // spec.num_gpus)
     return {
         "TUNEDECK_HOME": str(settings.home_dir),
-        "TORCH_EXTENSIONS_DIR": str(settings.torch_extensions_dir),
+        # This worker's Python runs the ranks: its own build folder (tunedeck/torch_extensions).
+        "TORCH_EXTENSIONS_DIR": str(environment_extensions_dir(settings.torch_extensions_dir)),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads_per_rank)),
         "PYTHONUNBUFFERED": "1",
         "TOKENIZERS_PARALLELISM": "false",
+        # Where the input check prepared the dataset: the ranks read it, not prepare it again.
+        "HF_DATASETS_CACHE": str(settings.datasets_cache_dir),
     }
 
 

@@ -39,7 +39,8 @@ def run_job_node(job_id: int, node_rank: int, *, settings: Settings, database: D
                     if node.node_rank == node_rank)
         spec, rendezvous, resume = JobSpec.model_validate(job.spec), job.rendezvous, job.resume_requested
         gpus, owner = node.gpu_indices, job.owner
-    problems = find_input_problems(spec, allowed_roots=worker_input_roots(settings, owner))
+    problems = find_input_problems(spec, allowed_roots=worker_input_roots(settings, owner),
+                                   datasets_cache=settings.datasets_cache_dir)
     if problems:
         return _fail_job(job_id, node_rank, identity, "; ".join(problems), INPUT_ERROR,
                          database=database)

@@ -1,4 +1,4 @@
-"""The Celery app of a worker host and its one task, as thin as a web view."""
+"""The Celery app of a worker host and its tasks, each as thin as a web view."""
 from __future__ import annotations
 
 import threading
@@ -7,11 +7,12 @@ from functools import lru_cache
 
 from celery.signals import worker_ready, worker_shutting_down
 
-from tunedeck.broker import (RUN_JOB_NODE_TASK, RUN_JOB_TASK, enqueue_job, make_celery,
-                             send_node_to_worker, send_to_worker)
+from tunedeck.broker import (PREFLIGHT_DATASET_TASK, RUN_JOB_NODE_TASK, RUN_JOB_TASK,
+                             enqueue_job, make_celery, send_node_to_worker, send_to_worker)
 from tunedeck.db.engine import Database
 from tunedeck.job_states import FINISHED_STATUSES
 from tunedeck.settings import load_settings
+from worker.dataset_preflight import run_dataset_preflight
 from worker.heartbeat import Heartbeat
 from worker.job_claim import jobs_to_offer
 from worker.job_runner import run_job, standby_environment
@@ -78,6 +79,13 @@ def run_job_node_task(job_id: int, node_rank: int) -> str:
     if status != "not started":
         offer_waiting_jobs()
     return status
+
+
+@celery_app.task(name=PREFLIGHT_DATASET_TASK)
+def preflight_dataset_task(preflight_id: int) -> str:
+    """A few seconds on the worker's spare thread (tunedeck.broker.PREFLIGHT_THREADS)."""
+    return run_dataset_preflight(preflight_id, settings=settings, database=worker_database(),
+                                 worker_name=worker_identity().name)
 
 
 def offer_waiting_jobs() -> None:

@@ -25,12 +25,19 @@ PREVIEW_RUN_DIR = "var/runs/job-<id>"
 METHODS_WITH_ADAPTER = ("lora", "qlora")
 # The FSDP compute-dtype dropdown's first choice: leave the spec's fsdp.param_dtype unset.
 SAME_AS_PRECISION = "same as precision"
+COLUMN_ROLES = ("prompt", "response", "messages", "system")  # the spec's `columns` fields
 
 # Form field name -> the label the form shows; the order is the order of the tab's inputs.
 FORM_LABELS: dict[str, str] = {
     "name": "Name",
     "model": "Model",
     "dataset": "Dataset",
+    "dataset_config": "Dataset config",
+    "dataset_split": "Dataset split",
+    "columns_prompt": "Prompt column",
+    "columns_response": "Response column",
+    "columns_messages": "Messages column",
+    "columns_system": "System prompt column",
     "method": "Method",
     "backend": "Backend",
     "precision": "Precision",
@@ -50,12 +57,16 @@ FORM_LABELS: dict[str, str] = {
     "packing": "Pack sequences",
     "eval_split": "Eval split",
     "eval_dataset": "Eval dataset",
+    "eval_dataset_split": "Eval dataset split",
     "eval_every_steps": "Eval every (steps)",
     "checkpoint_every_steps": "Checkpoint every (steps)",
     "keep_checkpoints": "Keep checkpoints",
+    "export_dtype": "Merged weights dtype",
     "lora_r": "LoRA rank",
     "lora_alpha": "LoRA alpha",
     "lora_dropout": "LoRA dropout",
+    "lora_experts": "Adapters on expert weights",
+    "lora_train_router": "Train the router",
     "zero2_offload_optimizer": "Offload optimizer to CPU",
     "zero2_overlap_comm": "Overlap communication",
     "zero2_contiguous_gradients": "Contiguous gradients",
@@ -77,7 +88,8 @@ FORM_FIELDS: tuple[str, ...] = tuple(FORM_LABELS)
 # A spec's error location (as format_validation_error spells it) -> the form label.
 SPEC_FIELD_LABELS: dict[str, str] = {
     **{field: label for field, label in FORM_LABELS.items()
-       if not field.startswith(("lora_", "zero2_", "fsdp_"))},
+       if not field.startswith(("lora_", "zero2_", "fsdp_", "columns_"))},
+    **{f"columns.{role}": FORM_LABELS[f"columns_{role}"] for role in COLUMN_ROLES},
     "lora.r": FORM_LABELS["lora_r"],
     "lora.alpha": FORM_LABELS["lora_alpha"],
     "lora.dropout": FORM_LABELS["lora_dropout"],
@@ -109,6 +121,9 @@ def default_form() -> dict[str, Any]:
     spec = JobSpec(num_gpus=2, max_steps=20)
     return {
         "name": "", "model": spec.model, "dataset": spec.dataset, "method": spec.method,
+        "dataset_config": "", "dataset_split": spec.dataset_split,
+        "eval_dataset_split": spec.eval_dataset_split,
+        **{f"columns_{role}": "" for role in COLUMN_ROLES},
         "backend": spec.backend, "precision": spec.precision, "num_gpus": spec.num_gpus,
         "gpu_memory_gb": DEFAULT_GPU_MEMORY_GB, "max_steps": spec.max_steps, "epochs": None,
         "learning_rate": spec.learning_rate,
@@ -118,9 +133,10 @@ def default_form() -> dict[str, Any]:
         "max_grad_norm": spec.max_grad_norm, "seed": spec.seed, "packing": spec.packing,
         "eval_split": spec.eval_split, "eval_dataset": "", "eval_every_steps": spec.eval_every_steps,
         "checkpoint_every_steps": spec.checkpoint_every_steps,
-        "keep_checkpoints": spec.keep_checkpoints,
+        "keep_checkpoints": spec.keep_checkpoints, "export_dtype": spec.export_dtype,
         "lora_r": spec.lora.r, "lora_alpha": spec.lora.alpha,
-        "lora_dropout": spec.lora.dropout,
+        "lora_dropout": spec.lora.dropout, "lora_experts": spec.lora.experts,
+        "lora_train_router": spec.lora.train_router,
         "zero2_offload_optimizer": spec.zero2.offload_optimizer,
         "zero2_overlap_comm": spec.zero2.overlap_comm,
         "zero2_contiguous_gradients": spec.zero2.contiguous_gradients,
@@ -146,6 +162,10 @@ def form_to_spec_data(form: dict[str, Any]) -> dict[str, Any]:
         "name": _text_or_none(form["name"]),
         "model": _text(form["model"]),
         "dataset": _text(form["dataset"]),
+        "dataset_config": _text_or_none(form["dataset_config"]),
+        # An emptied split box is the default split, not an invalid empty name.
+        "dataset_split": _text(form["dataset_split"]) or "train",
+        "columns": {role: _text_or_none(form[f"columns_{role}"]) for role in COLUMN_ROLES},
         "method": form["method"],
         "backend": form["backend"],
         "precision": form["precision"],
@@ -165,9 +185,11 @@ def form_to_spec_data(form: dict[str, Any]) -> dict[str, Any]:
         "packing": bool(form["packing"]),
         "eval_split": form["eval_split"] or 0,
         "eval_dataset": _text_or_none(form["eval_dataset"]),
+        "eval_dataset_split": _text(form["eval_dataset_split"]) or "test",
         "eval_every_steps": form["eval_every_steps"] or 0,
         "checkpoint_every_steps": form["checkpoint_every_steps"] or 0,
         "keep_checkpoints": form["keep_checkpoints"],
+        "export_dtype": form["export_dtype"],
         "zero2": {"offload_optimizer": bool(form["zero2_offload_optimizer"]),
                   "overlap_comm": bool(form["zero2_overlap_comm"]),
                   "contiguous_gradients": bool(form["zero2_contiguous_gradients"]),
@@ -187,7 +209,8 @@ def form_to_spec_data(form: dict[str, Any]) -> dict[str, Any]:
     }
     if form["method"] in METHODS_WITH_ADAPTER:
         data["lora"] = {"r": form["lora_r"], "alpha": form["lora_alpha"],
-                        "dropout": form["lora_dropout"]}
+                        "dropout": form["lora_dropout"], "experts": bool(form["lora_experts"]),
+                        "train_router": bool(form["lora_train_router"])}
     return data
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 from pydantic import ValidationError
 
-from app.artifacts import ARTIFACT_KINDS, artifact_folder
+from app.artifacts import ARTIFACT_KINDS, artifact_summary, summary_text
 from app.failure_view import FailureView, failure_view
 from app.ui.job_actions import checkpoints_frame, is_resumable
 from app.ui.live_charts import LiveCharts, live_charts
@@ -257,13 +257,16 @@ def _memory_mb(row: dict[str, Any]) -> float | None:
 
 
 def downloads_html(job: Job) -> str:
-    """Links to the artifacts a succeeded job left; empty for any other job."""
+    """Links to the artifacts a succeeded job left, each with its dtype and size (e.g.
+    "BF16, 1.2 GB (9 files)"); empty for any other job."""
     run = job_run_folder(job)
     if job.status != SUCCEEDED or run is None:
         return ""
+    summaries = {kind: artifact_summary(run, kind) for kind in ARTIFACT_KINDS}
     links = [f'<a href="/api/jobs/{job.id}/artifacts/{kind}" download="job-{job.id}-{kind}.zip" '
-             f'id="job-download-{kind}">Download {_ARTIFACT_TITLES[kind]} (zip)</a>'
-             for kind in ARTIFACT_KINDS if artifact_folder(run, kind).is_dir()]
+             f'id="job-download-{kind}">Download {_ARTIFACT_TITLES[kind]} (zip)</a> '
+             f'<span id="job-download-{kind}-size">{html.escape(summary_text(summary))}</span>'
+             for kind, summary in summaries.items() if summary is not None]
     if not links:
         return "<p>This job left no merged weights or adapter.</p>"
     return "<p>" + " &nbsp;·&nbsp; ".join(links) + "</p>"

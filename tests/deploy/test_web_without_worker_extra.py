@@ -75,6 +75,9 @@ assert plan.status_code == 200, plan.text
 job = client.post("/api/jobs", json={"max_steps": 2})
 assert job.status_code == 201, job.text
 assert client.get(f"/api/jobs/{job.json()['id']}").json()["status"] == "queued"
+# No worker: the preflight is stored and sent, and answered at once (the worker computes it).
+preflight = client.post("/api/datasets/preflight", json={"seq_len": 64})
+assert preflight.status_code == 202 and preflight.json()["status"] == "pending", preflight.text
 assert client.get("/").status_code == 200
 loaded = sorted(name for name in sys.modules if name.partition(".")[0] in BLOCKED)
 assert not loaded, loaded

@@ -76,6 +76,12 @@ def _seed_jobs(app: FastAPI, home: Path) -> None:
 def fuzzed_app(hostile_app: FastAPI) -> FastAPI:
     """tests/security/conftest.py's app (SQLite, or PostgreSQL where marked), seeded."""
     _seed_jobs(hostile_app, hostile_app.state.settings.home_dir)
+    # The LoRA target resolver's first answer waits for its imports (torch, transformers:
+    # seconds on a busy machine, past the fuzz client's 10 s); every later one takes
+    # milliseconds. Paid here, so each fuzzed request is timed as a warm web answers it.
+    from app.lora_preview import lora_targets_preview
+
+    lora_targets_preview(JobSpec.model_validate(SPEC), home=hostile_app.state.settings.home_dir)
     return hostile_app
 
 

@@ -278,7 +278,7 @@ def test_the_ranks_get_the_hub_token_and_launch_json_records_only_tunedecks_own_
     # An allow-list: what TuneDeck itself sets for the ranks, nothing inherited.
     assert set(read_json(run.launch_file)["env"]) <= {
         "TUNEDECK_HOME", "TORCH_EXTENSIONS_DIR", "OMP_NUM_THREADS", "PYTHONUNBUFFERED",
-        "TOKENIZERS_PARALLELISM", "CUDA_VISIBLE_DEVICES"}
+        "TOKENIZERS_PARALLELISM", "CUDA_VISIBLE_DEVICES", "HF_DATASETS_CACHE"}
     written = b"".join(path.read_bytes() for path in run.path.rglob("*") if path.is_file())
     assert _places_holding_secrets({"the run folder": written}) == []
 

@@ -14,6 +14,7 @@ from tunedeck.backend_config import backend_config, build_torchrun_argv
 from tunedeck.job_spec import JobSpec
 from tunedeck.metrics_event import decode_event
 from tunedeck.run_folder import RunFolder, write_run_folder
+from tunedeck.torch_extensions import environment_extensions_dir
 
 RANKS = 2
 RUN_TIMEOUT_SECONDS = 300
@@ -89,7 +90,7 @@ def torchrun_command(run: RunFolder, *extra_arguments: str, ranks: int = RANKS) 
 def trainer_environment(tunedeck_home: Path) -> dict[str, str]:
     return {
         **os.environ, "OMP_NUM_THREADS": "1", "TUNEDECK_HOME": str(tunedeck_home),
-        "TORCH_EXTENSIONS_DIR": str(Path.home() / ".cache" / "tunedeck" / "torch_extensions"),
+        "TORCH_EXTENSIONS_DIR": str(environment_extensions_dir()),
     }
 
 

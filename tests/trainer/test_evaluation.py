@@ -4,7 +4,8 @@ import torch
 from tunedeck.job_spec import JobSpec
 from trainer.builtin_dataset import ARITHMETIC_SIZE
 from trainer.datasets import IGNORE_INDEX, Example, TokenizedExample, collate, tokenize_example
-from trainer.evaluation import load_train_and_eval_examples, rank_eval_batches, summed_token_loss
+from trainer.evaluation import load_train_and_eval_examples, rank_eval_batches
+from trainer.token_loss import summed_token_loss
 
 
 def spec(**fields) -> JobSpec:

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from trainer.datasets import IGNORE_INDEX, Example, TokenizedExample, collate, tokenize_example
-from trainer.evaluation import summed_token_loss
+from trainer.token_loss import summed_token_loss
 from trainer.packing import pack_examples
 
 QUESTIONS = [("What is 1 + 2?", "3"), ("Say hello to the world, in one short line.", "hello world"),

@@ -1,4 +1,5 @@
 """Real runs: `python -m trainer` under torchrun with 2 CPU ranks on the built-in model."""
+import json
 import signal
 import time
 from statistics import mean
@@ -35,21 +36,36 @@ def assert_rank_files_report_every_step(result, steps: int) -> list[float]:
     return losses_by_rank[0]
 
 
-def assert_merged_matches_base_plus_adapter(run, builtin_model_dir):
+def assert_merged_matches_base_plus_adapter(run, base_dir, *, dtype=torch.float32):
+    """merged/ is stored in `dtype` (every float tensor, and config.json says so) and gives
+    the logits of the fp32 base + adapter/: within 1e-4 in fp32; in bf16 or fp16 within twice
+    what the unmerged model loses when it is itself computed in that dtype (no model stored
+    in it beats that floor; the factor leaves room for rounding W + BA once, not W, A, B).
+    Returns (the largest logit error, the tolerance)."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    merged = AutoModelForCausalLM.from_pretrained(run.merged_dir).eval()
-    base = AutoModelForCausalLM.from_pretrained(builtin_model_dir, dtype=torch.float32)
+    from tunedeck.safetensors_headers import folder_tensor_entries
+
+    stored = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}[dtype]
+    assert {entry.dtype for entry in folder_tensor_entries(run.merged_dir)} == {stored}
+    recorded = json.loads((run.merged_dir / "config.json").read_text())
+    assert recorded.get("dtype", recorded.get("torch_dtype")) == str(dtype).removeprefix("torch.")
+    merged = AutoModelForCausalLM.from_pretrained(run.merged_dir).eval()  # in its stored dtype
+    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     adapted = PeftModel.from_pretrained(base, run.adapter_dir).eval()
     with torch.no_grad():
-        merged_logits = merged(sample_input_ids()).logits
+        merged_logits = merged(sample_input_ids()).logits.float()
         adapted_logits = adapted(sample_input_ids()).logits
         with adapted.disable_adapter():
             base_logits = adapted(sample_input_ids()).logits
-    assert merged.dtype == torch.float32
-    assert torch.allclose(merged_logits, adapted_logits, atol=1e-4)
-    assert not torch.allclose(merged_logits, base_logits, atol=1e-2)  # training changed something
+        tolerance = 1e-4 if dtype == torch.float32 else 2 * float(
+            (adapted.to(dtype)(sample_input_ids()).logits.float() - adapted_logits).abs().max())
+    assert merged.dtype == dtype and merged.config.dtype == dtype
+    assert torch.allclose(merged_logits, adapted_logits, atol=tolerance), tolerance
+    # Training changed something, by more than the rounding allowed above.
+    assert not torch.allclose(merged_logits, base_logits, atol=max(1e-2, 2 * tolerance))
+    return float((merged_logits - adapted_logits).abs().max()), tolerance
 
 
 @pytest.mark.parametrize("backend", ["zero2", "fsdp"])
@@ -63,6 +79,12 @@ def test_lora_run_learns_and_exports_an_equivalent_merge(backend, run_trainer, b
     assert mean(losses[-5:]) < mean(losses[:5]) - 0.75, losses
     notices = [event["message"] for event in result.events_of_kind(0, "notice")]
     assert notices[0].startswith("loading model") and notices[-1].startswith("merged model saved")
+    # Tokenized once, by rank 0, into the run folder both ranks read.
+    (tokenized,) = [notice for notice in notices if notice.startswith("tokenized ")]
+    assert tokenized.endswith("once for the 2 rank(s) of each node")
+    assert not [event for event in result.events_of_kind(1, "notice")
+                if event["message"].startswith("tokenized ")]
+    assert (result.run.tokenized_dir(node_rank=0) / "train-input_ids.npy").is_file()
     assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in result.run.adapter_dir.iterdir()}
     assert_merged_matches_base_plus_adapter(result.run, builtin_model_dir)
 

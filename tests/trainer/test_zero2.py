@@ -8,8 +8,9 @@ import torch
 
 from tunedeck.backend_config import zero2_config
 from tunedeck.job_spec import JobSpec
+from tunedeck.torch_extensions import environment_extensions_dir
 
-from trainer.backends.zero2 import config_for_host
+from trainer.backends.zero2 import Zero2Backend, config_for_host, ops_to_compile
 from trainer.rank import RankContext
 from tests.trainer.conftest import launch_trainer, write_run
 
@@ -37,6 +38,31 @@ def test_a_config_without_offload_passes_through():
     assert config_for_host(settings, context_on("cpu")) is settings
 
 
+def test_ops_without_a_build_in_the_extension_folder_are_named_before_launch(tmp_path):
+    offload = zero2_config(JobSpec(max_steps=1, zero2={"offload_optimizer": True}))
+    plain = zero2_config(JobSpec(max_steps=1))
+    # CPU ranks load the shared-memory collectives; an offloaded optimizer loads CPU Adam;
+    # a GPU rank without offload uses torch's AdamW and NCCL, nothing to build.
+    assert ops_to_compile(offload, context_on("cpu"), tmp_path) == ["deepspeed_shm_comm", "cpu_adam"]
+    assert ops_to_compile(plain, context_on("cpu"), tmp_path) == ["deepspeed_shm_comm"]
+    assert ops_to_compile(plain, context_on("cuda:0"), tmp_path) == []
+    (tmp_path / "deepspeed_shm_comm").mkdir()
+    (tmp_path / "deepspeed_shm_comm" / "build.ninja").write_text("")  # a build under way
+    assert ops_to_compile(plain, context_on("cpu"), tmp_path) == ["deepspeed_shm_comm"]
+    (tmp_path / "deepspeed_shm_comm" / "deepspeed_shm_comm.so").write_bytes(b"")
+    assert ops_to_compile(offload, context_on("cpu"), tmp_path) == ["cpu_adam"]
+
+
+def test_the_startup_notice_says_what_compiles_and_where(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    notice = Zero2Backend.startup_notice(zero2_config(JobSpec(max_steps=1)), context_on("cpu"))
+    assert notice.startswith("compiling DeepSpeed's ops (deepspeed_shm_comm), first time")
+    assert "about a minute" in notice and str(tmp_path) in notice
+    (tmp_path / "deepspeed_shm_comm").mkdir()
+    (tmp_path / "deepspeed_shm_comm" / "deepspeed_shm_comm.so").write_bytes(b"")
+    assert Zero2Backend.startup_notice(zero2_config(JobSpec(max_steps=1)), context_on("cpu")) is None
+
+
 COLD_COMPILE_TIMEOUT_SECONDS = 900
 
 
@@ -46,10 +72,18 @@ def test_offloaded_optimizer_trains_on_cpu_ranks(tmp_path, tunedeck_home, builti
 
     run = write_run(tmp_path / "run", backend="zero2", method="lora", precision="bf16",
                     max_steps=OFFLOAD_STEPS, zero2={"offload_optimizer": True})
+    cpu_adam_builds = environment_extensions_dir() / "cpu_adam"
+    compiles = not any(cpu_adam_builds.glob("*.so"))
     # DeepSpeed JIT-compiles its CPU Adam (and comm op) on a fresh clone: minutes on 2 cores.
     result = launch_trainer(run, tunedeck_home, timeout_seconds=COLD_COMPILE_TIMEOUT_SECONDS)
     assert result.returncode == 0, result.output
-    print(f"zero2 offload run: {result.seconds:.1f} s")
+    print(f"zero2 offload run: {result.seconds:.1f} s (cpu_adam compiled: {compiles})")
+    # The job says why it sits at step 0 exactly when the op had to be built.
+    notices = [event["message"] for event in result.events_of_kind(0, "notice")]
+    compile_notices = [notice for notice in notices if notice.startswith("compiling DeepSpeed's ops")]
+    assert bool(compile_notices) == compiles, notices
+    assert all("cpu_adam" in notice for notice in compile_notices)
+    assert bool(compile_notices) == ("compiling DeepSpeed's ops" in result.output)
     losses = [event["loss"] for event in result.events_of_kind(0, "step")]
     assert len(losses) == OFFLOAD_STEPS and mean(losses[-2:]) < mean(losses[:2]) - 1.0, losses
     assert_merged_matches_base_plus_adapter(result.run, builtin_model_dir)

@@ -90,7 +90,7 @@ def test_a_fifo_inside_the_root_is_refused(root):
     os.mkfifo(fifo)
     assert reference_problem("dataset", str(fifo), [root]) == (
         f"dataset {fifo}: not a regular file (a device, FIFO or socket); "
-        "expected a .jsonl or .json file")
+        "expected a dataset file or folder")
 
 
 def test_a_relative_path_is_refused_asking_for_an_absolute_one(root):
@@ -109,10 +109,17 @@ def test_a_model_folder_outside_the_roots_is_refused(root, tmp_path):
     assert problem.startswith(f"model {model}: outside the allowed folders")
 
 
-def test_a_model_must_be_a_folder_and_a_dataset_a_file(root):
+def test_a_model_must_be_a_folder_and_a_dataset_folder_may_not_link_outside(root, tmp_path):
     data = dataset_file(root)
     assert reference_problem("model", str(data), [root]).startswith(f"model {data}: not a folder")
-    assert reference_problem("dataset", str(root), [root]).startswith(f"dataset {root}: a folder")
+    # A dataset may be a folder (save_to_disk's, or data files), read whole by the worker ...
+    assert reference_problem("dataset", str(root), [root]) is None
+    # ... so a file in it that links outside the roots is refused, like a path outside them.
+    outside = dataset_file(tmp_path, "secret.jsonl")
+    (root / "data").mkdir()
+    (root / "data" / "train.jsonl").symlink_to(outside)
+    assert reference_problem("dataset", str(root), [root]).startswith(
+        f"dataset {root}: {root / 'data' / 'train.jsonl'} links outside the allowed folders")
 
 
 def test_no_roots_means_no_local_path(root):

@@ -114,3 +114,30 @@ def test_qlora_is_accepted_under_zero2_and_refused_under_fsdp_with_what_to_choos
     assert JobSpec(max_steps=1, method="qlora").method == "qlora"
     message = errors_of({"max_steps": 1, "method": "qlora", "backend": "fsdp"})
     assert "use backend zero2" in message and "method lora under fsdp" in message
+
+
+def test_dataset_config_split_and_columns_are_spec_fields():
+    spec = parse_spec_text("dataset: org/name\ndataset_config: en\ndataset_split: train[:10%]\n"
+                           "columns: {prompt: question, response: answer, system: persona}\n"
+                           "eval_dataset: org/name\neval_dataset_split: validation\nmax_steps: 1\n")
+    assert (spec.dataset_config, spec.dataset_split, spec.eval_dataset_split) == (
+        "en", "train[:10%]", "validation")
+    assert (spec.columns.prompt, spec.columns.response, spec.columns.messages,
+            spec.columns.system) == ("question", "answer", None, "persona")
+    assert JobSpec(max_steps=1).columns.model_dump() == {
+        "prompt": None, "response": None, "messages": None, "system": None}
+
+
+@pytest.mark.parametrize("data, field, message", [
+    ({"columns": {"messages": "chat", "prompt": "q"}}, "columns",
+     "set columns.messages (a chat) or columns.prompt/response (one turn), not both"),
+    ({"columns": {"answer": "a"}}, "columns.answer", "Extra inputs are not permitted"),
+    ({"dataset_split": "train; rm -rf /"}, "dataset_split", "should match pattern"),
+    ({"dataset": "org/name", "eval_dataset": "org/name", "eval_dataset_split": "train"}, "spec",
+     "eval_dataset is the dataset itself, split 'train' too: set eval_dataset_split"),
+])
+def test_bad_dataset_options_name_their_field(data, field, message):
+    with pytest.raises(ValidationError) as error:
+        JobSpec.model_validate({"max_steps": 1, **data})
+    text = format_validation_error(error.value)
+    assert text.startswith(f"{field}: ") and message in text, text

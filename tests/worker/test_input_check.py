@@ -1,5 +1,6 @@
 import json
 
+from tests.hub_cache import add_hub_dataset, offline_hub  # noqa: F401
 from tunedeck.job_spec import JobSpec
 from worker.input_check import find_input_problems
 
@@ -31,11 +32,13 @@ def test_missing_dataset_file_names_the_path(tmp_path):
 
 
 def test_unknown_builtin_and_unsupported_format(tmp_path):
-    csv = tmp_path / "train.csv"
-    csv.write_text("a,b\n")
-    problems = find_input_problems(spec(model="builtin:gpt-5", dataset=str(csv)))
+    text = tmp_path / "train.txt"
+    text.write_text("a,b\n")
+    problems = find_input_problems(spec(model="builtin:gpt-5", dataset=str(text)))
     assert "unknown built-in model" in problems[0]
-    assert problems[1] == f"dataset {csv}: unsupported file type '.csv'; expected .jsonl or .json"
+    assert problems[1] == (f"dataset {text}: unsupported file type '.txt'; expected a .jsonl, "
+                           ".json, .jsonl.gz, .parquet or .csv file, a dataset folder, or a "
+                           "Hugging Face dataset id (org/name)")
 
 
 def test_wrong_columns_name_the_file_the_record_and_the_expected_shapes(tmp_path):
@@ -47,9 +50,10 @@ def test_wrong_columns_name_the_file_the_record_and_the_expected_shapes(tmp_path
         "expected instruction/output, prompt/response or messages"]
 
 
-def test_a_directory_is_not_a_dataset(tmp_path):
+def test_an_empty_directory_is_not_a_dataset(tmp_path):
     (problem,) = find_input_problems(spec(dataset=str(tmp_path)))
-    assert problem.startswith(f"dataset {tmp_path}: no such file")
+    assert problem.startswith(f"dataset {tmp_path}: an empty folder; expected a folder written "
+                              "by save_to_disk")
 
 
 def test_existing_jsonl_passes(tmp_path):
@@ -97,3 +101,35 @@ def test_fp16_under_zero2_is_refused_on_a_host_without_cuda_only():
     assert find_input_problems(spec(backend="zero2", precision="fp16"), cuda_available=True) == []
     for other in (spec(backend="zero2", precision="bf16"), spec(backend="fsdp", precision="fp16")):
         assert find_input_problems(other, cuda_available=False) == []
+
+
+def test_a_dataset_id_not_in_the_cache_offline_fails_naming_it_and_hf_hub_offline(offline_hub,
+                                                                                   tmp_path):
+    (problem,) = find_input_problems(spec(dataset="tunedeck-test/absent"),
+                                     datasets_cache=tmp_path / "hf-datasets")
+    assert problem.startswith("dataset tunedeck-test/absent: not in this host's Hugging Face cache")
+    assert "HF_HUB_OFFLINE=1 forbids downloading it" in problem
+
+
+def test_a_cached_dataset_id_passes_offline_and_its_records_are_counted(offline_hub, tmp_path):
+    add_hub_dataset(offline_hub, "tunedeck-test/qa", {"q": ["a"] * 12, "a": ["b"] * 12})
+    cached = spec(dataset="tunedeck-test/qa", columns={"prompt": "q", "response": "a"})
+    cache = tmp_path / "hf-datasets"
+    assert find_input_problems(cached, datasets_cache=cache) == []
+    split = cached.model_copy(update={"eval_split": 0.5, "num_gpus": 2})
+    assert find_input_problems(split, datasets_cache=cache) == [
+        "eval_split 0.5: leaves 6 of 12 examples to train on; need at least micro_batch_size x "
+        "ranks = 8 (dataset tunedeck-test/qa)"]
+
+
+def test_a_missing_column_fails_naming_it_and_the_columns(tmp_path):
+    data = tmp_path / "train.csv"
+    data.write_text("question,answer\nWhat is 1 + 1?,2\n")
+    eval_data = tmp_path / "eval.csv"
+    eval_data.write_text("question,reply\nWhat is 2 + 2?,4\n")
+    problems = find_input_problems(
+        spec(dataset=str(data), eval_dataset=str(eval_data),
+             columns={"prompt": "question", "response": "answer"}),
+        datasets_cache=tmp_path / "hf-datasets")
+    assert problems == [f"eval_dataset {eval_data}: no column 'answer' (columns.response); its "
+                        "columns are ['question', 'reply']"]

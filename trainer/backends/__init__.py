@@ -1,7 +1,8 @@
 """The distributed backends behind one small interface, chosen once from `spec.backend`.
 
 The training loop speaks only `TrainingBackend`: `step` runs one micro-batch forward and
-backward, `optimizer_step` closes a step of `grad_accum` micro-batches, and
+backward (the loop says how much each micro-batch weighs: trainer/token_loss.py),
+`optimizer_step` closes a step of `grad_accum` micro-batches, and
 `gather_trainable_state` hands rank 0 the fp32 weights to export. How gradients are
 reduced, sharded, clipped and cast stays inside each backend.
 """
@@ -15,6 +16,11 @@ from trainer.rank import RankContext
 
 class TrainingBackend(Protocol):
     @classmethod
+    def startup_notice(cls, settings: dict[str, Any], context: RankContext) -> str | None:
+        """A sentence for the job's events when this launch will sit at step 0 for a while
+        for a reason of the backend's own (ZeRO-2: ops to compile), else None."""
+
+    @classmethod
     def init_distributed(cls, context: RankContext) -> None:
         """Join the process group (gloo on CPU, nccl on GPU)."""
 
@@ -24,8 +30,10 @@ class TrainingBackend(Protocol):
 
     def set_learning_rate(self, learning_rate: float) -> None: ...
 
-    def step(self, batch: dict[str, Any]) -> "torch.Tensor":  # noqa: F821
-        """Forward and backward of one micro-batch; the detached mean loss (no sync)."""
+    def step(self, batch: dict[str, Any], *, loss_weight: float) -> "torch.Tensor":  # noqa: F821
+        """Forward and backward of one micro-batch: backward of its summed answer-token loss
+        times `loss_weight`, gradients summed over the step's micro-batches and averaged
+        over ranks, nothing else scaled. Returns the detached summed loss (no sync)."""
 
     def evaluate(self, batch: dict[str, Any]) -> tuple["torch.Tensor", "torch.Tensor"]:  # noqa: F821
         """Forward only, in eval mode: one micro-batch's summed answer-token loss and its

@@ -14,11 +14,13 @@ from trainer.backends.fsdp_sharding import shard_model
 from trainer.footprint import Footprint, gradient_bytes, optimizer_state_bytes, parameter_bytes
 from trainer.method import trainable_parameters
 from trainer.rank import RankContext
+from trainer.token_loss import micro_batch_objective, router_aux_loss_coefficient
 
 
 class FsdpBackend:
     def __init__(self, model, optimizer, *, grad_accum: int, max_grad_norm: float, scaler=None):
         self._model = model
+        self._aux_loss_coefficient = router_aux_loss_coefficient(model)
         self._optimizer = optimizer
         self._grad_accum = grad_accum
         self._max_grad_norm = max_grad_norm
@@ -26,6 +28,10 @@ class FsdpBackend:
         self._scaler = scaler
         self._micro_step = 0
         self._gradient_bytes: int | None = None  # measured once, before the first update
+
+    @classmethod
+    def startup_notice(cls, settings: dict[str, Any], context: RankContext) -> None:
+        return None  # nothing to build: FSDP is torch's own
 
     @classmethod
     def init_distributed(cls, context: RankContext) -> None:
@@ -55,16 +61,18 @@ class FsdpBackend:
         for group in self._optimizer.param_groups:
             group["lr"] = learning_rate
 
-    def step(self, batch: dict[str, Any]):
+    def step(self, batch: dict[str, Any], *, loss_weight: float):
         self._micro_step += 1
-        # Reduce-scatter gradients only after the last micro-batch of the step.
+        # Reduce-scatter gradients only after the last micro-batch of the step; FSDP
+        # averages them over ranks there, which the weight counts on.
         self._model.set_requires_gradient_sync(self._micro_step % self._grad_accum == 0)
-        loss = self._model(**batch).loss
-        scaled_loss = loss / self._grad_accum
+        objective, loss_sum = micro_batch_objective(
+            self._model, batch, loss_weight=loss_weight,
+            aux_loss_coefficient=self._aux_loss_coefficient)
         if self._scaler is not None:
-            scaled_loss = self._scaler.scale(scaled_loss)
-        scaled_loss.backward()
-        return loss.detach().float()
+            objective = self._scaler.scale(objective)
+        objective.backward()
+        return loss_sum
 
     def evaluate(self, batch: dict[str, Any]):
         """(summed answer-token loss, answer-token count) of one micro-batch: eval mode, no

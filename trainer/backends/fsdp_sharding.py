@@ -87,12 +87,34 @@ def set_prefetching(model, layers: list, *, forward: bool, backward: bool) -> No
 
 
 def decoder_layers(model) -> list:
-    """The transformer blocks, found by the class names the model itself marks as units
-    that must not be split (`_no_split_modules`, e.g. LlamaDecoderLayer)."""
+    """The transformer blocks, in forward order: the modules of the classes the model marks
+    as units that must not be split (`_no_split_modules`, e.g. MixtralDecoderLayer), the
+    outermost only (FSDP2 shards a child group before its parent, never one inside an
+    already sharded block). A model that names none, or none that it holds, falls back to its
+    list of identical blocks (`model.layers`, `gpt_neox.layers`, `transformer.h`)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     block_names = set(getattr(base, "_no_split_modules", None) or ())
-    layers = [module for module in model.modules() if type(module).__name__ in block_names]
+    named = [(name, module) for name, module in model.named_modules()
+             if type(module).__name__ in block_names]
+    layers = [module for name, module in named
+              if not any(name.startswith(f"{outer}.") for outer, _ in named)]
     if not layers:
-        raise ValueError(f"fsdp: found no decoder layers in {type(base).__name__} "
-                         f"(looked for {sorted(block_names) or 'its _no_split_modules'})")
+        layers = block_list(base)
+    if not layers:
+        raise ValueError(f"fsdp: found no decoder layers in {type(base).__name__} (no "
+                         f"{sorted(block_names) or '_no_split_modules'} class, and no list of "
+                         "identical blocks) to shard one by one; use backend zero2")
     return layers
+
+
+def block_list(model) -> list:
+    """The biggest nn.ModuleList whose entries are all of one class: a decoder's layers."""
+    import torch
+
+    candidates = [list(module) for module in model.modules()
+                  if isinstance(module, torch.nn.ModuleList) and len(module) > 0
+                  and len({type(entry) for entry in module}) == 1]
+    if not candidates:
+        return []
+    return max(candidates, key=lambda blocks: sum(parameter.numel() for block in blocks
+                                                  for parameter in block.parameters()))

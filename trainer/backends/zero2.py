@@ -7,23 +7,28 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tunedeck.torch_extensions import environment_extensions_dir
+
 from trainer.footprint import Footprint, parameter_bytes, zero2_gradient_bytes, zero2_optimizer_bytes
 from trainer.method import trainable_parameters
 from trainer.rank import RankContext
+from trainer.token_loss import micro_batch_objective, router_aux_loss_coefficient
 
 # The sub-folder of a checkpoint that holds DeepSpeed's files.
 DEEPSPEED_CHECKPOINT_TAG = "deepspeed"
 
 
-def default_torch_extensions_dir() -> str:
-    # DeepSpeed JIT-compiles its ops (about 40-90 s cold); a shared cache outside the repo
-    # makes every later run start in seconds.
-    return str(Path.home() / ".cache" / "tunedeck" / "torch_extensions")
-
-
 # A JIT build of a DeepSpeed op takes a few minutes at most; a lock older than this was left
 # by a process killed mid-build (a cancelled job), and torch would wait on it forever.
 STALE_BUILD_LOCK_SECONDS = 20 * 60
+
+
+def extensions_dir() -> Path:
+    """Where DeepSpeed JIT-compiles its ops (about 40-90 s cold) and finds them later: the
+    launch's TORCH_EXTENSIONS_DIR (the worker sets it); a trainer launched by hand gets its
+    Python environment's own folder, as the worker would give it."""
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(environment_extensions_dir()))
+    return Path(os.environ["TORCH_EXTENSIONS_DIR"])
 
 
 def remove_stale_build_locks(extensions_dir: Path, *, now: float | None = None) -> list[Path]:
@@ -56,15 +61,47 @@ def config_for_host(settings: dict[str, Any], context: RankContext) -> dict[str,
     return {**settings, "zero_optimization": zero_optimization}
 
 
+def ops_to_compile(settings: dict[str, Any], context: RankContext, extensions_dir: Path) -> list[str]:
+    """The DeepSpeed ops this launch will JIT-compile: those it loads (the shared-memory
+    collectives on CPU ranks, CPU Adam with an offloaded optimizer; torch's own AdamW
+    otherwise) that are neither installed prebuilt nor built in `extensions_dir` yet."""
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+    from deepspeed.git_version_info import installed_ops
+
+    wanted = [] if context.uses_cuda else ["ShareMemCommBuilder"]
+    if settings.get("zero_optimization", {}).get("offload_optimizer"):
+        wanted.append("CPUAdamBuilder")
+    missing = []
+    for class_name in wanted:
+        builder = get_accelerator().create_op_builder(class_name)
+        if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
+            continue  # not built on this host at all
+        if installed_ops.get(builder.NAME, False):
+            continue
+        if not any((extensions_dir / builder.name).glob("*.so")):
+            missing.append(builder.NAME)
+    return missing
+
+
 class Zero2Backend:
     def __init__(self, engine):
         self._engine = engine
+        self._aux_loss_coefficient = router_aux_loss_coefficient(engine.module)
         self._gradient_bytes: int | None = None  # measured once, at the first boundary
 
     @classmethod
+    def startup_notice(cls, settings: dict[str, Any], context: RankContext) -> str | None:
+        missing = ops_to_compile(settings, context, extensions_dir())
+        if not missing:
+            return None
+        return (f"compiling DeepSpeed's ops ({', '.join(missing)}), first time in this Python "
+                f"environment on this host: about a minute; later jobs reuse the build in "
+                f"{extensions_dir()}")
+
+    @classmethod
     def init_distributed(cls, context: RankContext) -> None:
-        os.environ.setdefault("TORCH_EXTENSIONS_DIR", default_torch_extensions_dir())
-        remove_stale_build_locks(Path(os.environ["TORCH_EXTENSIONS_DIR"]))
+        remove_stale_build_locks(extensions_dir())
         import deepspeed
         import torch
 
@@ -85,16 +122,20 @@ class Zero2Backend:
         for group in self._engine.optimizer.param_groups:
             group["lr"] = learning_rate
 
-    def step(self, batch: dict[str, Any]):
-        loss = self._engine(**batch).loss
-        # DeepSpeed divides by gradient_accumulation_steps and reduces at the boundary;
-        # engine.step() counts micro-batches and applies the optimizer only on the last.
-        self._engine.backward(loss)
+    def step(self, batch: dict[str, Any], *, loss_weight: float):
+        objective, loss_sum = micro_batch_objective(
+            self._engine, batch, loss_weight=loss_weight,
+            aux_loss_coefficient=self._aux_loss_coefficient)
+        # The weight already makes the step's sum its mean over answer tokens, so DeepSpeed
+        # must not divide by gradient_accumulation_steps as well; it still averages over
+        # ranks when it reduces at the boundary, and engine.step() counts micro-batches and
+        # applies the optimizer only on the last.
+        self._engine.backward(objective, scale_wrt_gas=False)
         if self._gradient_bytes is None and self._engine.is_gradient_accumulation_boundary():
             # The reduced gradient partition exists only from here to the optimizer step.
             self._gradient_bytes = zero2_gradient_bytes(self._engine.optimizer)
         self._engine.step()
-        return loss.detach().float()
+        return loss_sum
 
     def evaluate(self, batch: dict[str, Any]):
         """(summed answer-token loss, answer-token count) of one micro-batch: eval mode, no

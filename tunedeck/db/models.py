@@ -206,3 +206,24 @@ class AuditEvent(Base):
     job_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
     detail: Mapped[str] = mapped_column(Text, default="")
     client: Mapped[str | None] = mapped_column(String(100), nullable=True)
+
+
+class DatasetPreflight(Base):
+    """A data preflight (tunedeck/preflight_request.py): the web inserts it pending with
+    its request, a worker that can read the data runs it and stores the report or the
+    error; the web and the CLI read it back here (there is no Celery result backend)."""
+
+    __tablename__ = "dataset_preflights"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    status: Mapped[str] = mapped_column(String(16))  # pending, running, done, failed
+    request: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # Who asked (users.name; null with open access): only they, or an admin, read it, and
+    # their uploads folder is readable to it.
+    owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    worker_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    report: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -7,10 +7,12 @@ from typing import Any
 import gradio as gr
 
 from app.principal import principal_of
-from app.ui import form_handlers, upload_handlers
-from app.ui.form_handlers import FORM_FIELDS, FORM_LABELS as LABELS, SAME_AS_PRECISION, form_values
-from tunedeck.job_spec import (BACKENDS, DTYPES, LEARNING_RATE_SCHEDULES, METHODS, PRECISIONS,
-                               SHARDING_STRATEGIES)
+from app.ui import (column_handlers, form_handlers, preflight_handlers, target_handlers,
+                    upload_handlers)
+from app.ui.form_handlers import (COLUMN_ROLES, FORM_FIELDS, FORM_LABELS as LABELS,
+                                  SAME_AS_PRECISION, form_values)
+from tunedeck.job_spec import (BACKENDS, DTYPES, EXPORT_DTYPES, LEARNING_RATE_SCHEDULES, METHODS,
+                               PRECISIONS, SHARDING_STRATEGIES)
 from tunedeck.settings import Settings
 
 
@@ -51,6 +53,7 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
                                     height=220, elem_id="new-job-plan-chart")
             plan_table = gr.Markdown(initial.plan.markdown, elem_id="new-job-plan")
     submitted_job_id = gr.State(None)
+    preflight_pending = gr.State(None)  # a data check still running: the next click waits on it
     inputs = [fields[name] for name in FORM_FIELDS]
 
     def preview(*values):
@@ -72,31 +75,65 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
             received, principal=principal_of(request), settings=settings, database=database)
         return (dataset if dataset is not None else gr.skip()), message, None
 
+    def check_data(request: gr.Request, pending, *values):
+        try:
+            principal = principal_of(request)
+        except PermissionError:
+            return "Not checked: sign in first.", None
+        return preflight_handlers.check_form_data(
+            form_values(values), pending, database=database, celery_app=celery_app,
+            settings=settings, principal=principal)
+
+    def offer_columns(dataset, split, request: gr.Request):
+        names, hint = column_handlers.dataset_column_choices(
+            dataset, split, principal=principal_of(request), settings=settings)
+        return (*(gr.Dropdown(choices=["", *names]) for _ in COLUMN_ROLES), hint)
+
     upload_button.upload(upload, upload_button, [fields["dataset"], upload_message, upload_button],
                          show_progress="minimal")
+    gr.on([fields["dataset"].change, fields["dataset_split"].change], offer_columns,
+          [fields["dataset"], fields["dataset_split"]],
+          [*(fields[f"columns_{role}"] for role in COLUMN_ROLES), groups["columns_hint"]],
+          show_progress="hidden", trigger_mode="always_last")
     gr.on([component.change for component in inputs], preview, inputs,
           [config_title, config_code, trainer_code, command_line, form_message, plan_chart,
            plan_table],
           show_progress="hidden",
           trigger_mode="always_last")
+    # Mostly waiting on a worker: one user's check must not queue behind another's.
+    groups["check_data"].click(check_data, [preflight_pending, *inputs],
+                               [groups["check_data_result"], preflight_pending],
+                               concurrency_limit=None)
     fields["backend"].change(_backend_groups, fields["backend"], [groups["zero2"], groups["fsdp"]],
                              show_progress="hidden")
     fields["method"].change(_lora_group, fields["method"], groups["lora"], show_progress="hidden")
+    def show_lora_targets(request: gr.Request, *values):
+        return target_handlers.lora_targets_view(form_values(values),
+                                                 principal=principal_of(request), settings=settings)
+
+    groups["lora_targets_button"].click(show_lora_targets, inputs, groups["lora_targets"])
     submitted = submit_button.click(submit, inputs, [submitted_job_id, submit_message])
     return NewJobTab(submitted=submitted, submitted_job_id=submitted_job_id)
 
 
-def _form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, gr.Group]]:
-    """The form's inputs by FORM_FIELDS name, and the option groups shown per choice."""
+def _form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The form's inputs by FORM_FIELDS name, and the option groups shown per choice (and
+    the column pickers' hint, "columns_hint"; the data check's button and panel)."""
     fields: dict[str, Any] = {}
     with gr.Row():
         fields["model"] = gr.Textbox(defaults["model"], label=LABELS["model"],
                                      info="local folder, Hugging Face id or builtin:tiny-llama",
                                      elem_id="new-job-model")
         fields["dataset"] = gr.Textbox(defaults["dataset"], label=LABELS["dataset"],
-                                       info="local .jsonl/.json (instruction/output, "
-                                            "prompt/response or messages) or builtin:arithmetic",
+                                       info="local .jsonl/.json/.jsonl.gz/.parquet/.csv file, "
+                                            "save_to_disk folder, Hugging Face id (org/name) "
+                                            "or builtin:arithmetic",
                                        elem_id="new-job-dataset")
+    dataset_options = _dataset_options(fields, defaults)
+    with gr.Row():
+        check_data = gr.Button("Check data", size="sm", elem_id="new-job-check-data")
+    check_data_result = gr.HTML(elem_id="new-job-check-data-result")
+    dataset_options.update(check_data=check_data, check_data_result=check_data_result)
     fields["name"] = gr.Textbox(defaults["name"], label=LABELS["name"], placeholder="optional",
                                 elem_id="new-job-name")
     with gr.Row():
@@ -136,7 +173,7 @@ def _form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, gr
         fields["max_grad_norm"] = gr.Number(defaults["max_grad_norm"], step=0.1,
                                             label=LABELS["max_grad_norm"], info="0: no clipping",
                                             elem_id="new-job-max-grad-norm")
-    with gr.Accordion("Evaluation, packing and checkpoints", open=False,
+    with gr.Accordion("Evaluation, packing, checkpoints and export", open=False,
                       elem_id="new-job-more-options"):
         with gr.Row():
             fields["eval_split"] = gr.Number(defaults["eval_split"], label=LABELS["eval_split"],
@@ -144,8 +181,11 @@ def _form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, gr
                                              elem_id="new-job-eval-split")
             fields["eval_dataset"] = gr.Textbox(defaults["eval_dataset"],
                                                 label=LABELS["eval_dataset"],
-                                                placeholder="or a separate .jsonl/.json file",
+                                                placeholder="or a separate dataset",
                                                 elem_id="new-job-eval-dataset")
+            fields["eval_dataset_split"] = gr.Textbox(
+                defaults["eval_dataset_split"], label=LABELS["eval_dataset_split"],
+                info="when it is a Hugging Face id or a folder", elem_id="new-job-eval-dataset-split")
             fields["eval_every_steps"] = _integer("eval_every_steps", defaults,
                                                   info="0: only at the end")
         with gr.Row():
@@ -154,13 +194,40 @@ def _form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, gr
             fields["keep_checkpoints"] = _integer("keep_checkpoints", defaults, info="newest kept")
             fields["seed"] = _integer("seed", defaults, info="data order, init and dropout")
             fields["packing"] = _checkbox("packing", defaults)
-    groups = _option_groups(fields, defaults)
+        with gr.Row():
+            fields["export_dtype"] = _dtype("export_dtype", defaults, list(EXPORT_DTYPES),
+                                            info="auto: the base model's stored dtype")
+    groups = {**dataset_options, **_option_groups(fields, defaults)}
     return fields, groups
 
 
-def _option_groups(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str, gr.Group]:
+def _dataset_options(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """A Hugging Face id's config and split, and the column pickers (choices: the dataset's
+    columns where the web can read them cheaply; any name can be typed)."""
+    with gr.Accordion("Dataset config, split and columns", open=False,
+                      elem_id="new-job-dataset-options"):
+        with gr.Row():
+            fields["dataset_config"] = gr.Textbox(defaults["dataset_config"],
+                                                  label=LABELS["dataset_config"],
+                                                  placeholder="a Hugging Face id's, optional",
+                                                  elem_id="new-job-dataset-config")
+            fields["dataset_split"] = gr.Textbox(defaults["dataset_split"],
+                                                 label=LABELS["dataset_split"],
+                                                 info="e.g. train or train[:10%]; a file is read whole",
+                                                 elem_id="new-job-dataset-split")
+        with gr.Row():
+            for role in COLUMN_ROLES:
+                name = f"columns_{role}"
+                fields[name] = gr.Dropdown([""], value=defaults[name], label=LABELS[name],
+                                           allow_custom_value=True,
+                                           elem_id=f"new-job-columns-{role}")
+        hint = gr.Markdown(elem_id="new-job-columns-hint")
+    return {"columns_hint": hint}
+
+
+def _option_groups(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     zero2_visible, fsdp_visible = form_handlers.backend_options_visible(defaults["backend"])
-    groups: dict[str, gr.Group] = {}
+    groups: dict[str, Any] = {}  # the groups, and the LoRA targets' button and answer
     with gr.Group(visible=form_handlers.lora_options_visible(defaults["method"]),
                   elem_id="new-job-lora-options") as groups["lora"]:
         with gr.Row():
@@ -170,6 +237,13 @@ def _option_groups(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str
             fields["lora_dropout"] = gr.Number(defaults["lora_dropout"], step=0.01,
                                                label=LABELS["lora_dropout"],
                                                elem_id="new-job-lora-dropout")
+        with gr.Row():
+            # Mixture-of-experts models only; a dense model has neither.
+            fields["lora_experts"] = _checkbox("lora_experts", defaults)
+            fields["lora_train_router"] = _checkbox("lora_train_router", defaults)
+            groups["lora_targets_button"] = gr.Button(
+                "What LoRA adapts", size="sm", elem_id="new-job-lora-targets-button")
+        groups["lora_targets"] = gr.Markdown(elem_id="new-job-lora-targets")
     with gr.Group(visible=zero2_visible, elem_id="new-job-zero2-options") as groups["zero2"]:
         gr.Markdown("**DeepSpeed ZeRO-2 options**", padding=True)
         with gr.Row():

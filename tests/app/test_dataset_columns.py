@@ -1,0 +1,68 @@
+"""The New job form's dataset options: the column pickers offer the columns the web can read
+cheaply (never through the `datasets` library), only from paths the user may name, and the
+form carries dataset_config, the splits and `columns` into the spec."""
+import gzip
+import json
+
+from app.principal import OPEN_PRINCIPAL
+from app.ui import form_handlers
+from app.ui.column_handlers import dataset_column_choices
+from tunedeck.dataset_columns import peek_columns
+from tunedeck.settings import Settings
+
+
+def test_columns_are_read_from_each_cheap_format(tmp_path):
+    import datasets
+    import pyarrow
+    import pyarrow.parquet
+
+    record = {"question": "1 + 1?", "answer": "2"}
+    (tmp_path / "a.jsonl").write_text("\n" + json.dumps(record) + "\n")
+    with gzip.open(tmp_path / "a.jsonl.gz", "wt") as file:
+        file.write(json.dumps(record) + "\n")
+    (tmp_path / "a.json").write_text(json.dumps([record]))
+    (tmp_path / "a.csv").write_text("question,answer\n1 + 1?,2\n")
+    pyarrow.parquet.write_table(pyarrow.table({"question": ["q"], "answer": ["a"]}),
+                                tmp_path / "a.parquet")
+    for name in ("a.jsonl", "a.jsonl.gz", "a.json", "a.csv", "a.parquet"):
+        assert peek_columns(str(tmp_path / name)) == ["question", "answer"], name
+    saved = tmp_path / "saved"
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"prompt": ["p"], "response": ["r"]}),
+                          "test": datasets.Dataset.from_dict({"q": ["p"], "a": ["r"]})}
+                         ).save_to_disk(str(saved))
+    assert peek_columns(str(saved)) == ["prompt", "response"]
+    assert peek_columns(str(saved), split="test[:50%]") == ["q", "a"]
+    assert peek_columns(str(tmp_path / "missing.csv")) is None
+
+
+def test_the_pickers_offer_an_allowed_files_columns_only(tmp_path):
+    allowed, elsewhere = tmp_path / "data", tmp_path / "elsewhere"
+    allowed.mkdir(), elsewhere.mkdir()
+    settings = Settings(home=tmp_path / "home", allowed_roots=str(allowed))
+    (allowed / "qa.csv").write_text("question,answer\n1 + 1?,2\n")
+    (elsewhere / "secret.csv").write_text("password,hint\nx,y\n")
+
+    def offered(reference: str):
+        return dataset_column_choices(reference, "train", principal=OPEN_PRINCIPAL,
+                                      settings=settings)
+
+    assert offered(str(allowed / "qa.csv")) == (
+        ["question", "answer"], "Columns of this dataset: `question`, `answer`")
+    assert offered(str(elsewhere / "secret.csv")) == ([], "")  # submit says why
+    names, hint = offered("org/name")
+    assert names == [] and hint.startswith("A Hugging Face id: its columns are not read here")
+    assert offered("builtin:arithmetic") == ([], "")
+
+
+def test_the_form_carries_the_dataset_options_into_the_spec():
+    form = {**form_handlers.default_form(), "dataset": "org/name", "dataset_config": " en ",
+            "dataset_split": "", "eval_dataset": "org/name", "eval_dataset_split": "validation",
+            "columns_prompt": "question", "columns_response": "answer", "columns_system": " "}
+    spec, problems = form_handlers.form_to_spec(form)
+    assert problems == ""
+    assert (spec.dataset_config, spec.dataset_split, spec.eval_dataset_split) == (
+        "en", "train", "validation")
+    assert spec.columns.model_dump() == {"prompt": "question", "response": "answer",
+                                         "messages": None, "system": None}
+    _, problems = form_handlers.form_to_spec({**form, "columns_messages": "chat"})
+    assert problems.startswith("columns: set columns.messages (a chat) or columns.prompt/response")

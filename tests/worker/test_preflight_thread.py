@@ -1,0 +1,33 @@
+"""A worker's Celery pool has a thread more than its job slots (tunedeck.broker.
+PREFLIGHT_THREADS), so a data preflight is served while every slot runs a job; the slots
+themselves, what claims count, stay the job count (tests/e2e/test_preflight_end_to_end.py
+shows a preflight served while a job holds the only slot)."""
+import subprocess
+import sys
+
+from tests.servers import REPO
+
+STARTS_A_WORKER = """
+import json
+from worker.tasks import celery_app
+celery_app.worker_main = lambda argv: print(json.dumps(argv))
+from tunedeck.services import run_worker
+from worker.tasks import worker_identity
+run_worker()
+print(worker_identity().concurrency)
+"""
+
+
+def test_the_pool_has_one_thread_more_than_the_job_slots(tmp_path):
+    import json
+
+    result = subprocess.run([sys.executable, "-c", STARTS_A_WORKER], cwd=REPO, text=True,
+                            capture_output=True, timeout=120,
+                            env={"TUNEDECK_HOME": str(tmp_path), "PATH": "/usr/bin:/bin",
+                                 "TUNEDECK_WORKER_GPUS": "",
+                                 "TUNEDECK_WORKER_CONCURRENCY": "2"})
+    assert result.returncode == 0, result.stderr
+    argv_line, slots = result.stdout.splitlines()[-2:]
+    argv = json.loads(argv_line)
+    assert argv[argv.index("--pool") + 1] == "threads"
+    assert argv[argv.index("--concurrency") + 1] == "3" and slots == "2"

@@ -1,0 +1,80 @@
+"""A data preflight's answer in words: summary lines (the CLI and the form both show them),
+and the whole report as terminal text for `tunedeck preflight`."""
+from __future__ import annotations
+
+from typing import Any
+
+HISTOGRAM_WIDTH = 40  # characters of the longest bar
+# How a marked example shows in a terminal: the trained answer and what seq_len cuts.
+TRAINED_MARKS = ("[[", "]]")
+CUT_MARKS = ("<<cut: ", ">>")
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    sample = report["sample"]
+    seq_len = report["seq_len"]
+    lines = [f"{report['records']} records"
+             + (f"; a seeded sample of {sample['tokenized']} tokenized (seed {sample['seed']}): "
+                "the shares below are the sample's" if sample["sampled"] else "; all tokenized")]
+    lengths = report["lengths"]
+    lines.append(f"prompt + answer tokens: median {lengths['p50']}, p90 {lengths['p90']}, "
+                 f"p99 {lengths['p99']}, max {lengths['max']} (seq_len {seq_len})")
+    for key, what in (("over_seq_len", "are longer than seq_len"),
+                      ("lose_answer_tokens", "lose answer tokens to truncation"),
+                      ("dropped_empty", "are dropped as empty (no answer token left)")):
+        lines.append(f"{report[key]['count']} ({report[key]['share']:.1%}) {what}")
+    answer = report["answer_tokens"]
+    lines.append(f"answer tokens cut: {answer['cut']} of {answer['total']}")
+    duplicates = report["duplicates"]
+    lines.append(f"{duplicates['records']} duplicate records (identical prompt and answer) in "
+                 f"{duplicates['groups']} groups")
+    if report.get("packing"):
+        lines.append(f"packing: {report['packing']['rows']} rows, "
+                     f"{report['packing']['fill']:.0%} full")
+    if report.get("eval_held_out"):
+        lines.append(f"eval_split holds out {report['eval_held_out']} records")
+    return lines
+
+
+def bin_label(bin_: dict[str, Any]) -> str:
+    return f"{bin_['low']}-{bin_['high']}" if bin_["high"] is not None else f">= {bin_['low']}"
+
+
+def preflight_as_text(answer: dict[str, Any]) -> str:
+    """The answer of POST /api/datasets/preflight (or its GET) for a terminal."""
+    if answer["status"] == "failed":
+        return f"preflight {answer['id']} failed: {answer['error']}"
+    if answer["status"] != "done":
+        return f"preflight {answer['id']} is {answer['status']}: {answer.get('waiting') or ''}"
+    report = answer["report"]
+    lines = [f"preflight {answer['id']} of {answer['request']['dataset']} "
+             f"(worker {answer['worker_name']}, {report['seconds']['total']:.1f} s):",
+             *(f"  {line}" for line in summary_lines(report)), "", "token lengths:"]
+    lines += histogram_lines(report["histogram"], report["seq_len"])
+    for example in report["examples"]:
+        lines += ["", f"record {example['record']} ({example['why']}): {example['tokens']} "
+                      f"tokens, {example['trained_tokens']} trained {TRAINED_MARKS[0]}like this"
+                      f"{TRAINED_MARKS[1]}, {example['cut_tokens']} cut by seq_len:",
+                  marked_text(example)]
+    lines += ["", *(f"warning: {warning}" for warning in report["warnings"])]
+    return "\n".join(lines).rstrip()
+
+
+def histogram_lines(histogram: list[dict[str, Any]], seq_len: int) -> list[str]:
+    largest = max((bin_["count"] for bin_ in histogram), default=0) or 1
+    labels = [bin_label(bin_) for bin_ in histogram]
+    width = max(len(label) for label in labels)
+    lines = []
+    for label, bin_ in zip(labels, histogram):
+        bar = "#" * round(HISTOGRAM_WIDTH * bin_["count"] / largest)
+        over = "  over seq_len" if bin_["over_seq_len"] and bin_["count"] else ""
+        lines.append(f"  {label.rjust(width)} {str(bin_['count']).rjust(7)} {bar}{over}")
+        if bin_["high"] == seq_len:
+            lines.append(f"  {'-' * width} seq_len {seq_len}")
+    return lines
+
+
+def marked_text(example: dict[str, Any]) -> str:
+    marks = {"trained": TRAINED_MARKS, "cut": CUT_MARKS, "prompt": ("", "")}
+    return "".join(f"{marks[segment['part']][0]}{segment['text']}{marks[segment['part']][1]}"
+                   for segment in example["segments"])

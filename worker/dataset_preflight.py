@@ -1,0 +1,67 @@
+"""A worker running a data preflight: claim the stored request, check its paths against
+this host's roots (as a job's inputs are checked), compute the report where the data can
+be read (trainer/dataset_preflight.py), and store it, or the error, in the row."""
+from __future__ import annotations
+
+import logging
+
+from pydantic import ValidationError
+
+from tunedeck import preflight_store
+from tunedeck.db.engine import Database
+from tunedeck.input_paths import spec_path_problems
+from tunedeck.job_spec import format_validation_error
+from tunedeck.preflight_request import DONE, FAILED, PreflightRequest
+from tunedeck.settings import Settings
+from worker.input_check import _model_problem, worker_input_roots
+
+log = logging.getLogger(__name__)
+
+
+def run_dataset_preflight(preflight_id: int, *, settings: Settings, database: Database,
+                          worker_name: str) -> str:
+    """The row's new status: done or failed; "not pending" when another delivery (or
+    worker) has it already."""
+    with database.transaction() as session:
+        claimed = preflight_store.claim_preflight(session=session, preflight_id=preflight_id,
+                                                  worker_name=worker_name)
+    if claimed is None:
+        return "not pending"
+    try:
+        report = _report(claimed.request, owner=claimed.owner, settings=settings)
+    except (OSError, ValueError) as error:
+        return _fail(database, preflight_id, _message(error))
+    except Exception as error:  # noqa: BLE001 - the row must not stay running; the log has it
+        log.exception("preflight %s failed", preflight_id)
+        return _fail(database, preflight_id, f"the preflight failed on worker {worker_name}: "
+                                             f"{type(error).__name__}: {error}")
+    with database.transaction() as session:
+        preflight_store.finish_preflight(session=session, preflight_id=preflight_id, report=report)
+    return DONE
+
+
+def _report(request: dict, *, owner: str | None, settings: Settings) -> dict:
+    from trainer.dataset_preflight import preflight_report
+
+    spec = PreflightRequest.model_validate(request).to_spec()
+    # A job's own rules: the paths first (nothing outside the roots is opened), then the
+    # model folder, said as the job's input check says it.
+    problems = [message for _field, message in
+                spec_path_problems(spec, worker_input_roots(settings, owner))]
+    if problems:
+        raise ValueError("\n".join(problems))
+    if model_problem := _model_problem(spec.model):
+        raise ValueError(model_problem)
+    return preflight_report(spec, cache_dir=settings.datasets_cache_dir)
+
+
+def _message(error: Exception) -> str:
+    if isinstance(error, ValidationError):
+        return format_validation_error(error)
+    return str(error)
+
+
+def _fail(database: Database, preflight_id: int, error: str) -> str:
+    with database.transaction() as session:
+        preflight_store.fail_preflight(session=session, preflight_id=preflight_id, error=error)
+    return FAILED
