@@ -66,13 +66,16 @@ def artifact_summary(run: RunFolder, kind: str) -> dict | None:
     folder = artifact_folder(run, kind)
     if not folder.is_dir():
         return None
-    files = artifact_files(folder)
+    try:
+        files = artifact_files(folder)
+        size = sum(file.stat().st_size for file in files)
+    except OSError:
+        return None  # replaced by a rerun's export while it was listed: no download to show
     try:
         dtype = folder_dominant_float_dtype(folder)
     except (OSError, HeaderError):
         dtype = None  # a damaged weights file: still list the download, without a dtype
-    return {"dtype": dtype, "bytes": sum(file.stat().st_size for file in files),
-            "files": len(files)}
+    return {"dtype": dtype, "bytes": size, "files": len(files)}
 
 
 def summary_text(summary: dict) -> str:

@@ -12,12 +12,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import threading
 from pathlib import Path
 
 from tunedeck.job_spec import JobSpec
+from tunedeck.line_server import LineServer, LineServerError
 
 # Importing torch, transformers and peft is most of it (seconds; more on a busy host), paid
 # once: the resolver process then answers each spec in milliseconds.
@@ -43,68 +43,31 @@ def lora_targets_preview(spec: JobSpec, *, home: Path) -> dict:
                                  "only, before the job takes its GPUs")
     # The spec needs a training length to validate; one step changes no target.
     request = {**spec.model_dump(mode="json", include=PREVIEW_FIELDS), "max_steps": 1}
-    answer = resolver_for(home).ask(request)
+    try:
+        answer = resolver_for(home).ask(request)
+    except LineServerError as error:
+        raise PreviewUnavailable(f"the target resolver did not answer: {error}") from None
     if "error" in answer:
         raise ValueError(f"model {spec.model}: {answer['error']}")
     return answer
 
 
-class ResolverProcess:
-    """One `python -m trainer.target_preview --serve` for the web process: a spec's JSON a
-    line in, its answer a line out. Started on the first question and kept, so only the
-    first pays the imports; started again if it died. One question at a time."""
-
-    def __init__(self, home: Path):
-        self._home = home
-        self._lock = threading.Lock()
-        self._process: subprocess.Popen | None = None
-
-    def ask(self, request: dict) -> dict:
-        with self._lock:
-            for attempt in (1, 2):  # a resolver that died since the last question: once more
-                process = self._running()
-                try:
-                    process.stdin.write(json.dumps(request) + "\n")
-                    process.stdin.flush()
-                    line = self._read_line(process)
-                except (BrokenPipeError, PreviewUnavailable):
-                    self._stop()
-                    if attempt == 2:
-                        raise PreviewUnavailable("the target resolver stopped answering") from None
-                    continue
-                return json.loads(line)
-
-    def _running(self) -> subprocess.Popen:
-        if self._process is None or self._process.poll() is not None:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "trainer.target_preview", "--serve"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                text=True, env={**os.environ, "HF_HUB_OFFLINE": "1",
-                                "TUNEDECK_HOME": str(self._home)})
-        return self._process
-
-    def _read_line(self, process: subprocess.Popen) -> str:
-        reply: list[str] = []
-        reader = threading.Thread(target=lambda: reply.append(process.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(PREVIEW_TIMEOUT_SECONDS)
-        if not reply or not reply[0].strip():
-            raise PreviewUnavailable(f"the target resolver gave no answer within "
-                                     f"{PREVIEW_TIMEOUT_SECONDS} s")
-        return reply[0]
-
-    def _stop(self) -> None:
-        if self._process is not None:
-            self._process.kill()
-            self._process.wait()
-            self._process = None
+def _resolver_server(home: Path) -> LineServer:
+    """`python -m trainer.target_preview --serve` for one TuneDeck home (whose
+    builtin:tiny-llama it builds on), offline like the planner."""
+    return LineServer([sys.executable, "-m", "trainer.target_preview", "--serve"],
+                      env={**os.environ, "HF_HUB_OFFLINE": "1", "TUNEDECK_HOME": str(home)},
+                      timeout_seconds=PREVIEW_TIMEOUT_SECONDS)
 
 
-_RESOLVERS: dict[Path, ResolverProcess] = {}
+_RESOLVERS: dict[Path, LineServer] = {}
 _RESOLVERS_LOCK = threading.Lock()
 
 
-def resolver_for(home: Path) -> ResolverProcess:
-    """The resolver of a TuneDeck home (a web process has one; tests have several)."""
+def resolver_for(home: Path) -> LineServer:
+    """The resolver of a TuneDeck home, kept for the web process's life (a web process has
+    one home; tests have several): only its first answer pays the imports."""
     with _RESOLVERS_LOCK:
-        return _RESOLVERS.setdefault(Path(home), ResolverProcess(Path(home)))
+        if Path(home) not in _RESOLVERS:
+            _RESOLVERS[Path(home)] = _resolver_server(Path(home))
+        return _RESOLVERS[Path(home)]

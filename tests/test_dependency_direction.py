@@ -14,7 +14,8 @@ FORBIDDEN = {
     "app": {"torch", "deepspeed", "transformers", "peft", "worker", "trainer", "datasets",
             "tunedeck.dataset_sources"},
 }
-PURE_MODULES = ["tunedeck/job_spec.py", "tunedeck/backend_config.py", "tunedeck/run_folder.py",
+PURE_MODULES = ["tunedeck/job_spec.py", "tunedeck/spec_sections.py", "tunedeck/torch_extensions.py",
+                "tunedeck/lora_targets_text.py", "tunedeck/backend_config.py", "tunedeck/run_folder.py",
                 "tunedeck/metrics_event.py", "tunedeck/job_states.py",
                 "tunedeck/safetensors_headers.py", "tunedeck/dataset_records.py",
                 "tunedeck/dataset_sources.py", "tunedeck/dataset_columns.py"]

@@ -264,3 +264,29 @@ def preflight_warnings(report: dict[str, Any]) -> list[str]:
         warnings.append(f"{duplicates['records']} records repeat an earlier record's prompt and "
                         f"answer (e.g. records {duplicates['largest_group']['records']})")
     return warnings
+
+
+def answer(request: dict) -> dict:
+    """A preflight server's answer to `{"spec", "cache_dir"}`: the report, or {"error": ...}
+    naming the field for data that cannot be read."""
+    try:
+        cache_dir = Path(request["cache_dir"]) if request.get("cache_dir") else None
+        return preflight_report(JobSpec.model_validate(request["spec"]), cache_dir=cache_dir)
+    except (OSError, ValueError) as error:
+        return {"error": str(error)}
+
+
+def main() -> int:
+    """`--serve`: answer preflights a line each, for a worker (worker/dataset_preflight.py),
+    in a process of their own: a dataset too big for memory ends this process, never the
+    worker and the jobs it supervises."""
+    from tunedeck.line_server import serve_lines
+
+    serve_lines(answer)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -35,13 +35,21 @@ class LoraTargets:
     router_modules: tuple[str, ...]  # every router found, trained or not
     train_router: bool
     left_out_experts: tuple[str, ...] = ()  # expert weights `lora.experts: false` left out
+    # Of linear_modules, those adapted through their `.weight` (lora.ParamWrapper, so with no
+    # dropout): for model types whose layout changed in transformers 5 (Mixtral, Qwen3-MoE,
+    # DeepSeek, ...) peft rewrites a target named like a v4 expert projection (`.w1`,
+    # `.gate_proj`, ...) into a fused expert weight, even a dense MLP's or a shared expert's.
+    linear_by_weight: tuple[str, ...] = ()
 
     @property
     def uses_parameter_adapters(self) -> bool:
         return bool(self.expert_parameters)
 
     def as_json(self) -> dict:
-        return {"linear_modules": layer_patterns(self.linear_modules),
+        by_weight = set(self.linear_by_weight)
+        return {"linear_modules": layer_patterns(name for name in self.linear_modules
+                                                 if name not in by_weight),
+                "linear_modules_without_dropout": layer_patterns(self.linear_by_weight),
                 "expert_parameters": layer_patterns(self.expert_parameters),
                 "routers": layer_patterns(self.router_modules),
                 "router": "trained" if self.train_router and self.router_modules else "frozen",
@@ -51,6 +59,9 @@ class LoraTargets:
         """One line for the job's events: what the adapter lands on."""
         described = self.as_json()
         parts = [f"LoRA adapts {', '.join(described['linear_modules']) or 'no linear layer'}"]
+        if described["linear_modules_without_dropout"]:
+            parts.append(f"{', '.join(described['linear_modules_without_dropout'])} through "
+                         "their weights (no dropout)")
         if described["expert_parameters"]:
             parts.append(f"expert weights {', '.join(described['expert_parameters'])} (no dropout)")
         if described["experts_left_out"]:
@@ -77,9 +88,13 @@ def resolve_lora_targets(model, settings: LoraSettings) -> LoraTargets:
         raise ValueError(f"lora.target_modules {wanted}: selects no weight of "
                          f"{type(model).__name__}" + ("" if settings.experts else
                                                       " (lora.experts is off)"))
+    rewritten = {leaf for leaf in {name.rpartition(".")[2] for name in linears}
+                 if peft_rewrites_target(leaf, model)}
     return LoraTargets(linear_modules=tuple(linears), expert_parameters=tuple(chosen_experts),
                        router_modules=tuple(routers), train_router=settings.train_router,
-                       left_out_experts=() if settings.experts else tuple(experts))
+                       left_out_experts=() if settings.experts else tuple(experts),
+                       linear_by_weight=tuple(name for name in linears
+                                              if name.rpartition(".")[2] in rewritten))
 
 
 def expert_parameter_names(model) -> list[str]:
@@ -140,3 +155,20 @@ def refuse_unmatched_names(model, wanted: list[str], routers: list[str], *,
 def layer_patterns(names) -> list[str]:
     """Names with each layer index as `*`, once each: `model.layers.*.self_attn.q_proj`."""
     return list(dict.fromkeys(LAYER_INDEX.sub(".*.", name) for name in names))
+
+
+def peft_rewrites_target(leaf: str, model) -> bool:
+    """Whether peft's transformers-5 conversion would rewrite a target named `*.leaf` on
+    this model: asked of peft itself, on a trial config."""
+    try:
+        from peft.utils.transformers_weight_conversion import convert_peft_config_for_transformers
+    except ImportError:  # a peft without the conversion rewrites nothing
+        return False
+    from peft import LoraConfig
+
+    trial = LoraConfig(target_modules=[f"probe.{leaf}"], task_type="CAUSAL_LM")
+    try:
+        convert_peft_config_for_transformers(trial, model=model, conversions=None)
+    except ValueError:  # "cannot convert w1 without w3": it would rewrite it
+        return True
+    return f"probe.{leaf}" not in set(trial.target_modules or ())

@@ -67,7 +67,7 @@ def lora_config(settings: LoraSettings, targets: LoraTargets, model):
     a reload of an adapter with expert weights needs."""
     from peft import LoraConfig
 
-    modules, parameters = peft_target_names(targets, model)
+    modules, parameters = peft_target_names(targets)
     return LoraConfig(
         r=settings.r, lora_alpha=settings.alpha,
         lora_dropout=0.0 if parameters else settings.dropout,
@@ -77,35 +77,13 @@ def lora_config(settings: LoraSettings, targets: LoraTargets, model):
     )
 
 
-def peft_target_names(targets: LoraTargets, model) -> tuple[list[str], list[str]]:
-    """(target_modules, target_parameters) as peft must be told. For model types whose
-    layout changed in transformers 5 (Mixtral, Qwen3-MoE, DeepSeek, ...) peft rewrites any
-    target name ending like a v4 expert projection (`.w1`, `.gate_proj`, ...) into a fused
-    expert parameter, even a dense MLP's or a shared expert's: those linears are named by
-    their weight instead (`...gate_proj.weight`, which peft leaves as it is)."""
-    rewritten = {leaf for leaf in {name.rpartition(".")[2] for name in targets.linear_modules}
-                 if peft_rewrites_target(leaf, model)}
-    kept = [name for name in targets.linear_modules if name.rpartition(".")[2] not in rewritten]
-    by_weight = [f"{name}.weight" for name in targets.linear_modules
-                 if name.rpartition(".")[2] in rewritten]
-    return kept, [*targets.expert_parameters, *by_weight]
-
-
-def peft_rewrites_target(leaf: str, model) -> bool:
-    """Whether peft's transformers-5 conversion would rewrite a target named `*.leaf` on
-    this model: asked of peft itself, on a trial config."""
-    try:
-        from peft.utils.transformers_weight_conversion import convert_peft_config_for_transformers
-    except ImportError:  # a peft without the conversion rewrites nothing
-        return False
-    from peft import LoraConfig
-
-    trial = LoraConfig(target_modules=[f"probe.{leaf}"], task_type="CAUSAL_LM")
-    try:
-        convert_peft_config_for_transformers(trial, model=model, conversions=None)
-    except ValueError:  # "cannot convert w1 without w3": it would rewrite it
-        return True
-    return f"probe.{leaf}" not in set(trial.target_modules or ())
+def peft_target_names(targets: LoraTargets) -> tuple[list[str], list[str]]:
+    """(target_modules, target_parameters) as peft must be told: the linears peft would
+    rewrite into fused expert weights are named by their weight (lora_targets'
+    `linear_by_weight`)."""
+    by_weight = set(targets.linear_by_weight)
+    kept = [name for name in targets.linear_modules if name not in by_weight]
+    return kept, [*targets.expert_parameters, *(f"{name}.weight" for name in targets.linear_by_weight)]
 
 
 def check_adapted_as_resolved(adapted, config, *, model_type: str) -> None:

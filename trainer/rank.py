@@ -29,6 +29,11 @@ class RankContext:
         return self.rank == 0
 
     @property
+    def node_rank(self) -> int:
+        """Which node of the job this rank runs on (torchrun numbers ranks node by node)."""
+        return self.rank // self.local_world_size
+
+    @property
     def uses_cuda(self) -> bool:
         return self.device.type == "cuda"
 

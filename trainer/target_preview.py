@@ -65,6 +65,9 @@ def model_family_problem(spec: JobSpec) -> str | None:
         preview_targets(spec, local_only=True)
     except (OSError, ValueError, KeyError, NotImplementedError) as error:
         return f"model {spec.model} ({family_of(spec.model)}): {error}"
+    except Exception as error:  # noqa: BLE001 - transformers/peft on an odd config: a refusal, not a stuck job
+        return (f"model {spec.model} ({family_of(spec.model)}): cannot be built or adapted "
+                f"({type(error).__name__}: {error})")
     return None
 
 
@@ -98,17 +101,9 @@ def main() -> int:
         report, status = answer(sys.stdin.read())
         print(json.dumps(report))
         return status
-    import contextlib
+    from tunedeck.line_server import serve_lines
 
-    replies = sys.stdout
-    for line in sys.stdin:
-        # Whatever a library prints must not pass for an answer line.
-        with contextlib.redirect_stdout(sys.stderr):
-            try:
-                report, _ = answer(line)
-            except Exception as error:  # noqa: BLE001 - one spec's failure must not end the server
-                report = {"error": f"cannot build or adapt it: {type(error).__name__}: {error}"}
-        print(json.dumps(report), file=replies, flush=True)
+    serve_lines(lambda spec: answer(json.dumps(spec))[0])
     return 0
 
 

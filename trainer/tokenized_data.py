@@ -7,8 +7,12 @@ N copies of the token lists as Python ints (about 8 bytes a token each, plus the
 Memory-mapped int32 arrays are one copy in the page cache that every rank of the host shares.
 Each node writes its own folder (`tokenized/node-K/`): a run folder is not always on a
 filesystem every node sees, and when it is, a node never reads a half-written folder of
-another's. The other ranks wait for the folder's manifest, not in a collective, so a
-dataset that takes longer than the process group's timeout to tokenize does not fail.
+another's. Within a node the other ranks wait for the folder's manifest, not in a
+collective, so however long tokenizing takes they do not time out; across nodes, the
+row-count check that follows is a collective, under the process group's timeout. That check
+fails the job by name when the nodes made different rows (a Hugging Face dataset that
+changed between two nodes' downloads): they would run different step counts and hang. The
+folder is removed once the job's weights are written.
 """
 from __future__ import annotations
 
@@ -72,13 +76,40 @@ def tokenize_once(spec: JobSpec, tokenizer, run: RunFolder, *, context: RankCont
     """Every rank's data, tokenized by the node's first rank (see the module's docstring)."""
     import torch.distributed as dist
 
-    folder = run.tokenized_dir(node_rank=context.rank // context.local_world_size)
+    folder = run.tokenized_dir(node_rank=context.node_rank)
     if context.local_rank == 0:
         shutil.rmtree(folder, ignore_errors=True)  # a previous launch's (a resumed job)
     dist.barrier()  # nobody is still reading an old folder, nor looking for the new one yet
     if context.local_rank == 0:
         write_tokenized(folder, lambda: tokenize_splits(spec, tokenizer, ranks=context.world_size))
-    return read_tokenized(wait_for_manifest(folder))
+    data = read_tokenized(wait_for_manifest(folder))
+    check_nodes_agree(data, spec=spec, context=context)
+    return data
+
+
+def check_nodes_agree(data: TokenizedData, *, spec: JobSpec, context: RankContext) -> None:
+    """Every rank must hold the same rows: one all-reduce of the row counts (max, and max of
+    the negated counts for the min)."""
+    import torch
+    import torch.distributed as dist
+
+    counts = [len(data.train_rows), len(data.eval_rows)]
+    extremes = torch.tensor([*counts, *(-count for count in counts)], dtype=torch.float64,
+                            device=context.device)
+    dist.all_reduce(extremes, op=dist.ReduceOp.MAX)
+    most_train, most_eval, least_train, least_eval = extremes.tolist()
+    if (most_train, most_eval) != (-least_train, -least_eval):
+        raise ValueError(f"dataset {spec.dataset}: the nodes read different data (train rows "
+                         f"{-least_train:.0f} to {most_train:.0f}, eval rows {-least_eval:.0f} to "
+                         f"{most_eval:.0f}); pin it (a local copy every node reads, or a "
+                         "Hugging Face revision) and run the job again")
+
+
+def remove_tokenized(run: RunFolder, *, context: RankContext) -> None:
+    """The node's folder, once the job no longer reads it (its first rank removes it)."""
+    if context.local_rank == 0:
+        shutil.rmtree(run.tokenized_dir(node_rank=context.node_rank),
+                      ignore_errors=True)
 
 
 def tokenize_splits(spec: JobSpec, tokenizer, *, ranks: int) -> dict:

@@ -34,7 +34,7 @@ from trainer.schedule import learning_rate_at, total_optimizer_steps
 from trainer.startup_clock import StartupClock
 from trainer.startup_gc import resume_collection_after_imports
 from trainer.telemetry import Telemetry
-from trainer.tokenized_data import TokenizedData, tokenize_once
+from trainer.tokenized_data import TokenizedData, remove_tokenized, tokenize_once
 from trainer.token_loss import step_loss_weight
 
 PRINT_EVERY_STEPS = 10
@@ -48,8 +48,9 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     telemetry.notice(f"loading model {spec.model}")
     model_source = resolve_model_source(spec.model)
     backend_settings = read_json(run.backend_config_file(spec.backend))
-    announce_slow_start(backend_type.startup_notice(backend_settings, context),
-                        telemetry=telemetry, context=context)
+    if context.is_main:
+        announce_slow_start(backend_type.startup_notice(backend_settings, context),
+                            telemetry=telemetry)
     backend_type.init_distributed(context)
     clock.mark("distributed init")
 
@@ -99,11 +100,12 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
         print(f"training summary: {throughput.as_text()}", flush=True)
     export_trained_model(backend, spec, run, model_source=model_source, tokenizer=tokenizer,
                          context=context, telemetry=telemetry)
+    remove_tokenized(run, context=context)
 
 
-def announce_slow_start(notice: str | None, *, telemetry: Telemetry, context: RankContext) -> None:
-    """Say why the job sits at step 0 (in its events and its log), once, from rank 0."""
-    if notice is not None and context.is_main:
+def announce_slow_start(notice: str | None, *, telemetry: Telemetry) -> None:
+    """Say why the job sits at step 0, in its events and its log (rank 0 asks)."""
+    if notice is not None:
         telemetry.notice(notice)
         print(notice, flush=True)
 

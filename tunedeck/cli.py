@@ -50,18 +50,12 @@ def _build_parser() -> argparse.ArgumentParser:
     resume.set_defaults(handler=_run_resume)
 
     from tunedeck.account_commands import add_account_commands
+    from tunedeck.lora_targets_command import add_lora_targets_command
     from tunedeck.preflight_command import add_preflight_command
 
     add_account_commands(commands)
     add_preflight_command(commands, add_server_options=_add_server_options)
-
-    lora_targets = commands.add_parser("lora-targets", help="what SPEC.yaml's LoRA adapts on its "
-                                       "model (modules, expert weights, router, trainable count)")
-    lora_targets.add_argument("spec", type=Path)
-    lora_targets.add_argument("--json", action="store_true",
-                              help="print the JSON of POST /api/lora-targets")
-    _add_server_options(lora_targets)
-    lora_targets.set_defaults(handler=_run_lora_targets)
+    add_lora_targets_command(commands, add_server_options=_add_server_options)
 
     plan = commands.add_parser("plan", help="memory per GPU of SPEC.yaml under each backend, "
                                "and which to use")
@@ -199,19 +193,6 @@ def _run_submit(arguments: argparse.Namespace) -> int:
     job = _post_to_server(arguments, "/api/jobs", spec.model_dump(mode="json"),
                           expected_status=201, refusal="server refused the job")
     print(job["id"])
-    return 0
-
-
-def _run_lora_targets(arguments: argparse.Namespace) -> int:
-    import json
-
-    from tunedeck.lora_targets_text import preview_as_markdown
-
-    spec = _with_absolute_local_paths(_load_spec_or_exit(arguments.spec))
-    preview = _post_to_server(arguments, "/api/lora-targets", spec.model_dump(mode="json"),
-                              expected_status=200, refusal="server could not resolve the targets")
-    print(json.dumps(preview, indent=2) if arguments.json
-          else preview_as_markdown(preview, dropout=spec.lora.dropout))
     return 0
 
 

@@ -169,10 +169,23 @@ def _load_folder(source: DatasetSource, path: Path):
     saved = datasets.load_from_disk(str(path))
     if not isinstance(saved, datasets.DatasetDict):
         return saved  # one Dataset: no splits to choose from
-    if source.split not in saved:
-        raise ValueError(f"{source.where}: {source.split_field} {source.split!r} is not in "
-                         f"the folder; its splits are {sorted(saved)}")
-    return saved[source.split]
+    return _select_split(saved, source)
+
+
+def _select_split(saved, source: DatasetSource):
+    """The split a saved DatasetDict's `split` names, slices and sums as `load_dataset` reads
+    them ("train", "train[:10%]", "train[100:]+test"), by the library's own parser."""
+    from datasets import concatenate_datasets
+    from datasets.arrow_reader import ReadInstruction
+
+    try:
+        parts = ReadInstruction.from_spec(source.split).to_absolute(
+            {name: len(split) for name, split in saved.items()})
+    except (ValueError, AssertionError) as error:
+        raise ValueError(f"{source.where}: {source.split_field} {source.split!r}: {error} "
+                         f"(the folder's splits are {sorted(saved)})") from error
+    chosen = [saved[part.splitname].select(range(part.from_, part.to)) for part in parts]
+    return chosen[0] if len(chosen) == 1 else concatenate_datasets(chosen)
 
 
 def _load_hub_id(source: DatasetSource):

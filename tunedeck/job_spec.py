@@ -9,14 +9,17 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+# The spec's sections live in their own module; their names are the spec's too.
+from tunedeck.spec_sections import (DEFAULT_BUCKET_ELEMENTS, ColumnMapping, DType,  # noqa: F401
+                                    FsdpSettings, LoraSettings, ShardingStrategy, StrictModel,
+                                    Zero2Settings, _no_nul)
 
 Method = Literal["lora", "qlora", "full"]
 Backend = Literal["zero2", "fsdp"]
 Precision = Literal["bf16", "fp16", "fp32"]
 LearningRateSchedule = Literal["cosine", "linear", "constant"]
-ShardingStrategy = Literal["full_shard", "shard_grad_op", "hybrid_shard"]
-DType = Literal["bf16", "fp16", "fp32"]
 # The dtype merged/ is saved in; auto: the base model's stored dtype (see trainer/export_dtype.py).
 ExportDType = Literal["auto", "bf16", "fp16", "fp32"]
 
@@ -27,107 +30,16 @@ LEARNING_RATE_SCHEDULES: tuple[str, ...] = LearningRateSchedule.__args__
 SHARDING_STRATEGIES: tuple[str, ...] = ShardingStrategy.__args__
 DTYPES: tuple[str, ...] = DType.__args__
 EXPORT_DTYPES: tuple[str, ...] = ExportDType.__args__
-# DeepSpeed's default bucket size, in elements.
-DEFAULT_BUCKET_ELEMENTS = 500_000_000
 
 
 # A queue or host name: it becomes part of a broker queue name, so letters, digits and
 # . _ - only.
 PLACEMENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
-# A `datasets` split: a name, a slice of one ("train[:10%]", "train[100:200]"), or a sum.
-SPLIT_PATTERN = r"^[A-Za-z0-9_.-]{1,64}(\[[0-9:%-]{0,32}\])?(\+[A-Za-z0-9_.-]{1,64}(\[[0-9:%-]{0,32}\])?){0,8}$"
-
-
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def _no_nul(text: str) -> str:
-    # PostgreSQL text refuses a NUL character (a job's name column: psycopg raises, a 500),
-    # and a model or dataset path with one makes open() raise in the trainer. No name,
-    # path or module name holds one: refused here, as a 422 naming the field.
-    if "\x00" in text:
-        raise ValueError("must not contain a NUL character (\\u0000)")
-    return text
-
-
-class LoraSettings(StrictModel):
-    r: int = Field(16, ge=1, le=1024)
-    alpha: float = Field(32, gt=0, le=4096)
-    dropout: float = Field(0.05, ge=0, lt=1)
-    # "all-linear" is peft's own shorthand for every linear layer but the output head.
-    target_modules: Literal["all-linear"] | list[str] = "all-linear"
-    # Mixture-of-experts models: adapters on the routed experts' fused weights too, with no
-    # dropout (peft cannot drop out inside a fused expert matmul); off leaves them frozen.
-    experts: bool = True
-    # The router (the MoE block's gate) is trained in full when on; off, it stays frozen.
-    train_router: bool = False
-
-    @field_validator("target_modules")
-    @classmethod
-    def _modules_without_nul(cls, modules: str | list[str]) -> str | list[str]:
-        return modules if isinstance(modules, str) else [_no_nul(module) for module in modules]
-
-
-class ColumnMapping(StrictModel):
-    """Which columns hold the prompt, the response, a chat's messages and a system prompt,
-    for a dataset that names them otherwise; unset, the usual names are looked for
-    (instruction/input/output, prompt/response, messages)."""
-
-    prompt: str | None = Field(None, min_length=1, max_length=200)
-    response: str | None = Field(None, min_length=1, max_length=200)
-    messages: str | None = Field(None, min_length=1, max_length=200)
-    system: str | None = Field(None, min_length=1, max_length=200)
-
-    @field_validator("prompt", "response", "messages", "system")
-    @classmethod
-    def _name_without_nul(cls, name: str | None) -> str | None:
-        return _no_nul(name) if name is not None else None
-
-    @model_validator(mode="after")
-    def _one_shape(self) -> "ColumnMapping":
-        if self.messages and (self.prompt or self.response):
-            raise ValueError("set columns.messages (a chat) or columns.prompt/response "
-                             "(one turn), not both")
-        return self
-
-
-class Zero2Settings(StrictModel):
-    offload_optimizer: bool = False
-    overlap_comm: bool = True
-    contiguous_gradients: bool = True
-    # Elements per gradient reduce / parameter all-gather bucket: smaller saves memory,
-    # larger overlaps communication better.
-    reduce_bucket_size: int = Field(DEFAULT_BUCKET_ELEMENTS, ge=1_000, le=10_000_000_000)
-    allgather_bucket_size: int = Field(DEFAULT_BUCKET_ELEMENTS, ge=1_000, le=10_000_000_000)
-    # Recompute each decoder layer's activations in backward (Hugging Face gradient
-    # checkpointing): less activation memory for about a third more compute.
-    activation_checkpointing: bool = False
-
-
-class FsdpSettings(StrictModel):
-    # full_shard: parameters resharded after forward (least memory); shard_grad_op: kept
-    # gathered until backward (less communication); hybrid_shard: shard within a node,
-    # replicate across nodes.
-    sharding_strategy: ShardingStrategy = "full_shard"
-    cpu_offload: bool = False
-    activation_checkpointing: bool = False
-    # Mixed precision. The sharded master weights stay fp32 whatever these say (a bf16-only
-    # run can fail to converge where DeepSpeed, which keeps fp32 masters, converges).
-    # param_dtype is the forward/backward compute dtype; unset, it follows `precision`.
-    param_dtype: DType | None = None
-    # Gradients are reduce-scattered in this dtype; fp32 costs bandwidth, not accuracy.
-    reduce_dtype: DType = "fp32"
-    # Buffers (e.g. rotary frequencies) are not sharded; this is the dtype they are kept in.
-    buffer_dtype: DType = "fp32"
-    # Issue the next layer's all-gather before the current layer's backward (on by default:
-    # it hides communication at the cost of one more gathered layer in memory) ...
-    backward_prefetch: bool = True
-    # ... and, in forward, before the current layer runs (helps when the CPU thread
-    # launching kernels cannot run ahead, e.g. with CPU offload).
-    forward_prefetch: bool = False
-    # torch.compile each decoder layer before sharding it.
-    compile: bool = False
+# Data files read whole, as one split.
+SINGLE_FILE_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".parquet", ".csv")
+# A `datasets` split: a name (starting with a letter or digit, so never ".."), a slice of one
+# ("train[:10%]", "train[100:200]"), or a sum.
+SPLIT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(\[[0-9:%-]{0,32}\])?(\+[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(\[[0-9:%-]{0,32}\])?){0,8}$"
 
 
 class JobSpec(StrictModel):
@@ -225,9 +137,23 @@ class JobSpec(StrictModel):
 
     @model_validator(mode="after")
     def _eval_is_not_the_training_split(self) -> "JobSpec":
+        if self.eval_dataset == self.dataset and is_single_file(self.dataset):
+            raise ValueError("eval_dataset is the dataset file itself, which is read whole: "
+                             "name a separate eval file, or hold some out with eval_split")
         if self.eval_dataset == self.dataset and self.eval_dataset_split == self.dataset_split:
             raise ValueError(f"eval_dataset is the dataset itself, split {self.dataset_split!r} "
                              "too: set eval_dataset_split to a held-out split (e.g. test)")
+        return self
+
+    @model_validator(mode="after")
+    def _no_split_of_a_single_file(self) -> "JobSpec":
+        # A single file is one split, read whole: a split named for it would be ignored.
+        for field, source, split, default in (
+                ("dataset_split", self.dataset, self.dataset_split, "train"),
+                ("eval_dataset_split", self.eval_dataset, self.eval_dataset_split, "test")):
+            if source is not None and is_single_file(source) and split != default:
+                raise ValueError(f"{field} {split!r}: {source} is a single file, read whole; "
+                                 f"leave {field} unset, or use a dataset folder or id")
         return self
 
     @field_validator("eval_every_steps")
@@ -274,6 +200,11 @@ class JobSpec(StrictModel):
     @property
     def display_name(self) -> str:
         return self.name or f"{self.method}-{self.backend}"
+
+
+def is_single_file(source: str) -> bool:
+    """A dataset reference that names one data file (no splits in it)."""
+    return source.lower().endswith(SINGLE_FILE_SUFFIXES)
 
 
 def parse_spec_text(text: str, *, source: str = "spec") -> JobSpec:

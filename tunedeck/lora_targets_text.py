@@ -10,6 +10,9 @@ def preview_as_markdown(preview: dict, *, dropout: float) -> str:
              f"{trainable:,} trainable parameters of {total:,} ({trainable / total:.2%})"]
     if preview.get("linear_modules"):
         lines.append(f"- linear layers (dropout {dropout:g}): {_names(preview['linear_modules'])}")
+    if preview.get("linear_modules_without_dropout"):
+        lines.append(f"- linear layers through their weights (no dropout): "
+                     f"{_names(preview['linear_modules_without_dropout'])}")
     if preview.get("expert_parameters"):
         lines.append(f"- expert weights (no dropout): {_names(preview['expert_parameters'])}")
     if preview.get("experts_left_out"):

@@ -3,7 +3,10 @@ this host's roots (as a job's inputs are checked), compute the report where the 
 be read (trainer/dataset_preflight.py), and store it, or the error, in the row."""
 from __future__ import annotations
 
+import functools
 import logging
+import os
+import sys
 
 from pydantic import ValidationError
 
@@ -11,11 +14,17 @@ from tunedeck import preflight_store
 from tunedeck.db.engine import Database
 from tunedeck.input_paths import spec_path_problems
 from tunedeck.job_spec import format_validation_error
+from tunedeck.line_server import LineServer, LineServerError
 from tunedeck.preflight_request import DONE, FAILED, PreflightRequest
 from tunedeck.settings import Settings
 from worker.input_check import _model_problem, worker_input_roots
 
 log = logging.getLogger(__name__)
+# A preflight reads the whole dataset (and may download it first): beyond this it is ended.
+PREFLIGHT_TIMEOUT_SECONDS = 600
+# Its process may use half the host's memory, and never less than this (torch's imports
+# alone reserve a few GB of address space).
+MIN_PREFLIGHT_MEMORY_BYTES = 6 * 2**30
 
 
 def run_dataset_preflight(preflight_id: int, *, settings: Settings, database: Database,
@@ -41,8 +50,6 @@ def run_dataset_preflight(preflight_id: int, *, settings: Settings, database: Da
 
 
 def _report(request: dict, *, owner: str | None, settings: Settings) -> dict:
-    from trainer.dataset_preflight import preflight_report
-
     spec = PreflightRequest.model_validate(request).to_spec()
     # A job's own rules: the paths first (nothing outside the roots is opened), then the
     # model folder, said as the job's input check says it.
@@ -52,7 +59,28 @@ def _report(request: dict, *, owner: str | None, settings: Settings) -> dict:
         raise ValueError("\n".join(problems))
     if model_problem := _model_problem(spec.model):
         raise ValueError(model_problem)
-    return preflight_report(spec, cache_dir=settings.datasets_cache_dir)
+    try:
+        answer = preflight_server(settings).ask(
+            {"spec": spec.model_dump(mode="json"), "cache_dir": str(settings.datasets_cache_dir)})
+    except LineServerError as error:
+        raise RuntimeError(f"the preflight process gave no report ({error}); a dataset this "
+                           "large is better checked on a sample file") from None
+    if "error" in answer:
+        raise ValueError(answer["error"])
+    return answer
+
+
+@functools.lru_cache(maxsize=4)
+def preflight_server(settings: Settings) -> LineServer:
+    """`python -m trainer.dataset_preflight --serve`, kept for the worker's life (only the
+    first preflight pays torch's and transformers' imports), with a memory cap and a
+    deadline: reading a user's dataset must never take the worker down with its jobs."""
+    import psutil
+
+    memory_limit = max(MIN_PREFLIGHT_MEMORY_BYTES, psutil.virtual_memory().total // 2)
+    return LineServer([sys.executable, "-m", "trainer.dataset_preflight", "--serve"],
+                      env={**os.environ, "TUNEDECK_HOME": str(settings.home_dir)},
+                      timeout_seconds=PREFLIGHT_TIMEOUT_SECONDS, memory_limit_bytes=memory_limit)
 
 
 def _message(error: Exception) -> str:

@@ -89,20 +89,22 @@ def test_the_form_shows_the_resolution_or_why_not(tmp_path):
 
 
 def test_the_resolver_process_is_kept_between_answers_and_restarted_when_it_dies(tmp_path, mixtral_folder):
+    import os
+    import signal
     import time
 
-    from app.lora_preview import ResolverProcess
+    from app.lora_preview import _resolver_server
 
-    resolver = ResolverProcess(tmp_path / "home")
+    resolver = _resolver_server(tmp_path / "home")
     ask = {"model": str(mixtral_folder), "max_steps": 1, "lora": {"r": 4}}
     first = resolver.ask(ask)
-    process = resolver._process
+    pid = resolver.pid
     started = time.monotonic()
     again = resolver.ask({**ask, "lora": {"r": 8}})
-    assert time.monotonic() - started < 5 and resolver._process is process  # no new imports
+    assert time.monotonic() - started < 5 and resolver.pid == pid  # no new imports
     assert again["trainable_parameters"] == 2 * first["trainable_parameters"]
     assert "error" in resolver.ask({**ask, "lora": {"target_modules": ["nothing_like_this"]}})
-    process.kill()
-    process.wait()
-    assert resolver.ask(ask) == first and resolver._process is not process
-    resolver._stop()
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)
+    assert resolver.ask(ask) == first and resolver.pid != pid
+    resolver.stop()

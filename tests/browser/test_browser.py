@@ -16,6 +16,7 @@ from tests.browser.vega import line_colours, line_points
 pytestmark = pytest.mark.browser
 
 SCREENSHOT = Path("/tmp/tunedeck-ui.png")
+FORM_SCREENSHOT = Path("/tmp/tunedeck-new-job-checks.png")
 JOB_SECONDS = 400  # a cold DeepSpeed op cache compiles for ~90 s before the first step
 MAX_STEPS = 20
 # The `server`, `api` (the REST API as the signed-in user), `browser` and `page` fixtures
@@ -47,6 +48,25 @@ def test_a_bad_value_is_refused_with_the_field_named(page, api):
     expect(page.locator("#new-job-result")).to_contain_text("Not submitted")
     expect(page.locator("#new-job-result")).to_contain_text("lora.r")
     assert api.get("/api/jobs").json() == []
+
+
+def test_the_form_checks_the_data_on_a_worker_and_shows_what_lora_adapts(page, api):
+    """Check data (a worker's preflight) and What LoRA adapts (the trainer's own resolution),
+    as a person sees them under the form."""
+    expect = _expect()
+    _fill_form(page, backend="zero2")
+    page.locator("#new-job-check-data").click()
+    result = page.locator("#new-job-check-data-result")
+    # The worker's first preflight imports transformers and builds the tokenizer.
+    expect(result).to_contain_text("records", timeout=120_000)
+    expect(result).to_contain_text("seq_len")
+    expect(result.locator("mark, .trained").first).to_be_visible()
+    page.locator("#new-job-lora-targets-button").click()
+    targets = page.locator("#new-job-lora-targets")
+    expect(targets).to_contain_text("trainable parameters", timeout=120_000)
+    expect(targets).to_contain_text("model.layers.*.self_attn.q_proj")
+    page.screenshot(path=str(FORM_SCREENSHOT), full_page=True)
+    assert api.get("/api/jobs").json() == []  # checking submits nothing
 
 
 @pytest.mark.torchrun

@@ -122,6 +122,11 @@ def test_a_dense_mlp_in_a_moe_model_peft_would_rename_is_still_adapted(tmp_path)
                             num_key_value_heads=2, head_dim=8, num_experts=4,
                             num_experts_per_tok=2, mlp_only_layers=[0], pad_token_id=0)
     torch.manual_seed(0)
+    # What the form and the job's events say: those linears have no dropout.
+    described = resolve_lora_targets(Qwen3MoeForCausalLM(config), lora_spec().lora).as_json()
+    assert described["linear_modules_without_dropout"] == [
+        f"model.layers.*.mlp.{name}_proj" for name in ("gate", "up", "down")]
+    assert "model.layers.*.mlp.gate_proj" not in described["linear_modules"]
     model = apply_method(Qwen3MoeForCausalLM(config), lora_spec())
     assert {"model.layers.0.mlp.gate_proj.weight", "model.layers.1.mlp.experts.gate_up_proj"} \
         <= adapted_names(model)

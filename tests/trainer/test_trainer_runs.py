@@ -84,7 +84,7 @@ def test_lora_run_learns_and_exports_an_equivalent_merge(backend, run_trainer, b
     assert tokenized.endswith("once for the 2 rank(s) of each node")
     assert not [event for event in result.events_of_kind(1, "notice")
                 if event["message"].startswith("tokenized ")]
-    assert (result.run.tokenized_dir(node_rank=0) / "train-input_ids.npy").is_file()
+    assert not result.run.tokenized_dir(node_rank=0).exists()  # removed once the model is written
     assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in result.run.adapter_dir.iterdir()}
     assert_merged_matches_base_plus_adapter(result.run, builtin_model_dir)
 

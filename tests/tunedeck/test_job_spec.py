@@ -141,3 +141,23 @@ def test_bad_dataset_options_name_their_field(data, field, message):
         JobSpec.model_validate({"max_steps": 1, **data})
     text = format_validation_error(error.value)
     assert text.startswith(f"{field}: ") and message in text, text
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"dataset": "/d/train.jsonl", "eval_dataset": "/d/train.jsonl"},
+     "eval_dataset is the dataset file itself"),
+    ({"dataset": "/d/train.csv", "dataset_split": "train[:10%]"},
+     "dataset_split 'train[:10%]': /d/train.csv is a single file"),
+    ({"dataset": "org/name", "eval_dataset": "/d/eval.parquet", "eval_dataset_split": "validation"},
+     "eval_dataset_split 'validation': /d/eval.parquet is a single file"),
+])
+def test_a_split_a_single_file_cannot_have_is_refused_by_field(fields, message):
+    with pytest.raises(ValueError) as refusal:
+        JobSpec(max_steps=1, **fields)
+    assert message in format_validation_error(refusal.value)
+
+
+def test_splits_of_an_id_or_folder_are_kept():
+    spec = JobSpec(max_steps=1, dataset="org/name", dataset_split="train[:10%]",
+                   eval_dataset="org/name", eval_dataset_split="test")
+    assert (spec.dataset_split, spec.eval_dataset_split) == ("train[:10%]", "test")

@@ -65,7 +65,6 @@ def ops_to_compile(settings: dict[str, Any], context: RankContext, extensions_di
     """The DeepSpeed ops this launch will JIT-compile: those it loads (the shared-memory
     collectives on CPU ranks, CPU Adam with an offloaded optimizer; torch's own AdamW
     otherwise) that are neither installed prebuilt nor built in `extensions_dir` yet."""
-    import deepspeed.ops
     from deepspeed.accelerator import get_accelerator
     from deepspeed.git_version_info import installed_ops
 
@@ -75,11 +74,13 @@ def ops_to_compile(settings: dict[str, Any], context: RankContext, extensions_di
     missing = []
     for class_name in wanted:
         builder = get_accelerator().create_op_builder(class_name)
-        if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
-            continue  # not built on this host at all
-        if installed_ops.get(builder.NAME, False):
-            continue
-        if not any((extensions_dir / builder.name).glob("*.so")):
+        if builder is None or installed_ops.get(builder.NAME, False):
+            continue  # not on this accelerator, or installed prebuilt
+        if any((extensions_dir / builder.name).glob("*.so")):
+            continue  # built before
+        # Only the builders wanted are probed (DeepSpeed's own __compatible_ops__ probes
+        # every op, running compilers): an incompatible one is never built at all.
+        if builder.is_compatible(verbose=False):
             missing.append(builder.NAME)
     return missing
 
