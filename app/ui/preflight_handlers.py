@@ -73,7 +73,13 @@ def preflight_html(answer: dict[str, Any]) -> str:
 
 
 def histogram_html(histogram: list[dict[str, Any]]) -> str:
+    """Every bin up to seq_len, and those over it up to the last that holds an example (a
+    dataset well inside seq_len is not followed by a column of empty rows)."""
     largest = max((bin_["count"] for bin_ in histogram), default=0) or 1
+    last_used_over = max((index for index, bin_ in enumerate(histogram)
+                          if bin_["over_seq_len"] and bin_["count"]), default=-1)
+    histogram = [bin_ for index, bin_ in enumerate(histogram)
+                 if not bin_["over_seq_len"] or index <= last_used_over]
     rows = "".join(
         f"<tr><td>{bin_label(bin_)}</td><td>{bin_['count']}</td><td><div style=\"width:"
         f"{200 * bin_['count'] // largest}px;height:0.8em;background:"

@@ -74,3 +74,13 @@ def test_a_preflight_the_broker_refuses_fails_at_once_saying_so(database, tmp_pa
                            celery=UnreachableBroker())
     assert "Data check 1 failed:" in shown and "the broker could not be reached" in shown
     assert pending is None
+
+
+def test_the_histogram_shows_every_bin_to_seq_len_and_over_it_only_what_is_used():
+    from app.ui.preflight_handlers import histogram_html
+    from trainer.dataset_preflight import length_histogram
+
+    inside = histogram_html(length_histogram([10, 20, 30], seq_len=256))
+    assert inside.count("<tr><td>") == 8 and "225-256" in inside and ">= 481" not in inside
+    over = histogram_html(length_histogram([10, 300], seq_len=256))
+    assert over.count("<tr><td>") == 10 and "289-320" in over and "321-352" not in over
