@@ -26,9 +26,8 @@ def apply_method(model, spec: JobSpec):
     if getattr(model, "is_loaded_in_4bit", False):
         prepare_quantized_base(model)
     targets = resolve_lora_targets(model, spec.lora)
-    config = lora_config(spec.lora, targets, model)
-    adapted = get_peft_model(model, config)
-    check_adapted_as_resolved(adapted, config, model_type=model.config.model_type)
+    adapted = get_peft_model(model, lora_config(spec.lora, targets, model))
+    check_adapted_as_resolved(adapted, targets, model_type=model.config.model_type)
     if targets.uses_parameter_adapters:
         restore_linear_dropout(adapted, spec.lora.dropout)
     return adapted
@@ -86,13 +85,16 @@ def peft_target_names(targets: LoraTargets) -> tuple[list[str], list[str]]:
     return kept, [*targets.expert_parameters, *(f"{name}.weight" for name in targets.linear_by_weight)]
 
 
-def check_adapted_as_resolved(adapted, config, *, model_type: str) -> None:
+def check_adapted_as_resolved(adapted, targets: LoraTargets, *, model_type: str) -> None:
     """peft must adapt exactly the names it was given: a silent difference would train (and
-    merge) other weights than the form showed."""
+    merge) other weights than the form showed. Compared with the resolved names, not with
+    the config peft was given: from 20 names on, peft rewrites its config's target_modules
+    into the shortest suffixes that match them (`q_proj`, ...)."""
     base = adapted.base_model
     done_parameters = getattr(base, "targeted_parameter_names", [])
-    for kind, asked, done in (("modules", config.target_modules, base.targeted_module_names),
-                              ("parameters", config.target_parameters, done_parameters)):
+    modules, parameters = peft_target_names(targets)
+    for kind, asked, done in (("modules", modules, base.targeted_module_names),
+                              ("parameters", parameters, done_parameters)):
         missing, extra = set(asked or ()) - set(done), set(done) - set(asked or ())
         if missing or extra:
             raise ValueError(f"model type {model_type}: peft adapted other {kind} than resolved "

@@ -172,3 +172,19 @@ def test_fsdp_finds_decoder_layers_without_no_split_modules():
     assert decoder_layers(model) == list(model.gpt_neox.layers)
     model._no_split_modules = ["GPTNeoXLayer", "GPTNeoXMLP"]  # a block inside a block
     assert decoder_layers(model) == list(model.gpt_neox.layers)
+
+
+def test_a_model_with_twenty_or_more_targets_is_adapted_as_resolved():
+    """From 20 target names on, peft rewrites its config's target_modules into suffixes:
+    the check against the resolved names must still hold (real models have 32+ layers)."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    common = dict(vocab_size=384, hidden_size=32, intermediate_size=64, num_hidden_layers=6,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=8, pad_token_id=0)
+    llama = apply_method(LlamaForCausalLM(LlamaConfig(**common)), lora_spec())
+    assert len(llama.base_model.targeted_module_names) == 6 * 7
+    moe = apply_method(Qwen3MoeForCausalLM(Qwen3MoeConfig(
+        **common, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+        mlp_only_layers=[0])), lora_spec())
+    assert "model.layers.5.mlp.experts.gate_up_proj" in moe.base_model.targeted_parameter_names
+    assert "model.layers.0.mlp.gate_proj.weight" in moe.base_model.targeted_parameter_names
