@@ -1,4 +1,4 @@
-"""Dependencies point one way (DESIGN.md): checked on the source and in a fresh interpreter."""
+"""Dependencies point one way (docs/architecture.md): checked on the source and in a fresh interpreter."""
 import ast
 import subprocess
 import sys

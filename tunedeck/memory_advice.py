@@ -1,7 +1,7 @@
 """From bytes to advice: a verdict per strategy, the recommended backend and why, and when
 nothing fits, the cheapest changes that would (each with its new figure).
 
-The recommendation follows DESIGN.md's selection guide: under ~13B with LoRA/QLoRA, ZeRO-2;
+The recommendation follows the selection guide: under ~13B with LoRA/QLoRA, ZeRO-2;
 13B and up with a full fine-tune, FSDP with activation checkpointing; 16-32 GB cards,
 ZeRO-2 with optimizer offload; several nodes, FSDP. Within that order the first strategy
 that fits wins.

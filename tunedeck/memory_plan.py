@@ -5,7 +5,7 @@ form, `POST /api/plan` and `tunedeck plan` give the same answer, and golden test
 
 Counting conventions (c = bytes of the compute dtype: 2 for bf16/fp16, 4 for fp32;
 P = all parameters, T = trainable ones, N = ranks):
-- ddp, the reference: the napkin of DESIGN.md. Every rank holds c-byte weights, c-byte
+- ddp, the reference: the usual napkin sum. Every rank holds c-byte weights, c-byte
   gradients and Adam's fp32 momentum and variance (8T), and no fp32 master copy: for 13B
   in bf16, 26 + 26 + 104 = 156 GB. (A real AMP DDP also keeps fp32 masters: 4T more.)
 - zero2: the ZeRO paper's 2P + 14P/N. Weights whole on every rank (DeepSpeed casts the
