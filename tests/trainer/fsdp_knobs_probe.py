@@ -16,6 +16,7 @@ from trainer.backends.fsdp import FsdpBackend
 from trainer.method import apply_method
 from trainer.model_source import load_base_model
 from trainer.rank import rank_context_from_environment, seed_everything
+from trainer.token_loss import loss_token_count
 
 CASES = {
     "defaults": {"precision": "fp32"},
@@ -40,8 +41,10 @@ def profiled_step(backend, batch) -> list[list]:
     """[all-gather record, the hook record it ran in] for one forward and backward."""
     from torch.profiler import ProfilerActivity, profile
 
+    # Every rank has the same batch: the weight the training loop would give its tokens.
+    loss_weight = 1.0 / loss_token_count(batch["labels"])
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
-        backend.step(batch, loss_weight=1.0)
+        backend.step(batch, loss_weight=loss_weight)
     return [[event.name, enclosing_hook(event)] for event in profiler.events()
             if event.name.startswith("FSDP::all_gather (")]
 
