@@ -1,4 +1,4 @@
-"""The REST API, under /api (plus /healthz); README.md lists its routes."""
+"""The REST API, under /api (plus /healthz); docs/cli-and-api.md lists its routes."""
 from __future__ import annotations
 
 from typing import Annotated, Any

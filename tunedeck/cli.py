@@ -1,5 +1,5 @@
 """`tunedeck`: up, web, worker, migrate, submit, resume, plan, preflight, lora-targets,
-render (README.md's command table), and the accounts: user, token, audit."""
+render (docs/cli-and-api.md's command table), and the accounts: user, token, audit."""
 from __future__ import annotations
 
 import argparse
