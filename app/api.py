@@ -27,7 +27,7 @@ from tunedeck.db.models import Job
 from tunedeck.downsample import DEFAULT_MAX_POINTS
 from tunedeck.job_spec import JobSpec
 from tunedeck.job_series import read_job_series
-from tunedeck.plan_request import PlanRequest, plan_json
+from tunedeck.planner.plan_request import PlanRequest, plan_json
 
 router = APIRouter()
 

@@ -5,7 +5,7 @@ run (the rest are listed with the reason they are refused), the real trainer run
 `--ranks` local ranks under plain torchrun and reports, per rank, the bytes of parameters,
 gradients and optimizer state it holds (measured on its tensors after the first step), and
 the median step time. Beside each measured figure: the memory planner's prediction for the
-same spec (tunedeck/memory_plan.py) and the ratio measured / planned, the figure the planner
+same spec (tunedeck/planner/memory_plan.py) and the ratio measured / planned, the figure the planner
 is held to (within 2%). Last, FSDP's step time as a ratio of ZeRO-2's, per method/precision.
 
 Usage: .venv/bin/python bench/backends.py [--steps 12] [--ranks 2] [--seq-len 64]
@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trainer_runs import run_plain_torchrun  # noqa: E402
 
 from tunedeck.job_spec import BACKENDS, METHODS, PRECISIONS, JobSpec, format_validation_error  # noqa: E402
-from tunedeck.memory_plan import GpuSet, plan_strategies  # noqa: E402
-from tunedeck.model_shapes import resolve_model_shape  # noqa: E402
+from tunedeck.planner.memory_plan import GpuSet, plan_strategies  # noqa: E402
+from tunedeck.planner.model_shapes import resolve_model_shape  # noqa: E402
 
 PARTS = ("params", "grads", "optimizer")
 

@@ -4,7 +4,7 @@
 A random-weight Llama of about 1B parameters (as in bench/gpu_throughput.py); cells
 {full, lora} x {zero2, fsdp} x two sequence lengths x {with, without activation
 checkpointing}, bf16, micro-batch 4, a few steps each. For each it prints the planner's
-total (tunedeck/memory_plan.py), the measured peak reserved memory of rank 0 and the error
+total (tunedeck/planner/memory_plan.py), the measured peak reserved memory of rank 0 and the error
 (measured / predicted - 1). Target: within 10% everywhere.
 
 Usage: .venv/bin/python bench/gpu_memory_plan.py [--steps 3] [--seq-lens 512,2048]
@@ -25,8 +25,8 @@ from gpu_throughput import add_model_arguments, build_model_from_arguments, writ
 from trainer_runs import run_plain_torchrun  # noqa: E402
 
 from tunedeck.job_spec import JobSpec  # noqa: E402
-from tunedeck.memory_plan import GB, GpuSet, plan_strategies  # noqa: E402
-from tunedeck.model_shapes import resolve_model_shape  # noqa: E402
+from tunedeck.planner.memory_plan import GB, GpuSet, plan_strategies  # noqa: E402
+from tunedeck.planner.model_shapes import resolve_model_shape  # noqa: E402
 
 
 def cell_spec(folder: Path, *, method: str, backend: str, seq_len: int, checkpointing: bool,

@@ -1,5 +1,5 @@
 """Bytes of parameters, gradients and optimizer state a rank holds: the figures the memory
-planner (tunedeck/memory_plan.py) predicts, measured on the real tensors.
+planner (tunedeck/planner/memory_plan.py) predicts, measured on the real tensors.
 
 Sharded tensors count their local shard only. A bitsandbytes 4-bit weight counts its packed
 bytes and its block scales (absmax, and with double quantization the second-level absmax);

@@ -249,7 +249,7 @@ def _run_plan(arguments: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from tunedeck.job_spec import format_validation_error
-    from tunedeck.plan_request import GpuRequest, plan_json
+    from tunedeck.planner.plan_request import GpuRequest, plan_json
 
     spec = _load_spec_or_exit(arguments.spec)
     try:
@@ -263,7 +263,7 @@ def _run_plan(arguments: argparse.Namespace) -> int:
     if arguments.json:
         print(json.dumps(plan, indent=2))
         return 0
-    from tunedeck.plan_text import plan_as_text
+    from tunedeck.planner.plan_text import plan_as_text
 
     print(plan_as_text(plan))
     return 0

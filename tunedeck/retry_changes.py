@@ -65,9 +65,9 @@ def memory_retry(spec: JobSpec) -> RetryChange:
 
 def planner_suggestions(spec: JobSpec) -> list[dict]:
     """The planner's suggestions for a card just as large as this job's planned need."""
-    from tunedeck.memory_advice import RUNTIME_RESERVE_BYTES, plan_memory
-    from tunedeck.memory_plan import GB, GpuSet, plan_strategies
-    from tunedeck.model_shapes import resolve_model_shape
+    from tunedeck.planner.advice import RUNTIME_RESERVE_BYTES, plan_memory
+    from tunedeck.planner.memory_plan import GB, GpuSet, plan_strategies
+    from tunedeck.planner.model_shapes import resolve_model_shape
 
     try:
         shape = resolve_model_shape(spec.model)
@@ -102,7 +102,7 @@ def _apply_one(spec: JobSpec, change: str) -> JobSpec | None:
     if change == "activation checkpointing":
         return with_activation_checkpointing(spec)
     if change == "DeepSpeed buckets of 2e8 elements":
-        from tunedeck.memory_advice import SMALL_BUCKET_ELEMENTS
+        from tunedeck.planner.advice import SMALL_BUCKET_ELEMENTS
 
         return spec.model_copy(update={"zero2": spec.zero2.model_copy(update={
             "reduce_bucket_size": SMALL_BUCKET_ELEMENTS,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from tunedeck.job_spec import JobSpec
-from tunedeck.memory_plan import GB, GpuSet, plan_strategies
-from tunedeck.model_shapes import resolve_model_shape
+from tunedeck.planner.memory_plan import GB, GpuSet, plan_strategies
+from tunedeck.planner.model_shapes import resolve_model_shape
 
 MB = 10**6
 PARTS = ("params", "grads", "optimizer")

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from tunedeck.job_spec import JobSpec
-from tunedeck.memory_plan import STRATEGIES
-from tunedeck.plan_request import GpuRequest, plan_json
-from tunedeck.plan_text import plan_as_markdown
+from tunedeck.planner.memory_plan import STRATEGIES
+from tunedeck.planner.plan_request import GpuRequest, plan_json
+from tunedeck.planner.plan_text import plan_as_markdown
 
 PLAN_PARTS = ("params", "grads", "optimizer", "activations", "other")
 PLAN_FRAME_COLUMNS = ["backend", "part", "GB"]

@@ -136,9 +136,9 @@ def test_fp16_under_zero2_would_fail_at_deepspeed_startup_on_this_cpu(tmp_path, 
 def test_each_rank_holds_the_bytes_the_memory_planner_predicts(backend, method, precision,
                                                                 cell_run):
     """Issue 4's check against real runs: parameters, gradients and optimizer state per rank,
-    measured on the tensors (trainer/footprint.py), within 2% of tunedeck/memory_plan.py."""
-    from tunedeck.memory_plan import GpuSet, plan_strategies
-    from tunedeck.model_shapes import BUILTIN_TINY_LLAMA
+    measured on the tensors (trainer/footprint.py), within 2% of tunedeck/planner/memory_plan.py."""
+    from tunedeck.planner.memory_plan import GpuSet, plan_strategies
+    from tunedeck.planner.model_shapes import BUILTIN_TINY_LLAMA
     from tunedeck.run_folder import read_json
 
     result = cell_run(backend, method, precision)

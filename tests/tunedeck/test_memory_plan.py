@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from tunedeck.job_spec import JobSpec
-from tunedeck.memory_advice import plan_memory
-from tunedeck.memory_plan import GB, GpuSet, deepspeed_zero2_estimate, plan_strategies
-from tunedeck.model_shapes import (BUILTIN_TINY_LLAMA, KNOWN_SHAPES, known_shape,
+from tunedeck.planner.advice import plan_memory
+from tunedeck.planner.memory_plan import GB, GpuSet, deepspeed_zero2_estimate, plan_strategies
+from tunedeck.planner.model_shapes import (BUILTIN_TINY_LLAMA, KNOWN_SHAPES, known_shape,
                                    resolve_model_shape, shape_from_config)
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -157,7 +157,7 @@ def test_plan_matches_golden(name):
 
 
 def test_each_more_gpus_change_plans_the_count_its_label_says():
-    from tunedeck.memory_advice import _changes
+    from tunedeck.planner.advice import _changes
 
     spec = JobSpec(max_steps=1, method="qlora", micro_batch_size=1,
                    zero2={"activation_checkpointing": True, "reduce_bucket_size": 100_000_000,

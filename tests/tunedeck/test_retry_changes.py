@@ -2,8 +2,8 @@
 import pytest
 
 from tunedeck.job_spec import JobSpec
-from tunedeck.memory_advice import _changes
-from tunedeck.memory_plan import GpuSet
+from tunedeck.planner.advice import _changes
+from tunedeck.planner.memory_plan import GpuSet
 from tunedeck.retry_changes import (SAME_SPEC, NoRetry, apply_suggestion, fallback_memory_retry,
                                     memory_retry, retried_spec, retry_change)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tunedeck.job_spec import JobSpec
-from tunedeck.model_shapes import ModelShape
+from tunedeck.planner.model_shapes import ModelShape
 
 GB = 10**9
 STRATEGIES = ("ddp", "zero2", "zero2_offload", "fsdp", "fsdp_offload")
@@ -107,7 +107,7 @@ def compute_bytes(precision: str) -> int:
 
 def plan_strategies(spec: JobSpec, gpus: GpuSet, shape: ModelShape) -> dict[str, StrategyPlan]:
     """Each strategy's bytes per GPU for this spec; the advice is `memory_advice`'s job."""
-    from tunedeck.activation_memory import activation_bytes, logits_bytes
+    from tunedeck.planner.activation_memory import activation_bytes, logits_bytes
 
     states = model_states(spec, shape)
     ranks, compute = gpus.world_size, compute_bytes(spec.precision)

@@ -24,9 +24,9 @@ class PlanRequest(BaseModel):
 
 def plan_json(spec: JobSpec, gpus: GpuRequest) -> dict:
     """The plan's JSON; a ValueError names the model when its shape cannot be found."""
-    from tunedeck.memory_advice import plan_memory
-    from tunedeck.memory_plan import GpuSet
-    from tunedeck.model_shapes import resolve_model_shape
+    from tunedeck.planner.advice import plan_memory
+    from tunedeck.planner.memory_plan import GpuSet
+    from tunedeck.planner.model_shapes import resolve_model_shape
 
     gpu_set = GpuSet(count=gpus.count or spec.num_gpus, memory_gb=gpus.memory_gb,
                      nodes=gpus.nodes or spec.num_nodes)

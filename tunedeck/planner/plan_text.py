@@ -1,7 +1,7 @@
 """The plan's JSON as a terminal table (for `tunedeck plan`) and as Markdown (for the form)."""
 from __future__ import annotations
 
-from tunedeck.memory_plan import STRATEGIES
+from tunedeck.planner.memory_plan import STRATEGIES
 
 COLUMNS = ("params", "grads", "optimizer", "activations", "other", "total")
 

@@ -16,7 +16,7 @@ the loss, and the loss keeps an fp32 log-softmax (c + 8 bytes per vocabulary ent
 from __future__ import annotations
 
 from tunedeck.job_spec import JobSpec
-from tunedeck.model_shapes import ModelShape
+from tunedeck.planner.model_shapes import ModelShape
 
 FP32_BYTES = 4
 DROPOUT_MASK_BYTES = 1

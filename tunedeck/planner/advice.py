@@ -9,8 +9,8 @@ that fits wins.
 from __future__ import annotations
 
 from tunedeck.job_spec import JobSpec
-from tunedeck.memory_plan import GB, GpuSet, MemoryPlan, StrategyPlan, model_states, plan_strategies
-from tunedeck.model_shapes import ModelShape
+from tunedeck.planner.memory_plan import GB, GpuSet, MemoryPlan, StrategyPlan, model_states, plan_strategies
+from tunedeck.planner.model_shapes import ModelShape
 
 FITS, TIGHT, DOES_NOT_FIT, NOT_SUPPORTED = "fits", "tight", "does not fit", "not supported"
 # CUDA context, NCCL and allocator slack no tensor accounts for.
