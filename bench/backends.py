@@ -25,7 +25,7 @@ from trainer_runs import run_plain_torchrun  # noqa: E402
 
 from tunedeck.job_spec import BACKENDS, METHODS, PRECISIONS, JobSpec, format_validation_error  # noqa: E402
 from tunedeck.planner.memory_plan import GpuSet, plan_strategies  # noqa: E402
-from tunedeck.planner.model_shapes import resolve_model_shape  # noqa: E402
+from tunedeck.planner.shape_source import resolve_model_shape  # noqa: E402
 
 PARTS = ("params", "grads", "optimizer")
 

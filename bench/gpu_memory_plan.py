@@ -26,7 +26,7 @@ from trainer_runs import run_plain_torchrun  # noqa: E402
 
 from tunedeck.job_spec import JobSpec  # noqa: E402
 from tunedeck.planner.memory_plan import GB, GpuSet, plan_strategies  # noqa: E402
-from tunedeck.planner.model_shapes import resolve_model_shape  # noqa: E402
+from tunedeck.planner.shape_source import resolve_model_shape  # noqa: E402
 
 
 def cell_spec(folder: Path, *, method: str, backend: str, seq_len: int, checkpointing: bool,

@@ -12,18 +12,8 @@ from typing import Any
 
 import torch
 
-# Dense bf16 tensor-core peak per GPU (datasheets, without sparsity), by a name fragment of
-# torch.cuda.get_device_name; the first match wins, so longer names come first.
-PEAK_BF16_FLOPS = (
-    ("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("GH200", 989e12),
-    ("B200", 2250e12), ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("L40", 181e12),
-    ("RTX 6000 Ada", 364e12), ("A6000", 155e12), ("RTX 4090", 165e12), ("RTX 3090", 71e12),
-    ("A10G", 70e12), ("A10", 125e12), ("L4", 121e12), ("V100", 125e12), ("T4", 65e12),
-)
-
-
-def peak_flops_for(device_name: str) -> float | None:
-    return next((flops for fragment, flops in PEAK_BF16_FLOPS if fragment in device_name), None)
+# The card table is the planner's (tunedeck.planner.gpu_cards), so plans and MFU agree.
+from tunedeck.planner.gpu_cards import peak_flops_for
 
 
 def matmul_parameter_count(model: torch.nn.Module) -> int:

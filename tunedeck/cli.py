@@ -63,6 +63,9 @@ def _build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--gpus", type=int, default=None, help="GPUs per node (default the spec's)")
     plan.add_argument("--gpu-memory-gb", type=float, default=80.0, help="memory of one GPU, GB")
     plan.add_argument("--nodes", type=int, default=None, help="default the spec's num_nodes")
+    plan.add_argument("--gpu-card", default=None,
+                      help="the card, for step times (H100, A100, RTX 4090, ...); default the "
+                           "common card of --gpu-memory-gb")
     plan.add_argument("--json", action="store_true", help="print the JSON of POST /api/plan")
     plan.set_defaults(handler=_run_plan)
 
@@ -254,10 +257,10 @@ def _run_plan(arguments: argparse.Namespace) -> int:
     spec = _load_spec_or_exit(arguments.spec)
     try:
         gpus = GpuRequest(count=arguments.gpus, memory_gb=arguments.gpu_memory_gb,
-                          nodes=arguments.nodes)
+                          nodes=arguments.nodes, card=arguments.gpu_card)
         plan = plan_json(spec, gpus)
     except ValidationError as error:
-        sys.exit(f"--gpus/--gpu-memory-gb/--nodes: {format_validation_error(error)}")
+        sys.exit(f"--gpus/--gpu-memory-gb/--nodes/--gpu-card: {format_validation_error(error)}")
     except ValueError as error:
         sys.exit(f"{arguments.spec}: {error}")
     if arguments.json:

@@ -6,7 +6,6 @@ the planner says this job needs (the job did not fit, so the real card was no la
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from tunedeck.failure_kinds import INPUT_ERROR, NAN_LOSS, OUT_OF_MEMORY
@@ -14,7 +13,6 @@ from tunedeck.job_spec import JobSpec
 
 SAME_SPEC = "same spec"
 NAN_LEARNING_RATE_DIVISOR = 10
-_GPUS_PER_NODE = re.compile(r"(\d+) GPUs per node")
 
 
 class NoRetry(Exception):
@@ -56,18 +54,28 @@ def nan_retry(spec: JobSpec) -> RetryChange:
 
 
 def memory_retry(spec: JobSpec) -> RetryChange:
-    for suggestion in planner_suggestions(spec):
-        changed = apply_suggestion(spec, suggestion["change"])
-        if changed is not None:
-            return RetryChange(suggestion["change"], changed)
+    """The planner's best set-up that changes the spec (one this host can run: no more
+    nodes), planned against a card just as large as this job's planned need; under the
+    job's own backend when one fits, as a retry should change no more than it must."""
+    from tunedeck.planner.setups import apply_spec_changes
+
+    setups = planner_setups(spec)
+    own = _strategy_name(spec)
+    for setup in sorted(setups, key=lambda setup: setup["strategy"] != own):
+        changes = setup["spec_changes"]
+        if changes and "num_nodes" not in changes:
+            return RetryChange(setup["label"], apply_spec_changes(spec, changes))
     return fallback_memory_retry(spec)
 
 
-def planner_suggestions(spec: JobSpec) -> list[dict]:
-    """The planner's suggestions for a card just as large as this job's planned need."""
-    from tunedeck.planner.advice import RUNTIME_RESERVE_BYTES, plan_memory
+def planner_setups(spec: JobSpec) -> list[dict]:
+    """Every set-up that fits a card just as large as this job's planned need (the job did
+    not fit, so the real card was no larger), best first, as plan JSON."""
+    from tunedeck.planner.advice import RUNTIME_RESERVE_BYTES, preference, rank_setups, verdict
+    from tunedeck.planner.reasons import cost_words, setup_reason
+    from tunedeck.planner.setups import all_setups
     from tunedeck.planner.memory_plan import GB, GpuSet, plan_strategies
-    from tunedeck.planner.model_shapes import resolve_model_shape
+    from tunedeck.planner.shape_source import resolve_model_shape
 
     try:
         shape = resolve_model_shape(spec.model)
@@ -77,44 +85,15 @@ def planner_suggestions(spec: JobSpec) -> list[dict]:
     strategy = _strategy_name(spec)
     needed_bytes = plan_strategies(spec, gpus, shape)[strategy].breakdown.total
     card = GpuSet(spec.num_gpus, (needed_bytes + RUNTIME_RESERVE_BYTES) / GB, spec.num_nodes)
-    return plan_memory(spec, card, shape).suggestions
+    ranked = rank_setups(all_setups(spec, card, shape, verdict), preference(spec, card, shape)[0])
+    reference = ranked[0].cost.seconds if ranked else 0.0
+    return [setup.as_json(reference, cost_words(setup, reference, spec), setup_reason(setup, card))
+            for setup in ranked]
 
 
 def _strategy_name(spec: JobSpec) -> str:
     offloaded = spec.zero2.offload_optimizer if spec.backend == "zero2" else spec.fsdp.cpu_offload
     return f"{spec.backend}_offload" if offloaded else spec.backend
-
-
-def apply_suggestion(spec: JobSpec, change: str) -> JobSpec | None:
-    """The planner's change ("activation checkpointing + micro-batch 1 (more gradient
-    accumulation)") applied to the spec; None for a change this cannot make."""
-    for part in change.split(" + "):
-        spec = _apply_one(spec, part.strip())
-        if spec is None:
-            return None
-    return spec
-
-
-def _apply_one(spec: JobSpec, change: str) -> JobSpec | None:
-    gpus = _GPUS_PER_NODE.fullmatch(change)
-    if gpus:
-        return spec.model_copy(update={"num_gpus": int(gpus.group(1))})
-    if change == "activation checkpointing":
-        return with_activation_checkpointing(spec)
-    if change == "DeepSpeed buckets of 2e8 elements":
-        from tunedeck.planner.advice import SMALL_BUCKET_ELEMENTS
-
-        return spec.model_copy(update={"zero2": spec.zero2.model_copy(update={
-            "reduce_bucket_size": SMALL_BUCKET_ELEMENTS,
-            "allgather_bucket_size": SMALL_BUCKET_ELEMENTS})})
-    if change == "micro-batch 1 (more gradient accumulation)":
-        return spec.model_copy(update={"micro_batch_size": 1,
-                                       "grad_accum": spec.grad_accum * spec.micro_batch_size})
-    if change == "method lora":
-        return spec.model_copy(update={"method": "lora"})
-    if change == "method qlora (zero2)":
-        return spec.model_copy(update={"method": "qlora", "backend": "zero2"})
-    return None
 
 
 def with_activation_checkpointing(spec: JobSpec) -> JobSpec:

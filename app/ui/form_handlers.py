@@ -251,7 +251,7 @@ def preview_form(form: dict[str, Any]) -> FormPreview:
     config_json = json.dumps(backend_config(spec), indent=2)
     trainer_json = json.dumps(trainer_settings(spec), indent=2)
     command_line = shlex.join(build_torchrun_argv(spec, PREVIEW_RUN_DIR))
-    plan = plan_view(spec, form.get("gpu_memory_gb"))
+    plan = plan_view(spec, form)
     return FormPreview(title, config_json, trainer_json, command_line, plan.warning, plan)
 
 
@@ -275,7 +275,7 @@ def submit_form(form: dict[str, Any], *, database, celery_app, principal: Princi
                      owner=owner_for_new_job(principal))
     record_action(database=database, principal=principal, action=audit.SUBMIT, job_id=job.id,
                   detail=job.name)
-    warning = plan_view(spec, form.get("gpu_memory_gb")).warning
+    warning = plan_view(spec, form).warning
     return job.id, (f"Submitted job **{job.id}** ({job.name}): status `{job.status}`."
                     + (f"\n\n{warning}" if warning else ""))
 

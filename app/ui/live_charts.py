@@ -19,7 +19,7 @@ from app.ui.memory_compare import job_strategy
 from tunedeck.downsample import DEFAULT_MAX_POINTS
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.memory_plan import GpuSet, plan_strategies
-from tunedeck.planner.model_shapes import resolve_model_shape
+from tunedeck.planner.shape_source import resolve_model_shape
 
 LIVE_CHART_POINTS = DEFAULT_MAX_POINTS
 SAMPLED_MEMORY_COLUMNS = ["seconds", "memory_mb", "series"]

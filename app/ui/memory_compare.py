@@ -6,7 +6,7 @@ from typing import Any
 
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.memory_plan import GB, GpuSet, plan_strategies
-from tunedeck.planner.model_shapes import resolve_model_shape
+from tunedeck.planner.shape_source import resolve_model_shape
 
 MB = 10**6
 PARTS = ("params", "grads", "optimizer")

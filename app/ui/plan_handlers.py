@@ -1,41 +1,67 @@
-"""The memory plan as the New job form shows it: a table, a stacked bar per backend, and a
-warning when the chosen backend will not fit. Plain values in, plain values out."""
+"""The memory plan as the New job form shows it: the HTML table and advice, a stacked bar per
+backend in the table's order, a warning when the chosen backend will not fit, and the
+set-ups the Apply buttons put into the form. Plain values in, plain values out."""
 from __future__ import annotations
 
+import html
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.memory_plan import STRATEGIES
 from tunedeck.planner.plan_request import GpuRequest, plan_json
-from tunedeck.planner.plan_text import plan_as_markdown
+from tunedeck.planner.plan_text import PART_NAMES, plan_as_html, setups
 
 PLAN_PARTS = ("params", "grads", "optimizer", "activations", "other")
-PLAN_FRAME_COLUMNS = ["backend", "part", "GB"]
+# "size" whatever the unit, so the chart's y stays one column; PlanView.unit says which.
+PLAN_FRAME_COLUMNS = ["backend", "part", "size"]
 DEFAULT_GPU_MEMORY_GB = 80.0
+MB_PER_GB = 1000  # the plan's GB are 10^9 bytes
 
 
 @dataclass(frozen=True)
 class PlanView:
-    markdown: str = ""
+    html: str = ""
     frame: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PLAN_FRAME_COLUMNS))
+    unit: str = "GB"  # of the frame's "size"
+    order: tuple[str, ...] = STRATEGIES  # the table's rows, top to bottom: the chart's bars
     warning: str = ""  # empty when the chosen backend fits
+    setups: tuple[dict, ...] = ()  # the recommended set-up first, then the alternatives
+    # Per set-up, its Apply button's label; "" where the form cannot make the change.
+    apply_labels: tuple[str, ...] = ()
+    plan: dict | None = None  # the plan's JSON, as POST /api/plan answers for the same spec
 
 
-def plan_view(spec: JobSpec, gpu_memory_gb: float | None) -> PlanView:
-    """The plan for the spec's own GPU count on cards of `gpu_memory_gb`."""
+def plan_view(spec: JobSpec, form: Mapping[str, Any]) -> PlanView:
+    """The plan for the spec's own GPU count on cards of the form's GPU memory."""
+    gpu_memory_gb = form.get("gpu_memory_gb")
     if not gpu_memory_gb or gpu_memory_gb <= 0:
-        return PlanView(markdown="Set the GPU memory to see the memory plan.")
+        return PlanView(html="<p>Set the GPU memory to see the memory plan.</p>")
     try:
         plan = plan_json(spec, GpuRequest(memory_gb=gpu_memory_gb))
     except ValueError as error:
-        return PlanView(markdown=f"No memory plan: {error}")
-    rows = [[name, part, plan[name]["per_gpu_gb"][part]]
-            for name in STRATEGIES for part in PLAN_PARTS]
-    return PlanView(markdown=plan_as_markdown(plan),
-                    frame=pd.DataFrame(rows, columns=PLAN_FRAME_COLUMNS),
-                    warning=fit_warning(spec, plan))
+        return PlanView(html=f"<p>No memory plan: {html.escape(str(error))}</p>")
+    offered = tuple(setups(plan))
+    notes = [_form_cannot(form, setup) for setup in offered]
+    frame, unit = plan_frame(plan)
+    return PlanView(html=plan_as_html(plan, notes), frame=frame, unit=unit,
+                    order=tuple(plan["strategies"]), warning=fit_warning(spec, plan),
+                    setups=offered,
+                    apply_labels=tuple(_apply_label(form, setup) for setup in offered),
+                    plan=plan)
+
+
+def plan_frame(plan: dict) -> tuple[pd.DataFrame, str]:
+    """The chart's rows, in plan["strategies"] order, and their unit: MB when even the largest
+    total is under 1 GB (a tiny model's bars would be too short to see in GB), else GB."""
+    largest = max(plan[name]["per_gpu_gb"]["total"] for name in plan["strategies"])
+    unit, scale = ("MB", MB_PER_GB) if largest < 1 else ("GB", 1)
+    rows = [[name, PART_NAMES[part], plan[name]["per_gpu_gb"][part] * scale]
+            for name in plan["strategies"] for part in PLAN_PARTS]
+    return pd.DataFrame(rows, columns=PLAN_FRAME_COLUMNS), unit
 
 
 def fit_warning(spec: JobSpec, plan: dict) -> str:
@@ -46,9 +72,43 @@ def fit_warning(spec: JobSpec, plan: dict) -> str:
     if verdict in ("fits", "tight"):
         return ""
     needed = plan[chosen]["per_gpu_gb"]["total"]
-    advice = (f"the plan recommends {plan['recommended']}" if plan["recommended"]
-              else "nothing fits as it stands; see the suggested changes")
+    advice = (f"the plan recommends {plan['recommended']['label']}" if plan["recommended"]
+              else "nothing fits as it stands; see the alternatives")
     if verdict == "not supported":
         return f"⚠ {chosen} is not supported for this job; {advice}."
     return (f"⚠ {chosen} will not fit: it needs about {needed:.1f} GB per GPU of "
             f"{plan['gpus']['memory_gb']:g} GB; {advice}.")
+
+
+def form_field(spec_key: str) -> str:
+    """The form field a spec change goes into: "fsdp.cpu_offload" -> "fsdp_cpu_offload",
+    "backend" -> "backend" (the form names nested fields section_name)."""
+    return spec_key.replace(".", "_")
+
+
+def missing_fields(form: Mapping[str, Any], setup: dict) -> list[str]:
+    """The spec fields a set-up changes that the form has no field for (e.g. num_nodes)."""
+    return [key for key in setup["spec_changes"] if form_field(key) not in form]
+
+
+def apply_setup(form: Mapping[str, Any], setup: dict) -> dict[str, Any]:
+    """The form's field updates that make a set-up's spec changes (those the form can make;
+    missing_fields names the rest)."""
+    return {form_field(key): value for key, value in setup["spec_changes"].items()
+            if form_field(key) in form}
+
+
+def _apply_label(form: Mapping[str, Any], setup: dict) -> str:
+    """No button for a set-up the form cannot make, nor for one it already has."""
+    updates = apply_setup(form, setup)
+    if missing_fields(form, setup) or all(form[name] == value for name, value in updates.items()):
+        return ""
+    return f"Apply: {setup['label']}"
+
+
+def _form_cannot(form: Mapping[str, Any], setup: dict) -> str:
+    missing = missing_fields(form, setup)
+    if not missing:
+        return ""
+    values = ", ".join(f"{key} = {setup['spec_changes'][key]}" for key in missing)
+    return f"The form has no field for this: set {', '.join(missing)} in the spec ({values})."

@@ -20,8 +20,13 @@ def test_plan_has_every_backend_a_verdict_and_a_recommendation(client):
         assert set(plan[name]["per_gpu_gb"]) == {"params", "grads", "optimizer", "activations",
                                                  "other", "total"}
         assert plan[name]["fits"] in ("fits", "tight", "does not fit")
-    assert plan["recommended"] == "fsdp" and plan["reasons"]
-    assert plan["gpus"] == {"count": 4, "memory_gb": 80, "nodes": 1}
+    assert plan["recommended"]["strategy"] == "fsdp" and plan["reasons"]
+    assert plan["strategies"] == ["ddp", "zero2", "zero2_offload", "fsdp", "fsdp_offload"]
+    assert plan["gpus"] == {"count": 4, "memory_gb": 80, "nodes": 1, "card": "H100"}
+    a100 = client.post("/api/plan", json={"spec": SPEC, "gpus": {"count": 4, "card": "A100"}})
+    assert a100.json()["recommended"]["step_seconds"] > plan["recommended"]["step_seconds"]
+    response = client.post("/api/plan", json={"spec": SPEC, "gpus": {"card": "Voodoo 2"}})
+    assert response.status_code == 422 and "unknown card" in response.text
 
 
 def test_cli_plan_json_is_the_api_plan(client, tmp_path):
@@ -36,11 +41,14 @@ def test_cli_plan_json_is_the_api_plan(client, tmp_path):
     table = subprocess.run([sys.executable, "-m", "tunedeck.cli", "plan", str(spec_file),
                             "--gpus", "4"], capture_output=True, text=True, timeout=60)
     assert "recommended: fsdp" in table.stdout and "zero2_offload" in table.stdout
+    card = subprocess.run([sys.executable, "-m", "tunedeck.cli", "plan", str(spec_file),
+                           "--gpu-card", "Voodoo 2"], capture_output=True, text=True, timeout=60)
+    assert card.returncode != 0 and "--gpu-card" in card.stderr and "unknown card" in card.stderr
 
 
 def test_gpus_default_to_the_spec_and_bad_input_names_its_field(client):
     plan = client.post("/api/plan", json={"spec": {**SPEC, "num_gpus": 2}}).json()
-    assert plan["gpus"] == {"count": 2, "memory_gb": 80.0, "nodes": 1}
+    assert plan["gpus"] == {"count": 2, "memory_gb": 80.0, "nodes": 1, "card": "H100"}
     response = client.post("/api/plan", json={"spec": SPEC, "gpus": {"count": 0}})
     assert response.status_code == 422
     assert ["body", "gpus", "count"] in [error["loc"] for error in response.json()["detail"]]

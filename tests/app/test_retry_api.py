@@ -45,11 +45,14 @@ def test_retry_after_out_of_memory_is_a_new_job_with_the_planners_change(client,
     assert response.status_code == 201, response.text
     retried = response.json()
     assert retried["id"] != job_id and retried["status"] == "queued"
-    assert retried["name"] == "oom-job (retry: activation checkpointing)"
-    assert retried["spec"]["fsdp"]["activation_checkpointing"] is True
-    assert (retried["retry_of"], retried["change"]) == (job_id, "activation checkpointing")
+    # The planner's fastest set-up under the job's own backend: half the micro-batch with
+    # twice the accumulation (no recomputed forward), the same examples a step.
+    change = "fsdp + micro-batch 4 x grad_accum 2"
+    assert retried["name"] == f"oom-job (retry: {change})"
+    assert (retried["spec"]["micro_batch_size"], retried["spec"]["grad_accum"]) == (4, 2)
+    assert (retried["retry_of"], retried["change"]) == (job_id, change)
     events = [event["message"] for event in client.get(f"/api/jobs/{job_id}/events").json()]
-    assert f"retried as job {retried['id']} (activation checkpointing)" in events
+    assert f"retried as job {retried['id']} ({change})" in events
     assert len(list((tmp_path / "broker" / "queue").iterdir())) == 2  # submit, then retry
 
 
@@ -78,13 +81,13 @@ def test_the_jobs_table_and_the_page_show_the_reason_the_rank_log_and_the_retry(
     assert row["reason"] == "out of memory (rank 1)"
     page = load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL)
     assert page.failure.reason == "out of memory (rank 1)"
-    assert page.failure.retry_label == "Retry with activation checkpointing"
+    assert page.failure.retry_label == "Retry with fsdp + micro-batch 4 x grad_accum 2"
     log = page.failure.rank_log.splitlines()
     assert log[0] == "--- rank 1 stdout.log ---" and log[1] == "step 20" and log[-1] == "MemoryError"
     assert failure_markdown(page.failure) == "**Why it failed:** out of memory (rank 1)"
     message = job_actions.retry_from_page(job_id, database=database,
                                           celery_app=client.app_state.celery_app, principal=OPEN_PRINCIPAL)
-    assert message.startswith("Retried as job ") and "(activation checkpointing)" in message
+    assert message.startswith("Retried as job ") and "(fsdp + micro-batch 4 x grad_accum 2)" in message
 
 
 def test_no_failure_panel_for_other_jobs_and_no_retry_for_input_errors(client, tmp_path):

@@ -392,11 +392,11 @@ def test_a_job_without_eval_draws_one_loss_line():
 
 def test_preview_carries_the_memory_plan_for_the_forms_gpus():
     preview = form_handlers.preview_form(make_form(gpu_memory_gb=80))
-    assert "**Recommended: zero2**" in preview.plan.markdown
-    assert "| fsdp_offload |" in preview.plan.markdown
+    assert "Recommended: <strong>zero2</strong>" in preview.plan.html
+    assert 'data-strategy="fsdp_offload"' in preview.plan.html
     frame = preview.plan.frame
     assert set(frame["backend"]) == {"ddp", "zero2", "zero2_offload", "fsdp", "fsdp_offload"}
-    assert set(frame["part"]) == {"params", "grads", "optimizer", "activations", "other"}
+    assert set(frame["part"]) == {"weights", "grads", "optimizer", "activations", "buffers"}
     assert preview.message == "" and preview.plan.warning == ""
 
 
@@ -410,7 +410,7 @@ def test_a_job_that_will_not_fit_is_warned_about_before_and_at_submit(database):
                                                 principal=OPEN_PRINCIPAL, settings=Settings())
     assert job_id is not None and "⚠ zero2 will not fit" in message
     unknown = form_handlers.preview_form(make_form(model="/nowhere/model"))
-    assert unknown.plan.markdown.startswith("No memory plan: model /nowhere/model")
+    assert unknown.plan.html.startswith("<p>No memory plan: model /nowhere/model")
 
 
 # Checkpoints and Resume on the job page

@@ -2,10 +2,9 @@
 import pytest
 
 from tunedeck.job_spec import JobSpec
-from tunedeck.planner.advice import _changes
-from tunedeck.planner.memory_plan import GpuSet
-from tunedeck.retry_changes import (SAME_SPEC, NoRetry, apply_suggestion, fallback_memory_retry,
-                                    memory_retry, retried_spec, retry_change)
+from tunedeck.planner.setups import apply_spec_changes
+from tunedeck.retry_changes import (SAME_SPEC, NoRetry, fallback_memory_retry, memory_retry,
+                                    planner_setups, retried_spec, retry_change)
 
 SPEC = JobSpec(name="job", num_gpus=2, max_steps=10, micro_batch_size=8, grad_accum=2,
                learning_rate=3e-4, precision="fp16", backend="fsdp")
@@ -30,25 +29,35 @@ def test_an_input_error_is_not_retried():
         retry_change(SPEC, "input_error", error="dataset /x.jsonl: no such file")
 
 
-def test_out_of_memory_applies_the_planners_first_suggestion():
+def test_out_of_memory_applies_the_planners_best_set_up_that_changes_the_spec():
+    from tunedeck.planner.memory_plan import GpuSet, plan_strategies
+    from tunedeck.planner.shape_source import resolve_model_shape
+
     change = memory_retry(SPEC)
-    assert change.label == "activation checkpointing"
-    assert change.spec.activation_checkpointing and change.spec.zero2.activation_checkpointing
+    best = next(setup for setup in planner_setups(SPEC) if setup["strategy"] == "fsdp")
+    assert change.label == best["label"] and best["spec_changes"]
+    shape, gpus = resolve_model_shape(SPEC.model), GpuSet(2)
+    before = plan_strategies(SPEC, gpus, shape)["fsdp"].breakdown.total
+    after = plan_strategies(change.spec, gpus, shape)[best["strategy"]].breakdown.total
+    assert after < before
+    # The same examples per optimizer step, however the micro-batch changed.
+    assert (change.spec.micro_batch_size * change.spec.grad_accum
+            == SPEC.micro_batch_size * SPEC.grad_accum)
 
 
-def test_every_change_the_planner_can_suggest_maps_to_a_spec_change():
+def test_every_set_up_the_planner_offers_applies_to_the_spec():
     spec = SPEC.model_copy(update={"method": "full"})
-    for label, change in _changes(spec, GpuSet(count=2)):
-        applied = apply_suggestion(spec, label)
-        assert applied is not None, label
-        if label.endswith("GPUs per node"):  # the planner doubles from its last count
-            assert applied.num_gpus == int(label.split()[0])
-            continue
-        planned, _gpus = change(spec, GpuSet(count=2))
-        qlora_backend = {"backend": "zero2"} if "zero2" in label else {}
-        assert applied.model_dump() == planned.model_copy(update=qlora_backend).model_dump()
-    assert apply_suggestion(spec, "activation checkpointing + 4 GPUs per node").num_gpus == 4
-    assert apply_suggestion(spec, "buy a bigger card") is None
+    setups = planner_setups(spec)
+    assert setups
+    for setup in setups:
+        applied = apply_spec_changes(spec, setup["spec_changes"] | {"num_nodes": 1})
+        assert applied.backend == setup["backend"]
+        for key, value in setup["spec_changes"].items():
+            section, _, name = key.rpartition(".")
+            if key != "num_nodes":
+                assert getattr(getattr(applied, section) if section else applied, name) == value
+    with pytest.raises(ValueError, match="micro_batch_size"):
+        apply_spec_changes(spec, {"micro_batch_size": 0})
 
 
 def test_without_a_suggestion_checkpointing_then_half_the_micro_batch_then_offload():

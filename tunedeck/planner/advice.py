@@ -1,16 +1,24 @@
-"""From bytes to advice: a verdict per strategy, the recommended backend and why, and when
-nothing fits, the cheapest changes that would (each with its new figure).
+"""From bytes to advice: a verdict per strategy, and the fastest set-up that fits.
 
-The recommendation follows the selection guide: under ~13B with LoRA/QLoRA, ZeRO-2;
-13B and up with a full fine-tune, FSDP with activation checkpointing; 16-32 GB cards,
-ZeRO-2 with optimizer offload; several nodes, FSDP. Within that order the first strategy
-that fits wins.
+Every set-up of tunedeck.planner.setups that fits is ranked: first those on the GPUs with
+the job as it is, then the same with CPU offload (the slowest option, only when nothing on
+the GPUs fits), then, when nothing fits even offloaded, a tight fit, then QLoRA or more
+hardware. Within that, the step cost model (tunedeck.planner.step_cost) picks the fastest;
+set-ups within TIE_SHARE of the fastest are a tie, which the selection guide breaks (LoRA
+and QLoRA under ~13B: ZeRO-2; 13B and up in full: FSDP with activation checkpointing;
+16-32 GB cards: ZeRO-2, offloaded when nothing else fits; several nodes: FSDP).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from tunedeck.job_spec import JobSpec
-from tunedeck.planner.memory_plan import GB, GpuSet, MemoryPlan, StrategyPlan, model_states, plan_strategies
+from tunedeck.planner.gpu_cards import GpuSet
+from tunedeck.planner.memory_plan import (GB, STRATEGIES, StrategyPlan, model_states,
+                                          napkin_ddp_bytes, plan_strategies)
 from tunedeck.planner.model_shapes import ModelShape
+from tunedeck.planner.reasons import advice_reasons, cost_words, setup_reason
+from tunedeck.planner.setups import OFFLOADED, ON_GPUS, OTHER_JOB, Setup, all_setups
 
 FITS, TIGHT, DOES_NOT_FIT, NOT_SUPPORTED = "fits", "tight", "does not fit", "not supported"
 # CUDA context, NCCL and allocator slack no tensor accounts for.
@@ -19,33 +27,69 @@ RUNTIME_RESERVE_BYTES = 1.5 * GB
 COMFORTABLE_SHARE = 0.85
 LARGE_MODEL_PARAMETERS = 13e9
 SMALL_CARD_GB = 32
-MAX_GPUS_PER_NODE = 8
-# DeepSpeed's advice for small cards: 2e8-element buckets cost 3.6 GB with overlap_comm.
-SMALL_BUCKET_ELEMENTS = 200_000_000
+TIE_SHARE = 1.10
+MAX_ALTERNATIVES = 3
 
 
-def plan_memory(spec: JobSpec, gpus: GpuSet, shape: ModelShape, *,
-                with_suggestions: bool = True) -> MemoryPlan:
+@dataclass(frozen=True)
+class MemoryPlan:
+    model: str
+    parameters: int
+    trainable_parameters: int
+    gpus: GpuSet
+    strategies: dict[str, StrategyPlan]
+    verdicts: dict[str, str]
+    recommended: dict | None  # a set-up's JSON (tunedeck.planner.setups.Setup.as_json)
+    reasons: list[str]
+    alternatives: list[dict] = field(default_factory=list)
+    parameter_count: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "model": self.model,
+            "parameters": self.parameters,
+            "trainable_parameters": self.trainable_parameters,
+            "parameter_count": self.parameter_count,
+            "gpus": {"count": self.gpus.count, "memory_gb": self.gpus.memory_gb,
+                     "nodes": self.gpus.nodes, "card": self.gpus.card_spec.name},
+            "strategies": list(STRATEGIES),
+            **{name: {"per_gpu_gb": plan.breakdown.as_gb(), "fits": self.verdicts[name],
+                      "host_gb_per_node": round(plan.host_bytes_per_node / GB, 3),
+                      "notes": list(plan.notes)}
+               for name, plan in self.strategies.items()},
+            "recommended": self.recommended,
+            "alternatives": self.alternatives,
+            "reasons": self.reasons,
+        }
+
+
+def plan_memory(spec: JobSpec, gpus: GpuSet, shape: ModelShape) -> MemoryPlan:
     strategies = plan_strategies(spec, gpus, shape)
     verdicts = {name: verdict(plan, gpus) for name, plan in strategies.items()}
-    recommended, reasons = recommend(spec, gpus, shape, strategies, verdicts)
+    order, why = preference(spec, gpus, shape)
+    ranked = rank_setups(all_setups(spec, gpus, shape, verdict), order)
+    best = ranked[0] if ranked else None
+    reference = best.cost.seconds if best else 0.0
+    recommended = (best.as_json(reference, cost_words(best, reference, spec),
+                                setup_reason(best, gpus)) if best else None)
+    alternatives = [setup.as_json(reference, cost_words(setup, reference, spec),
+                                  setup_reason(setup, gpus))
+                    for setup in pick_alternatives(ranked)]
     states = model_states(spec, shape)
-    plan = MemoryPlan(model=shape.name, parameters=states.parameters,
+    ddp_states = strategies["ddp"].breakdown
+    reasons = advice_reasons(
+        best, gpus, order=order, why=why, recommended_reason=recommended and recommended["reason"],
+        ddp_bytes=ddp_states.params + ddp_states.grads + ddp_states.optimizer,
+        napkin_bytes=napkin_ddp_bytes(spec, shape), precision=spec.precision)
+    return MemoryPlan(model=shape.name, parameters=states.parameters,
                       trainable_parameters=states.trainable, gpus=gpus, strategies=strategies,
-                      verdicts=verdicts, recommended=recommended, reasons=reasons)
-    if with_suggestions and _worth_changing(spec, gpus, shape, recommended, verdicts):
-        plan.suggestions.extend(cheapest_changes(spec, gpus, shape))
-    return plan
+                      verdicts=verdicts, recommended=recommended, reasons=reasons,
+                      alternatives=alternatives, parameter_count=parameter_count(shape))
 
 
-def _worth_changing(spec: JobSpec, gpus: GpuSet, shape: ModelShape, recommended: str | None,
-                    verdicts: dict[str, str]) -> bool:
-    """Suggest changes when nothing fits, when it is tight, or when only a strategy far down
-    the guide's order fits (e.g. full offload where ZeRO-2 was the natural choice)."""
-    if recommended is None or verdicts[recommended] != FITS:
-        return True
-    order, _why = preference(spec, gpus, shape)
-    return recommended not in order[:2]
+def parameter_count(shape: ModelShape) -> dict:
+    return {"source": shape.counted_from, "by_dtype": dict(shape.parameters_by_dtype),
+            "active_per_token": shape.active_parameters, "model_type": shape.model_type}
 
 
 def verdict(plan: StrategyPlan, gpus: GpuSet) -> str:
@@ -55,6 +99,56 @@ def verdict(plan: StrategyPlan, gpus: GpuSet) -> str:
     if plan.breakdown.total <= COMFORTABLE_SHARE * usable:
         return FITS
     return TIGHT if plan.breakdown.total <= usable else DOES_NOT_FIT
+
+
+def _group(setup: Setup) -> int:
+    """On the GPUs (fits, then tight), offloaded (fits, tight), then a changed job or more
+    GPUs: offload only when nothing on the GPUs fits, even tightly."""
+    return 2 * setup.tier + (0 if setup.verdict == FITS else 1)
+
+
+def rank_setups(setups: list[Setup], order: list[str]) -> list[Setup]:
+    """Best first: the best group, the fastest within it, ties broken by the guide's order
+    (and then by fewer changes)."""
+    def guide_index(setup: Setup) -> int:
+        return order.index(setup.strategy) if setup.strategy in order else len(order)
+
+    by_group = sorted(setups, key=lambda s: (_group(s), s.cost.seconds, len(s.changes)))
+    if not by_group:
+        return []
+    group = _group(by_group[0])
+    fastest = by_group[0].cost.seconds
+    tied = [s for s in by_group if _group(s) == group and s.cost.seconds <= TIE_SHARE * fastest]
+    best = min(tied, key=lambda s: (guide_index(s), len(s.changes), s.cost.seconds))
+    return [best, *(s for s in by_group if s is not best)]
+
+
+def pick_alternatives(ranked: list[Setup]) -> list[Setup]:
+    """Up to three others, each a different strategy (on the GPUs, offloaded), then the best
+    that changes the job or the GPUs; when only such changes fit, one of each kind."""
+    if not ranked:
+        return []
+    best, chosen = ranked[0], []
+    if best.tier != OTHER_JOB:
+        seen = {best.strategy}
+        for setup in ranked[1:]:
+            if setup.tier != OTHER_JOB and setup.strategy not in seen:
+                chosen.append(setup)
+                seen.add(setup.strategy)
+        others = _one_of_each_kind(ranked[1:], set())
+        room = max(MAX_ALTERNATIVES - len(chosen), 1 if others else 0)
+        return (chosen[:MAX_ALTERNATIVES - room] + others[:room])
+    return _one_of_each_kind(ranked[1:], {best.changes[0]})[:MAX_ALTERNATIVES]
+
+
+def _one_of_each_kind(ranked: list[Setup], kinds: set[str]) -> list[Setup]:
+    """The best set-up of each job or hardware change (QLoRA, 8 GPUs per node, ...)."""
+    chosen = []
+    for setup in ranked:
+        if setup.tier == OTHER_JOB and setup.changes[0] not in kinds:
+            chosen.append(setup)
+            kinds.add(setup.changes[0])
+    return chosen
 
 
 def preference(spec: JobSpec, gpus: GpuSet, shape: ModelShape) -> tuple[list[str], str]:
@@ -71,105 +165,7 @@ def preference(spec: JobSpec, gpus: GpuSet, shape: ModelShape) -> tuple[list[str
     if gpus.memory_gb <= SMALL_CARD_GB:
         return (["zero2", "zero2_offload", "fsdp", "fsdp_offload"],
                 f"{gpus.memory_gb:g} GB cards: ZeRO-2, with the optimizer offloaded to host "
-                "memory when it does not fit on the card")
+                "memory when nothing else fits")
     return (["zero2", "fsdp", "zero2_offload", "fsdp_offload"],
             f"{billions:.1f}B parameters with {spec.method}: ZeRO-2 is the sweet spot (no "
             "parameter all-gather in forward, low communication, stable)")
-
-
-def recommend(spec: JobSpec, gpus: GpuSet, shape: ModelShape,
-              strategies: dict[str, StrategyPlan], verdicts: dict[str, str]) -> tuple[str | None, list[str]]:
-    order, why = preference(spec, gpus, shape)
-    chosen = next((name for name in order if verdicts[name] == FITS), None)
-    chosen = chosen or next((name for name in order if verdicts[name] == TIGHT), None)
-    reasons = [f"{why}."]
-    if chosen is None:
-        reasons.append(f"Nothing fits on {gpus.world_size} x {gpus.memory_gb:g} GB; see the "
-                       "suggested changes.")
-        return None, reasons
-    total = strategies[chosen].breakdown.total / GB
-    reasons.append(f"{chosen} needs {total:.1f} GB per GPU of {gpus.memory_gb:g} GB "
-                   f"({verdicts[chosen]}).")
-    if chosen != order[0]:
-        first = strategies[order[0]].breakdown.total / GB
-        reasons.append(f"{order[0]} would need {first:.1f} GB per GPU ({verdicts[order[0]]}).")
-    if strategies[chosen].host_bytes_per_node:
-        reasons.append(f"{chosen} also needs {strategies[chosen].host_bytes_per_node / GB:.1f} GB "
-                       "of host memory per node.")
-    if gpus.world_size == 1:
-        reasons.append("With one GPU nothing is sharded: ZeRO-2 and FSDP save memory only "
-                       "through offload.")
-    reasons.append("ZeRO-2 is counted as in the ZeRO paper (2P + 14P/N bytes); DeepSpeed's "
-                   "estimator says 2P + 18P/N because it also counts an fp32 gradient "
-                   "partition that lives only during the optimizer step, after the "
-                   "activations are freed.")
-    return chosen, reasons
-
-
-def cheapest_changes(spec: JobSpec, gpus: GpuSet, shape: ModelShape) -> list[dict]:
-    """Changes that make the job fit, cheapest first, each with the best strategy's figure.
-    Changes accumulate (checkpointing, then a smaller micro-batch, ...) until one fits."""
-    suggestions: list[dict] = []
-    current_spec, current_gpus, applied = spec, gpus, []
-    for label, change in _changes(spec, gpus):
-        current_spec, current_gpus = change(current_spec, current_gpus)
-        applied.append(label)
-        best = _best_fitting(current_spec, current_gpus, shape)
-        if best is not None:
-            name, total = best
-            suggestions.append({"change": " + ".join(applied), "backend": name,
-                                "total_gb": round(total / GB, 3), "fits": FITS})
-            if len(suggestions) >= 3:
-                break
-            current_spec, current_gpus, applied = spec, gpus, []  # next: a different change
-    return suggestions
-
-
-def _best_fitting(spec: JobSpec, gpus: GpuSet, shape: ModelShape) -> tuple[str, float] | None:
-    """The guide's first strategy that fits after a change, with its total bytes."""
-    strategies = plan_strategies(spec, gpus, shape)
-    order, _why = preference(spec, gpus, shape)
-    for name in order:
-        if verdict(strategies[name], gpus) == FITS:
-            return name, strategies[name].breakdown.total
-    return None
-
-
-def _changes(spec: JobSpec, gpus: GpuSet):
-    def with_checkpointing(s, g):
-        return s.model_copy(update={
-            "zero2": s.zero2.model_copy(update={"activation_checkpointing": True}),
-            "fsdp": s.fsdp.model_copy(update={"activation_checkpointing": True})}), g
-
-    def with_micro_batch_one(s, g):
-        # Same examples per optimizer step: what the micro-batch loses, accumulation gains.
-        return s.model_copy(update={"micro_batch_size": 1,
-                                    "grad_accum": s.grad_accum * s.micro_batch_size}), g
-
-    def with_small_buckets(s, g):
-        return s.model_copy(update={"zero2": s.zero2.model_copy(update={
-            "reduce_bucket_size": SMALL_BUCKET_ELEMENTS,
-            "allgather_bucket_size": SMALL_BUCKET_ELEMENTS})}), g
-
-    def with_method(method):
-        return lambda s, g: (s.model_copy(update={"method": method}), g)
-
-    def with_gpus(count):
-        return lambda s, g: (s, GpuSet(count, g.memory_gb, g.nodes))
-
-    if not spec.activation_checkpointing:
-        yield "activation checkpointing", with_checkpointing
-    # DeepSpeed's buckets are a ZeRO-2 knob: an FSDP spec's retry would not feel them.
-    if spec.backend == "zero2" and max(spec.zero2.reduce_bucket_size,
-                                       spec.zero2.allgather_bucket_size) > SMALL_BUCKET_ELEMENTS:
-        yield "DeepSpeed buckets of 2e8 elements", with_small_buckets
-    if spec.micro_batch_size > 1:
-        yield "micro-batch 1 (more gradient accumulation)", with_micro_batch_one
-    if spec.method == "full":
-        yield "method lora", with_method("lora")
-    if spec.method in ("full", "lora"):
-        yield "method qlora (zero2)", with_method("qlora")
-    count = gpus.count
-    while count < MAX_GPUS_PER_NODE:
-        count = min(MAX_GPUS_PER_NODE, count * 2)
-        yield f"{count} GPUs per node", with_gpus(count)

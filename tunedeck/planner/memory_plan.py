@@ -3,27 +3,31 @@
 A pure function of the spec, the GPU set and the model's shape (no I/O, no torch), so the
 form, `POST /api/plan` and `tunedeck plan` give the same answer, and golden tests pin it.
 
-Counting conventions (c = bytes of the compute dtype: 2 for bf16/fp16, 4 for fp32;
-P = all parameters, T = trainable ones, N = ranks):
-- ddp, the reference: the usual napkin sum. Every rank holds c-byte weights, c-byte
-  gradients and Adam's fp32 momentum and variance (8T), and no fp32 master copy: for 13B
-  in bf16, 26 + 26 + 104 = 156 GB. (A real AMP DDP also keeps fp32 masters: 4T more.)
-- zero2: the ZeRO paper's 2P + 14P/N. Weights whole on every rank (DeepSpeed casts the
-  module to the compute dtype), gradients partitioned (cT/N), optimizer partitioned: fp32
-  master, momentum and variance (12T/N). DeepSpeed's own estimator counts 2P + 18P/N: it
-  adds a 4T/N fp32 gradient partition that exists only inside the optimizer step, when the
+One counting convention for every backend, the ZeRO paper's for mixed-precision Adam
+(c = bytes of the compute dtype: 2 for bf16/fp16, 4 for fp32; P = all parameters,
+T = trainable ones, N = ranks): c-byte weights, c-byte gradients, and K = 12 bytes of
+optimizer state per trainable parameter (the fp32 master copy 4, Adam's fp32 momentum and
+variance 8). For a full fine-tune in bf16 that is 16 bytes a parameter, 2 + 2 + 12:
+- ddp, the reference: every rank holds all of it, 16P (13B: 26 + 26 + 156 = 208 GB). The
+  usual napkin sum (26 + 26 + 104 = 156 GB) leaves the fp32 master copy out; the advice says
+  so, with the difference. In fp32 the weights are their own master copy (K = 8).
+- zero2: the paper's 2P + 14P/N. Weights whole on every rank (DeepSpeed casts the module to
+  the compute dtype), gradients partitioned (cT/N), optimizer partitioned (12T/N; DeepSpeed
+  keeps its own fp32 partition even in fp32). DeepSpeed's estimator says 2P + 18P/N: it adds
+  a 4T/N fp32 gradient partition that exists only inside the optimizer step, when the
   activations are already freed, so this plan leaves it out of the peak.
 - fsdp: what TuneDeck's FSDP2 trainer holds: fp32 master weights sharded (4P/N; they are
-  the parameters), fp32 gradients sharded (4T/N), Adam state sharded (8T/N), plus the
-  layers gathered in the compute dtype while they run ("other").
+  the parameters), fp32 gradients sharded (4T/N), Adam state sharded (8T/N): the paper's
+  16P/N for full sharding, plus the layers gathered in the compute dtype while they run.
 - offload variants keep the optimizer (zero2_offload) or everything sharded (fsdp_offload)
   in host memory; `host_gb` says how much each node needs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tunedeck.job_spec import JobSpec
+from tunedeck.planner.gpu_cards import GpuSet
 from tunedeck.planner.model_shapes import ModelShape
 
 GB = 10**9
@@ -35,17 +39,6 @@ FP32_BYTES = 4
 NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
 # DeepSpeed documents that overlap_comm costs 4.5x the bucket sizes in buffers.
 OVERLAP_COMM_BUFFER_FACTOR = 4.5
-
-
-@dataclass(frozen=True)
-class GpuSet:
-    count: int = 1  # GPUs per node
-    memory_gb: float = 80.0
-    nodes: int = 1
-
-    @property
-    def world_size(self) -> int:
-        return self.count * self.nodes
 
 
 @dataclass(frozen=True)
@@ -65,7 +58,8 @@ class Breakdown:
     def as_gb(self) -> dict[str, float]:
         parts = {"params": self.params, "grads": self.grads, "optimizer": self.optimizer,
                  "activations": self.activations, "other": self.other, "total": self.total}
-        return {name: round(value / GB, 3) for name, value in parts.items()}
+        # Four significant digits, so a tiny model's megabytes are not rounded to 0.
+        return {name: float(f"{value / GB:.4g}") for name, value in parts.items()}
 
 
 @dataclass(frozen=True)
@@ -91,11 +85,12 @@ def model_states(spec: JobSpec, shape: ModelShape) -> ModelStates:
     if spec.method == "full":
         return ModelStates(shape.total_parameters, shape.total_parameters,
                            compute * shape.total_parameters)
-    adapter = shape.lora_parameters(spec.lora.r, spec.lora.target_modules)
+    adapter = shape.lora_parameters(spec.lora)
     parameters = shape.total_parameters + adapter
+    trainable = shape.lora_trainable(spec.lora)
     if spec.method == "lora":
-        return ModelStates(parameters, adapter, compute * parameters)
-    quantized = shape.num_layers * shape.layer_linear_parameters  # the blocks' linears
+        return ModelStates(parameters, trainable, compute * parameters)
+    quantized = shape.quantizable_parameters  # the layers' nn.Linear weights
     unquantized = parameters - quantized
     return ModelStates(parameters, adapter,
                        NF4_BYTES_PER_WEIGHT * quantized + compute * unquantized)
@@ -103,6 +98,20 @@ def model_states(spec: JobSpec, shape: ModelShape) -> ModelStates:
 
 def compute_bytes(precision: str) -> int:
     return FP32_BYTES if precision == "fp32" else 2
+
+
+def optimizer_bytes_per_parameter(precision: str) -> int:
+    """K: Adam's two fp32 moments, and the fp32 master copy unless the weights are fp32."""
+    master = 0 if precision == "fp32" else FP32_BYTES
+    return master + ADAM_STATE_BYTES
+
+
+def napkin_ddp_bytes(spec: JobSpec, shape: ModelShape) -> float:
+    """The usual hand sum for DDP: c-byte weights and gradients and Adam's moments, with no
+    fp32 master copy (13B in bf16: 26 + 26 + 104 = 156 GB)."""
+    states = model_states(spec, shape)
+    return (states.weight_bytes_compute + compute_bytes(spec.precision) * states.trainable
+            + ADAM_STATE_BYTES * states.trainable)
 
 
 def plan_strategies(spec: JobSpec, gpus: GpuSet, shape: ModelShape) -> dict[str, StrategyPlan]:
@@ -119,8 +128,8 @@ def plan_strategies(spec: JobSpec, gpus: GpuSet, shape: ModelShape) -> dict[str,
     ranks_per_node = gpus.count
     plans = {
         "ddp": StrategyPlan("ddp", Breakdown(
-            states.weight_bytes_compute, compute * trainable, ADAM_STATE_BYTES * trainable,
-            activations, 0.0)),
+            states.weight_bytes_compute, compute * trainable,
+            optimizer_bytes_per_parameter(spec.precision) * trainable, activations, 0.0)),
         "zero2": StrategyPlan("zero2", Breakdown(
             states.weight_bytes_compute, compute * trainable / ranks,
             (FP32_BYTES + ADAM_STATE_BYTES) * trainable / ranks, activations, zero2_buffers)),
@@ -162,42 +171,13 @@ def _fsdp_gathered_bytes(spec: JobSpec, shape: ModelShape) -> float:
     reduce = compute_bytes(spec.fsdp.reduce_dtype)
     layer = shape.layer_parameters
     if spec.method != "full":
-        layer += shape.lora_parameters(spec.lora.r, spec.lora.target_modules) // shape.num_layers
+        layer += shape.lora_parameters(spec.lora) // shape.num_layers
     root = shape.embedding_parameters + shape.head_parameters + shape.hidden_size
     prefetched = 1 if (spec.fsdp.backward_prefetch or spec.fsdp.forward_prefetch) else 0
     layers_gathered = (shape.num_layers if spec.fsdp.sharding_strategy == "shard_grad_op"
                        else 1 + prefetched)
     gradient_in_flight = (compute + reduce) * layer if spec.method == "full" else 0
     return compute * (root + layers_gathered * layer) + gradient_in_flight
-
-
-@dataclass(frozen=True)
-class MemoryPlan:
-    model: str
-    parameters: int
-    trainable_parameters: int
-    gpus: GpuSet
-    strategies: dict[str, StrategyPlan]
-    verdicts: dict[str, str]
-    recommended: str | None
-    reasons: list[str]
-    suggestions: list[dict] = field(default_factory=list)
-
-    def to_json(self) -> dict:
-        return {
-            "model": self.model,
-            "parameters": self.parameters,
-            "trainable_parameters": self.trainable_parameters,
-            "gpus": {"count": self.gpus.count, "memory_gb": self.gpus.memory_gb,
-                     "nodes": self.gpus.nodes},
-            **{name: {"per_gpu_gb": plan.breakdown.as_gb(), "fits": self.verdicts[name],
-                      "host_gb_per_node": round(plan.host_bytes_per_node / GB, 3),
-                      "notes": list(plan.notes)}
-               for name, plan in self.strategies.items()},
-            "recommended": self.recommended,
-            "reasons": self.reasons,
-            "suggestions": self.suggestions,
-        }
 
 
 def deepspeed_zero2_estimate(total_parameters: int, *, gpus_per_node: int, nodes: int,

@@ -1,21 +1,33 @@
-"""A model's shape (sizes that decide its memory) without loading a single weight.
+"""A model's shape: the sizes that decide its memory and its FLOPs, without a single weight.
 
-From the model's `config.json` (a local folder, or the Hugging Face cache for a hub id), or
-from a bundled table of common architectures so the planner answers with no network.
-Parameter counts follow the Llama family's layout (Llama, Mistral, Qwen2): attention with
-grouped key/value heads, a SwiGLU MLP, RMSNorm, optional q/k/v biases (Qwen2).
+One decoder layer is attention (q/k/v/o, or DeepSeek's latent projections), two or more
+norms, and either a dense SwiGLU MLP or a mixture-of-experts block: a router, routed experts
+(fused 3D weights in transformers 5, `experts.gate_up_proj` and `experts.down_proj`) and,
+in some families, shared experts that every token passes. `architectures` builds shapes from
+a `config.json`; `shape_source` finds the config and, where weights are at hand, the exact
+parameter count from their safetensors headers.
 """
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
-# The linear layers of a decoder block, by the names peft's target_modules use.
+from tunedeck.spec_sections import LoraSettings
+
 ATTENTION_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP_LINEARS = ("gate_proj", "up_proj", "down_proj")
-DECODER_LINEARS = ATTENTION_LINEARS + MLP_LINEARS
+EXPERT_WEIGHTS = ("experts.gate_up_proj", "experts.down_proj")
+
+
+@dataclass(frozen=True)
+class Experts:
+    """The mixture-of-experts block of a sparse layer."""
+
+    count: int  # routed experts
+    per_token: int  # top-k: experts each token is routed to
+    intermediate: int  # one expert's hidden width
+    shared_intermediate: int = 0  # the shared expert(s) together (Qwen2-MoE, DeepSeek)
+    shared_name: str = "shared_expert"  # its module name: DeepSeek says shared_experts
+    shared_gate: bool = False  # Qwen2-MoE gates the shared expert: a Linear(hidden, 1)
 
 
 @dataclass(frozen=True)
@@ -23,33 +35,98 @@ class ModelShape:
     name: str
     vocab_size: int
     hidden_size: int
-    intermediate_size: int
+    intermediate_size: int  # a dense layer's MLP width
     num_layers: int
     num_heads: int
     num_kv_heads: int
     head_dim: int
     tie_word_embeddings: bool = False
     attention_bias: bool = False  # Qwen2's q/k/v projections carry a bias
+    model_type: str = "llama"
+    # (name, in, out) of the attention's linears when they are not q/k/v/o (DeepSeek's MLA).
+    attention_linears: tuple[tuple[str, int, int], ...] = ()
+    attention_norm_parameters: int = 0  # per layer: q/k norms (Qwen3, OLMoE), MLA's norms
+    qk_norm_width: int = 0  # per token: the q and k elements those norms normalize
+    norms_per_layer: int = 2  # hidden-size norms (Gemma 2 has four)
+    experts: Experts | None = None
+    moe_layers: int = 0  # of num_layers, those with experts (the rest are dense)
+    exact_parameters: int | None = None  # from safetensors headers, when weights were at hand
+    parameters_by_dtype: tuple[tuple[str, int], ...] = ()
+    counted_from: str = "config formulas"
 
-    def linear_shapes(self) -> dict[str, tuple[int, int]]:
-        """(in_features, out_features) of each linear layer of one decoder block."""
-        h, q_out, kv_out = self.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        i = self.intermediate_size
+    # -- one layer ---------------------------------------------------------------------
+    def attention_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in_features, out_features) of each attention linear."""
+        if self.attention_linears:
+            return {name: (n_in, n_out) for name, n_in, n_out in self.attention_linears}
+        h, q_out, kv_out = self.hidden_size, self.q_width, self.kv_width
         return {"q_proj": (h, q_out), "k_proj": (h, kv_out), "v_proj": (h, kv_out),
-                "o_proj": (q_out, h), "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+                "o_proj": (q_out, h)}
 
     @property
-    def layer_linear_parameters(self) -> int:
-        return sum(n_in * n_out for n_in, n_out in self.linear_shapes().values())
+    def q_width(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    def mlp_shapes(self, width: int | None = None) -> dict[str, tuple[int, int]]:
+        h, i = self.hidden_size, width or self.intermediate_size
+        return {"gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+
+    def block_linears(self, *, sparse: bool) -> dict[str, tuple[int, int]]:
+        """Every nn.Linear of a dense or a sparse layer by its name in the layer (as peft
+        matches them), routers included."""
+        linears = {f"self_attn.{name}": shape for name, shape in self.attention_shapes().items()}
+        if not sparse:
+            linears.update({f"mlp.{name}": shape for name, shape in self.mlp_shapes().items()})
+            return linears
+        experts = self.experts
+        if experts.shared_intermediate:
+            linears.update({f"mlp.{experts.shared_name}.{name}": shape for name, shape
+                            in self.mlp_shapes(experts.shared_intermediate).items()})
+        if experts.shared_gate:
+            linears[f"mlp.{experts.shared_name}_gate"] = (self.hidden_size, 1)
+        return linears
+
+    @property
+    def dense_layers(self) -> int:
+        return self.num_layers - self.moe_layers
+
+    def _layer_kinds(self) -> list[tuple[bool, int]]:
+        """(sparse, how many layers) for each kind present."""
+        return [(sparse, count) for sparse, count in ((False, self.dense_layers),
+                                                      (True, self.moe_layers)) if count]
+
+    def _attention_extra(self) -> int:
+        biases = self.q_width + 2 * self.kv_width if self.attention_bias else 0
+        return biases + self.attention_norm_parameters + self.norms_per_layer * self.hidden_size
+
+    def expert_weight_shapes(self) -> dict[str, tuple[int, int, int]]:
+        """(experts, in, out) of the fused expert weights, as peft's ParamWrapper reads them."""
+        e, h, i = self.experts.count, self.hidden_size, self.experts.intermediate
+        return {"mlp.experts.gate_up_proj": (e, 2 * i, h), "mlp.experts.down_proj": (e, h, i)}
+
+    def router_parameters_per_layer(self) -> int:
+        """The router's weight (a plain parameter, not a Linear) and a shared-expert gate."""
+        experts = self.experts
+        return experts.count * self.hidden_size + (self.hidden_size if experts.shared_gate else 0)
+
+    def layer_parameters_of(self, *, sparse: bool) -> int:
+        linears = sum(n_in * n_out for n_in, n_out in self.block_linears(sparse=sparse).values())
+        if not sparse:
+            return linears + self._attention_extra()
+        experts = sum(e * n_in * n_out for e, n_in, n_out in self.expert_weight_shapes().values())
+        router = self.experts.count * self.hidden_size
+        return linears + experts + router + self._attention_extra()
 
     @property
     def layer_parameters(self) -> int:
-        """One decoder block: its linears, their biases (Qwen2) and two RMSNorm weights."""
-        shapes = self.linear_shapes()
-        biases = (shapes["q_proj"][1] + shapes["k_proj"][1] + shapes["v_proj"][1]
-                  if self.attention_bias else 0)
-        return self.layer_linear_parameters + biases + 2 * self.hidden_size
+        """The largest layer: what FSDP gathers for the layer that runs."""
+        return max(self.layer_parameters_of(sparse=sparse) for sparse, _ in self._layer_kinds())
 
+    # -- the whole model ---------------------------------------------------------------
     @property
     def embedding_parameters(self) -> int:
         return self.vocab_size * self.hidden_size
@@ -60,131 +137,95 @@ class ModelShape:
         return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
 
     @property
+    def formula_parameters(self) -> int:
+        layers = sum(count * self.layer_parameters_of(sparse=sparse)
+                     for sparse, count in self._layer_kinds())
+        return self.embedding_parameters + layers + self.hidden_size + self.head_parameters
+
+    @property
     def total_parameters(self) -> int:
-        return (self.embedding_parameters + self.num_layers * self.layer_parameters
-                + self.hidden_size + self.head_parameters)
+        return self.exact_parameters if self.exact_parameters is not None else self.formula_parameters
 
-    def lora_parameters(self, rank: int, target_modules: str | tuple[str, ...] | list[str]) -> int:
-        """A LoRA adapter's size: r x (in + out) for each targeted linear of every block."""
-        return self.num_layers * sum(rank * (n_in + n_out) for n_in, n_out in
-                                     self.adapted_linears(target_modules).values())
+    @property
+    def quantizable_parameters(self) -> int:
+        """The layers' nn.Linear weights: what bitsandbytes packs into 4 bits for QLoRA (the
+        fused expert weights are not Linear modules, so they stay in the compute dtype)."""
+        return sum(count * sum(n_in * n_out for n_in, n_out
+                               in self.block_linears(sparse=sparse).values())
+                   for sparse, count in self._layer_kinds())
 
-    def adapted_linears(self, target_modules) -> dict[str, tuple[int, int]]:
-        """The block's linears a LoRA `target_modules` selects ("all-linear": all of them;
-        peft leaves the output head out)."""
-        shapes = self.linear_shapes()
-        if target_modules == "all-linear":
-            return shapes
-        wanted = set(target_modules)
-        return {name: shape for name, shape in shapes.items() if name in wanted}
+    @property
+    def active_matmul_parameters(self) -> int:
+        """Matmul weights one token passes through (the top-k experts, not all of them, and
+        the output head), for FLOPs."""
+        active = self.vocab_size * self.hidden_size
+        for sparse, count in self._layer_kinds():
+            linears = sum(n_in * n_out for n_in, n_out in self.block_linears(sparse=sparse).values())
+            if sparse:
+                per_expert = sum(n_in * n_out for _, n_in, n_out in self.expert_weight_shapes().values())
+                linears += self.experts.per_token * per_expert + self.experts.count * self.hidden_size
+            active += count * linears
+        return active
 
+    @property
+    def active_parameters(self) -> int:
+        """Parameters one token uses (Qwen1.5-MoE-A2.7B: the 2.7B): all but the experts it
+        is not routed to."""
+        if not self.moe_layers:
+            return self.total_parameters
+        idle = self.experts.count - self.experts.per_token
+        per_expert = sum(n_in * n_out for _, n_in, n_out in self.expert_weight_shapes().values())
+        return self.total_parameters - self.moe_layers * idle * per_expert
 
-def shape_from_config(name: str, config: dict) -> ModelShape:
-    """A ModelShape from a Hugging Face `config.json`'s fields."""
-    missing = [key for key in ("vocab_size", "hidden_size", "intermediate_size",
-                               "num_hidden_layers", "num_attention_heads") if key not in config]
-    if missing:
-        raise ValueError(f"model {name}: config.json lacks {', '.join(missing)}; "
-                         "the planner knows Llama-family decoders (Llama, Mistral, Qwen2)")
-    heads = config["num_attention_heads"]
-    return ModelShape(
-        name=name, vocab_size=config["vocab_size"], hidden_size=config["hidden_size"],
-        intermediate_size=config["intermediate_size"], num_layers=config["num_hidden_layers"],
-        num_heads=heads, num_kv_heads=config.get("num_key_value_heads") or heads,
-        head_dim=config.get("head_dim") or config["hidden_size"] // heads,
-        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-        attention_bias=bool(config.get("attention_bias", config.get("model_type") == "qwen2")),
-    )
+    # -- LoRA --------------------------------------------------------------------------
+    def adapted_linears(self, lora: LoraSettings) -> list[tuple[int, int, int]]:
+        """(in, out, layers) of each Linear a LoRA adapter lands on: peft's all-linear (or
+        the listed names, matched as peft does: whole, or a suffix after a dot), routers
+        never (trainer.lora_targets' rule)."""
+        found = []
+        for sparse, count in self._layer_kinds():
+            for name, (n_in, n_out) in self.block_linears(sparse=sparse).items():
+                if _is_router(name) or not _targeted(name, lora.target_modules):
+                    continue
+                found.append((n_in, n_out, count))
+        return found
 
+    def adapted_expert_weights(self, lora: LoraSettings) -> list[tuple[int, int, int]]:
+        """(experts, in, out) of each fused expert weight adapted, for every sparse layer."""
+        if not self.moe_layers or not lora.experts:
+            return []
+        return [shape for name, shape in self.expert_weight_shapes().items()
+                if _targeted(name, lora.target_modules)]
 
-def _shape(name, vocab, hidden, intermediate, layers, heads, kv_heads, *, tied=False,
-           bias=False) -> ModelShape:
-    return ModelShape(name, vocab, hidden, intermediate, layers, heads, kv_heads, hidden // heads,
-                      tie_word_embeddings=tied, attention_bias=bias)
+    def lora_parameters(self, lora: LoraSettings) -> int:
+        """The adapter's size: r x (in + out) per adapted Linear of each layer, and
+        r x experts x (in + out) per fused expert weight (peft's ParamWrapper)."""
+        linear = sum(layers * lora.r * (n_in + n_out)
+                     for n_in, n_out, layers in self.adapted_linears(lora))
+        experts = sum(self.moe_layers * lora.r * e * (n_in + n_out)
+                      for e, n_in, n_out in self.adapted_expert_weights(lora))
+        return linear + experts
 
-
-# Published config.json values of common models (so a plan needs no download).
-KNOWN_SHAPES: dict[str, ModelShape] = {shape.name.lower(): shape for shape in (
-    _shape("meta-llama/Llama-2-7b-hf", 32000, 4096, 11008, 32, 32, 32),
-    _shape("meta-llama/Llama-2-13b-hf", 32000, 5120, 13824, 40, 40, 40),
-    _shape("meta-llama/Llama-2-70b-hf", 32000, 8192, 28672, 80, 64, 8),
-    _shape("meta-llama/Meta-Llama-3-8B", 128256, 4096, 14336, 32, 32, 8),
-    _shape("meta-llama/Meta-Llama-3-70B", 128256, 8192, 28672, 80, 64, 8),
-    _shape("mistralai/Mistral-7B-v0.1", 32000, 4096, 14336, 32, 32, 8),
-    _shape("Qwen/Qwen2.5-0.5B", 151936, 896, 4864, 24, 14, 2, tied=True, bias=True),
-    _shape("Qwen/Qwen2.5-1.5B", 151936, 1536, 8960, 28, 12, 2, tied=True, bias=True),
-    _shape("Qwen/Qwen2.5-3B", 151936, 2048, 11008, 36, 16, 2, tied=True, bias=True),
-    _shape("Qwen/Qwen2.5-7B", 152064, 3584, 18944, 28, 28, 4, bias=True),
-    _shape("Qwen/Qwen2.5-14B", 152064, 5120, 13824, 48, 40, 8, bias=True),
-    _shape("Qwen/Qwen2.5-32B", 152064, 5120, 27648, 64, 40, 8, bias=True),
-    _shape("Qwen/Qwen2.5-72B", 152064, 8192, 29568, 80, 64, 8, bias=True),
-)}
-# Instruct/chat variants and newer point releases share their base model's shape.
-ALIASES = {
-    "meta-llama/llama-2-7b-chat-hf": "meta-llama/llama-2-7b-hf",
-    "meta-llama/llama-2-13b-chat-hf": "meta-llama/llama-2-13b-hf",
-    "meta-llama/llama-2-70b-chat-hf": "meta-llama/llama-2-70b-hf",
-    "meta-llama/meta-llama-3-8b-instruct": "meta-llama/meta-llama-3-8b",
-    "meta-llama/llama-3.1-8b": "meta-llama/meta-llama-3-8b",
-    "meta-llama/llama-3.1-8b-instruct": "meta-llama/meta-llama-3-8b",
-    "meta-llama/meta-llama-3-70b-instruct": "meta-llama/meta-llama-3-70b",
-    "meta-llama/llama-3.1-70b": "meta-llama/meta-llama-3-70b",
-    "meta-llama/llama-3.1-70b-instruct": "meta-llama/meta-llama-3-70b",
-    "mistralai/mistral-7b-instruct-v0.1": "mistralai/mistral-7b-v0.1",
-    "mistralai/mistral-7b-instruct-v0.2": "mistralai/mistral-7b-v0.1",
-    **{f"qwen/qwen2.5-{size}-instruct": f"qwen/qwen2.5-{size}"
-       for size in ("0.5b", "1.5b", "3b", "7b", "14b", "32b", "72b")},
-}
+    def lora_trainable(self, lora: LoraSettings) -> int:
+        """What a LoRA job trains: the adapter, and the routers whole with train_router."""
+        routers = (self.moe_layers * self.router_parameters_per_layer()
+                   if lora.train_router and self.moe_layers else 0)
+        return self.lora_parameters(lora) + routers
 
 
-def known_shape(model: str) -> ModelShape | None:
-    key = model.lower()
-    return KNOWN_SHAPES.get(ALIASES.get(key, key))
+def _is_router(name: str) -> bool:
+    leaf = name.rpartition(".")[2]
+    return leaf in ("gate", "router") or leaf.endswith(("_gate", "_router"))
 
 
-def resolve_model_shape(model: str) -> ModelShape:
-    """The shape of `model` (a spec's `model` field): a local folder's config.json, the
-    built-in model, the Hugging Face cache, then the bundled table."""
-    if model.startswith("builtin:"):
-        if model != BUILTIN_TINY_LLAMA.name:
-            raise ValueError(f"model {model}: unknown; the built-in model is {BUILTIN_TINY_LLAMA.name}")
-        return BUILTIN_TINY_LLAMA
-    local = Path(model).expanduser()
-    if local.is_dir():
-        return _read_config(model, local / "config.json")
-    cached = _hub_cache_config(model)
-    if cached is not None:
-        return _read_config(model, cached)
-    shape = known_shape(model)
-    if shape is None:
-        raise ValueError(f"model {model}: no config.json found (not a local folder, not in the "
-                         "Hugging Face cache) and not among the bundled architectures "
-                         f"({', '.join(s.name for s in KNOWN_SHAPES.values())})")
-    return shape
-
-
-def _read_config(name: str, path: Path) -> ModelShape:
-    try:
-        return shape_from_config(name, json.loads(path.read_text(encoding="utf-8")))
-    except OSError as error:
-        raise ValueError(f"model {name}: cannot read {path}: {error.strerror}") from error
-    except json.JSONDecodeError as error:
-        raise ValueError(f"model {name}: {path} is not valid JSON: {error}") from error
-
-
-def _hub_cache_config(model: str) -> Path | None:
-    """config.json of a hub id already downloaded into the Hugging Face cache, if any."""
-    if model.count("/") != 1:
-        return None
-    hub = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get(
-        "HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub")
-    snapshots = hub / f"models--{model.replace('/', '--')}" / "snapshots"
-    found = sorted(snapshots.glob("*/config.json"), key=lambda path: path.stat().st_mtime)
-    return found[-1] if found else None
+def _targeted(name: str, targets) -> bool:
+    if targets == "all-linear":
+        return True
+    full = f"model.layers.0.{name}"
+    return any(full == target or full.endswith(f".{target}") for target in targets)
 
 
 # trainer/builtin_model.py builds this model; a test checks the two agree.
 BUILTIN_TINY_LLAMA = ModelShape("builtin:tiny-llama", vocab_size=384, hidden_size=64,
                                 intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
                                 head_dim=16)
-

@@ -2,7 +2,7 @@
 send it. One function turns it into the plan's JSON, so all three answer the same."""
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tunedeck.job_spec import JobSpec
 
@@ -13,6 +13,18 @@ class GpuRequest(BaseModel):
     count: int | None = Field(None, ge=1, le=64, description="GPUs per node; default spec.num_gpus")
     memory_gb: float = Field(80.0, gt=0, le=4096, description="memory of one GPU, GB (10^9 bytes)")
     nodes: int | None = Field(None, ge=1, le=64, description="default spec.num_nodes")
+    card: str | None = Field(None, max_length=40,
+                             description="the card, for step times (H100, A100, RTX 4090, ...); "
+                                         "default the common card of memory_gb")
+
+    @field_validator("card")
+    @classmethod
+    def _known_card(cls, card: str | None) -> str | None:
+        from tunedeck.planner.gpu_cards import CARDS, card_named
+
+        if card is not None and card_named(card) is None:
+            raise ValueError(f"unknown card {card!r}; one of {', '.join(c.name for c in CARDS)}")
+        return card
 
 
 class PlanRequest(BaseModel):
@@ -25,9 +37,9 @@ class PlanRequest(BaseModel):
 def plan_json(spec: JobSpec, gpus: GpuRequest) -> dict:
     """The plan's JSON; a ValueError names the model when its shape cannot be found."""
     from tunedeck.planner.advice import plan_memory
-    from tunedeck.planner.memory_plan import GpuSet
-    from tunedeck.planner.model_shapes import resolve_model_shape
+    from tunedeck.planner.gpu_cards import GpuSet
+    from tunedeck.planner.shape_source import resolve_model_shape
 
     gpu_set = GpuSet(count=gpus.count or spec.num_gpus, memory_gb=gpus.memory_gb,
-                     nodes=gpus.nodes or spec.num_nodes)
+                     nodes=gpus.nodes or spec.num_nodes, card=gpus.card)
     return plan_memory(spec, gpu_set, resolve_model_shape(spec.model)).to_json()

@@ -1,46 +1,160 @@
-"""The plan's JSON as a terminal table (for `tunedeck plan`) and as Markdown (for the form)."""
+"""The plan's JSON for people: a terminal table (for `tunedeck plan`) and HTML (for the New
+job form). Both list the strategies in plan["strategies"] order, the order the form's chart
+uses too, and write every figure with its unit, so a tiny model's figures read as MB rather
+than a column of 0.00."""
 from __future__ import annotations
 
-from tunedeck.planner.memory_plan import STRATEGIES
+import html
+import math
+from collections.abc import Sequence
 
-COLUMNS = ("params", "grads", "optimizer", "activations", "other", "total")
-
-
-def plan_rows(plan: dict) -> list[list[str]]:
-    rows = []
-    for name in STRATEGIES:
-        per_gpu = plan[name]["per_gpu_gb"]
-        host = plan[name]["host_gb_per_node"]
-        rows.append([name, *(f"{per_gpu[column]:.2f}" for column in COLUMNS), plan[name]["fits"],
-                     f"{host:.1f}" if host else ""])
-    return rows
+PARTS = ("params", "grads", "optimizer", "activations", "other", "total")
+# The JSON's keys are the planner's; a person reads "params" as a count, so the weights as
+# held, and "other" is the gathered layers' and communication buffers.
+PART_NAMES = {"params": "weights", "grads": "grads", "optimizer": "optimizer",
+              "activations": "activations", "other": "buffers", "total": "total"}
+HEADER = ("backend", *(PART_NAMES[part] for part in PARTS), "verdict", "host/node")
+RECOMMENDED_MARK = "★"
 
 
-HEADER = ["backend", *COLUMNS, "verdict", "host GB/node"]
+def format_size(gb: float) -> str:
+    """A figure given in GB (10^9 bytes) with three significant digits and its unit: "208 GB",
+    "59.9 GB", "1.88 GB"; under 1 GB in MB ("340 MB", "3.20 MB")."""
+    if gb <= 0:
+        return "0"
+    value, unit = (gb, "GB") if gb >= 1 else (gb * 1000, "MB")
+    if value < 0.01:
+        return f"<0.01 {unit}"
+    value = float(f"{value:.3g}")  # round first: 99.96 is "100", not "100.0"
+    digits = max(0, 2 - math.floor(math.log10(value)))
+    return f"{value:,.{digits}f} {unit}"
+
+
+def format_count(count: int) -> str:
+    """A parameter count as people say it: 13.0B, 6.74M, 301K."""
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if count >= scale:
+            return f"{count / scale:.3g}{suffix}"
+    return str(count)
+
+
+def strategy_cells(plan: dict, name: str) -> list[str]:
+    """One table row's cells, as HEADER names them."""
+    row = plan[name]
+    host = row["host_gb_per_node"]
+    return [name, *(format_size(row["per_gpu_gb"][part]) for part in PARTS), row["fits"],
+            format_size(host) if host else "–"]
+
+
+def setups(plan: dict) -> list[dict]:
+    """The set-ups the plan offers: the recommended one first, then the alternatives."""
+    return ([plan["recommended"]] if plan["recommended"] else []) + list(plan["alternatives"])
+
+
+def _summary(plan: dict) -> str:
+    gpus, count = plan["gpus"], plan["parameter_count"]
+    trainable = ("all trainable" if plan["trainable_parameters"] == plan["parameters"]
+                 else f"{format_count(plan['trainable_parameters'])} trainable")
+    return (f"{plan['model']}: {format_count(plan['parameters'])} parameters ({trainable}; "
+            f"from the {count['source']}); {gpus['nodes']} node(s) x {gpus['count']} "
+            f"{gpus.get('card') or 'GPU'}(s) of {gpus['memory_gb']:g} GB")
+
+
+def _setup_figures(setup: dict) -> str:
+    """'59.9 GB per GPU (fits), +33% compute (recomputed forward)'."""
+    cost = f", {setup['cost']}" if setup["cost"] else ""
+    return f"{format_size(setup['total_gb'])} per GPU ({setup['fits']}){cost}"
 
 
 def plan_as_text(plan: dict) -> str:
-    gpus = plan["gpus"]
-    lines = [f"{plan['model']}: {plan['parameters'] / 1e9:.3f}B parameters, "
-             f"{plan['trainable_parameters']:,} trainable; {gpus['nodes']} node(s) x "
-             f"{gpus['count']} GPU(s) x {gpus['memory_gb']:g} GB. GB per GPU (10^9 bytes):"]
-    rows = [HEADER, *plan_rows(plan)]
+    lines = [f"{_summary(plan)}. Per GPU (GB = 10^9 bytes):"]
+    rows = [list(HEADER), *(strategy_cells(plan, name) for name in plan["strategies"])]
     widths = [max(len(row[index]) for row in rows) for index in range(len(HEADER))]
     lines += ["  ".join(cell.rjust(width) if index else cell.ljust(width)
                         for index, (cell, width) in enumerate(zip(row, widths)))
               for row in rows]
-    lines.append(f"recommended: {plan['recommended'] or 'nothing fits'}")
+    recommended = plan["recommended"]
+    lines.append(f"recommended: {recommended['label']} at {format_size(recommended['total_gb'])} "
+                 f"per GPU ({recommended['fits']})" if recommended else "recommended: nothing fits")
     lines += [f"- {reason}" for reason in plan["reasons"]]
-    lines += [f"- would fit with {s['change']}: {s['backend']} at {s['total_gb']:.1f} GB per GPU"
-              for s in plan["suggestions"]]
+    lines += [f"- alternative: {setup['label']}: {format_size(setup['total_gb'])} per GPU"
+              + (f", {setup['cost']}" if setup["cost"] else "")
+              for setup in plan["alternatives"]]
     return "\n".join(lines)
 
 
-def plan_as_markdown(plan: dict) -> str:
-    rows = [HEADER, ["---"] * len(HEADER), *plan_rows(plan)]
-    table = "\n".join("| " + " | ".join(row) + " |" for row in rows)
-    advice = [f"**Recommended: {plan['recommended'] or 'nothing fits'}**",
-              *[f"- {reason}" for reason in plan["reasons"]],
-              *[f"- Would fit with **{s['change']}**: {s['backend']} at {s['total_gb']:.1f} GB per GPU"
-                for s in plan["suggestions"]]]
-    return table + "\n\n" + "\n".join(advice)
+# Inline styles rather than a stylesheet: the HTML lands inside Gradio's themed prose, whose
+# table rules would otherwise win or lose by selector order. nowrap keeps "zero2_offload" and
+# "59.9 GB" on one line; tabular numerals line the figures up.
+_CELL = "white-space:nowrap;padding:3px 10px;border-bottom:1px solid rgba(128,128,128,.25);"
+_TEXT_CELL = _CELL + "text-align:left;"
+_FIGURE_CELL = _CELL + "text-align:right;font-variant-numeric:tabular-nums;"
+_RECOMMENDED_ROW = "background:rgba(250,204,21,.22);"
+_VERDICT_COLOURS = {"fits": "#15803d", "tight": "#b45309", "does not fit": "#b91c1c",
+                    "not supported": "#6b7280"}
+_FIGURE_COLUMNS = range(1, len(PARTS) + 1)
+_HOST_COLUMN = len(HEADER) - 1
+
+
+def _cell_style(index: int) -> str:
+    return _FIGURE_CELL if index in _FIGURE_COLUMNS or index == _HOST_COLUMN else _TEXT_CELL
+
+
+def _html_row(plan: dict, name: str, recommended: str | None) -> str:
+    cells = strategy_cells(plan, name)
+    marked = name == recommended
+    texts = [html.escape(cell) for cell in cells]
+    # Bold on the name only: a semibold figure fell back to another font for its unit.
+    texts[0] = f"<strong>{RECOMMENDED_MARK} {texts[0]}</strong>" if marked else texts[0]
+    verdict = len(PARTS) + 1
+    texts[verdict] = (f'<span style="color:{_VERDICT_COLOURS.get(cells[verdict], "inherit")}">'
+                      f"{texts[verdict]}</span>")
+    body = "".join(f'<td style="{_cell_style(index)}">{text}</td>'
+                   for index, text in enumerate(texts))
+    marks = (f' class="recommended" data-recommended="true" style="{_RECOMMENDED_ROW}"'
+             if marked else "")
+    return f'<tr data-strategy="{html.escape(name)}"{marks}>{body}</tr>'
+
+
+def _html_table(plan: dict) -> str:
+    recommended = plan["recommended"]["strategy"] if plan["recommended"] else None
+    header = "".join(f'<th style="{_cell_style(index)}">{html.escape(name)}</th>'
+                     for index, name in enumerate(HEADER))
+    rows = "".join(_html_row(plan, name, recommended) for name in plan["strategies"])
+    # A too-narrow page scrolls the table sideways instead of wrapping or clipping it.
+    return (f'<div style="overflow-x:auto"><table style="border-collapse:collapse;width:auto;'
+            f'margin:0;font-size:14px"><thead><tr>{header}</tr></thead>'
+            f"<tbody>{rows}</tbody></table></div>")
+
+
+def _html_setup(setup: dict, note: str) -> str:
+    reason = f" {html.escape(setup['reason'])}" if setup["reason"] else ""
+    note = f" <em>{html.escape(note)}</em>" if note else ""
+    return (f"<strong>{html.escape(setup['label'])}</strong>: "
+            f"{html.escape(_setup_figures(setup))}.{reason}{note}")
+
+
+def plan_as_html(plan: dict, setup_notes: Sequence[str] = ()) -> str:
+    """The plan as the form shows it: the table (the recommended strategy's row marked), then
+    the recommended set-up and the alternatives, then the reasons. `setup_notes` adds a note
+    to each set-up, in setups(plan) order (e.g. how to make a change the form cannot)."""
+    notes = [*setup_notes, *[""] * len(setups(plan))]
+    recommended = plan["recommended"]
+    parts = [f'<p style="margin:0 0 6px">{html.escape(_summary(plan))}. Per GPU:</p>',
+             _html_table(plan)]
+    if recommended and recommended["changes"]:
+        changed = f"{recommended['strategy']} with {' and '.join(recommended['changes'])}"
+        parts.append(f'<p style="margin:4px 0">{RECOMMENDED_MARK} {html.escape(changed)}: '
+                     f"{html.escape(format_size(recommended['total_gb']))} per GPU</p>")
+    parts.append(f'<p style="margin:8px 0 4px">Recommended: {_html_setup(recommended, notes[0])}</p>'
+                 if recommended else '<p style="margin:8px 0 4px"><strong>Recommended: nothing '
+                 'fits</strong> as the spec stands.</p>')
+    alternatives = notes[1:] if recommended else notes
+    if plan["alternatives"]:
+        items = "".join(f"<li>{_html_setup(setup, note)}</li>"
+                        for setup, note in zip(plan["alternatives"], alternatives))
+        parts.append(f'<p style="margin:4px 0 0">Alternatives:</p><ul style="margin:0">{items}</ul>')
+    if plan["reasons"]:
+        items = "".join(f"<li>{html.escape(reason)}</li>" for reason in plan["reasons"])
+        parts.append(f'<p style="margin:4px 0 0">Why:</p><ul style="margin:0">{items}</ul>')
+    return f'<div class="tunedeck-plan">{"".join(parts)}</div>'

@@ -11,6 +11,7 @@ from app.ui import (column_handlers, form_handlers, preflight_handlers, target_h
                     upload_handlers)
 from app.ui.form_handlers import (COLUMN_ROLES, FORM_FIELDS, FORM_LABELS as LABELS,
                                   SAME_AS_PRECISION, form_values)
+from app.ui.tabs.plan_panel import build_plan_panel, plan_updates, wire_apply_buttons
 from tunedeck.job_spec import (BACKENDS, DTYPES, EXPORT_DTYPES, LEARNING_RATE_SCHEDULES, METHODS,
                                PRECISIONS, SHARDING_STRATEGIES)
 from tunedeck.settings import Settings
@@ -48,10 +49,7 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
                                    elem_id="new-job-trainer-settings")
             command_line = gr.Textbox(initial.command_line, label="torchrun command", lines=2,
                                       interactive=False, elem_id="new-job-command")
-            gr.Markdown("#### Memory plan (GB per GPU)")
-            plan_chart = gr.BarPlot(initial.plan.frame, x="backend", y="GB", color="part",
-                                    height=220, elem_id="new-job-plan-chart")
-            plan_table = gr.Markdown(initial.plan.markdown, elem_id="new-job-plan")
+    plan_panel = build_plan_panel(initial.plan)
     submitted_job_id = gr.State(None)
     preflight_pending = gr.State(None)  # a data check still running: the next click waits on it
     inputs = [fields[name] for name in FORM_FIELDS]
@@ -59,7 +57,7 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
     def preview(*values):
         shown = form_handlers.preview_form(form_values(values))
         return (f"#### {shown.config_title}", shown.config_json, shown.trainer_json,
-                shown.command_line, shown.message, shown.plan.frame, shown.plan.markdown)
+                shown.command_line, shown.message, *plan_updates(shown.plan))
 
     def submit(request: gr.Request, *values):
         try:
@@ -96,10 +94,11 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
           [*(fields[f"columns_{role}"] for role in COLUMN_ROLES), groups["columns_hint"]],
           show_progress="hidden", trigger_mode="always_last")
     gr.on([component.change for component in inputs], preview, inputs,
-          [config_title, config_code, trainer_code, command_line, form_message, plan_chart,
-           plan_table],
+          [config_title, config_code, trainer_code, command_line, form_message,
+           *plan_panel.outputs],
           show_progress="hidden",
           trigger_mode="always_last")
+    wire_apply_buttons(plan_panel, inputs)
     # Mostly waiting on a worker: one user's check must not queue behind another's.
     groups["check_data"].click(check_data, [preflight_pending, *inputs],
                                [groups["check_data_result"], preflight_pending],

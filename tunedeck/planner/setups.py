@@ -1,0 +1,157 @@
+"""The set-ups a user could run a job with: a strategy plus changes to the spec, each with
+its bytes per GPU and its step cost, for the advice to rank.
+
+Changes come in three tiers, searched together and ranked tier by tier:
+- on the GPUs, the same job: the backend, activation checkpointing, a smaller micro-batch
+  with more gradient accumulation (the same examples per step), smaller DeepSpeed buckets;
+- the same, with the optimizer (ZeRO-2) or everything (FSDP) offloaded to host memory;
+- a different job or more hardware: QLoRA, more GPUs per node, more nodes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+
+from tunedeck.job_spec import JobSpec
+from tunedeck.planner.gpu_cards import GpuSet
+from tunedeck.planner.memory_plan import GB, plan_strategies
+from tunedeck.planner.model_shapes import ModelShape
+from tunedeck.planner.step_cost import StepCost, step_cost
+
+ON_GPUS, OFFLOADED, OTHER_JOB = 0, 1, 2
+RUNNABLE = ("zero2", "fsdp", "zero2_offload", "fsdp_offload")
+MAX_GPUS_PER_NODE = 8
+MAX_NODES = 8
+# DeepSpeed's advice for small cards: 2e8-element buckets cost 3.6 GB with overlap_comm.
+SMALL_BUCKET_ELEMENTS = 200_000_000
+
+
+@dataclass(frozen=True)
+class Setup:
+    strategy: str
+    spec: JobSpec  # the spec with the changes made
+    gpus: GpuSet
+    spec_changes: dict  # dotted spec fields that differ from the job as written
+    changes: tuple[str, ...]  # the same, in words
+    tier: int
+    total_bytes: float
+    host_bytes: float  # per node, offloaded state
+    verdict: str
+    cost: StepCost
+
+    @property
+    def label(self) -> str:
+        return " + ".join((self.strategy, *self.changes))
+
+    def as_json(self, reference_seconds: float, cost_words: str, reason: str) -> dict:
+        return {"strategy": self.strategy, "backend": self.spec.backend, "label": self.label,
+                "changes": list(self.changes), "spec_changes": self.spec_changes,
+                "gpus": {"count": self.gpus.count, "nodes": self.gpus.nodes},
+                "total_gb": round(self.total_bytes / GB, 3), "fits": self.verdict,
+                "step_seconds": float(f"{self.cost.seconds:.4g}"),
+                "relative_step_time": round(self.cost.seconds / reference_seconds, 3)
+                if reference_seconds else 1.0,
+                "cost": cost_words, "reason": reason}
+
+
+def strategy_changes(spec: JobSpec, strategy: str) -> dict:
+    """The dotted spec fields that run `spec` under `strategy`."""
+    backend, offloaded = strategy.removesuffix("_offload"), strategy.endswith("_offload")
+    field = "zero2.offload_optimizer" if backend == "zero2" else "fsdp.cpu_offload"
+    return {"backend": backend, field: offloaded}
+
+
+def apply_spec_changes(spec: JobSpec, changes: dict) -> JobSpec:
+    """`spec` with dotted fields set ({"fsdp.activation_checkpointing": True, ...}),
+    validated again."""
+    data = spec.model_dump(mode="json")
+    for key, value in changes.items():
+        section, _, name = key.rpartition(".")
+        (data.setdefault(section, {}) if section else data)[name] = value
+    return JobSpec.model_validate(data)
+
+
+def _spec_value(spec: JobSpec, key: str):
+    section, _, name = key.rpartition(".")
+    return getattr(getattr(spec, section) if section else spec, name)
+
+
+def all_setups(spec: JobSpec, gpus: GpuSet, shape: ModelShape, verdict) -> list[Setup]:
+    """Every set-up of the three tiers that fits or is tight (`verdict(plan, gpus)` says)."""
+    found = []
+    for tier, job_changes, words, changed_gpus in _job_variants(spec, gpus):
+        for strategy in RUNNABLE:
+            if job_changes.get("method") == "qlora" and not strategy.startswith("zero2"):
+                continue
+            found.extend(_setups_of(spec, gpus, shape, verdict, strategy, tier, job_changes,
+                                    words, changed_gpus))
+    return found
+
+
+def _setups_of(spec: JobSpec, gpus: GpuSet, shape: ModelShape, verdict, strategy: str, tier: int,
+               job_changes: dict, words: list[str], changed_gpus: GpuSet):
+    for free_changes, free_words in _free_changes(spec, strategy):
+        changes = {**job_changes, **strategy_changes(spec, strategy), **free_changes}
+        try:
+            changed = apply_spec_changes(spec, changes)
+        except ValueError:
+            continue  # a combination the spec refuses (e.g. hybrid_shard on one node)
+        plan = plan_strategies(changed, changed_gpus, shape)[strategy]
+        outcome = verdict(plan, changed_gpus)
+        if outcome not in ("fits", "tight"):
+            continue
+        differing = {key: value for key, value in changes.items()
+                     if _spec_value(spec, key) != value}
+        differing.pop("num_gpus", None)  # against the GPUs planned for, not the spec's
+        if changed_gpus.count != gpus.count:
+            differing["num_gpus"] = changed_gpus.count
+        if changed_gpus.nodes != gpus.nodes:
+            differing["num_nodes"] = changed_gpus.nodes
+        yield Setup(
+            strategy=strategy, spec=changed, gpus=changed_gpus, spec_changes=differing,
+            changes=tuple(words + free_words), tier=OFFLOADED if strategy.endswith("_offload")
+            and tier == ON_GPUS else tier, total_bytes=plan.breakdown.total,
+            host_bytes=plan.host_bytes_per_node,
+            verdict=outcome, cost=step_cost(changed, changed_gpus, shape, strategy))
+
+
+def _job_variants(spec: JobSpec, gpus: GpuSet):
+    """(tier, spec changes, words, GPUs): the job as it is, then QLoRA and more hardware."""
+    yield ON_GPUS, {}, [], gpus
+    if spec.method != "qlora":
+        yield OTHER_JOB, {"method": "qlora"}, ["qlora"], gpus
+    count = gpus.count
+    while count < MAX_GPUS_PER_NODE:
+        count = min(MAX_GPUS_PER_NODE, count * 2)
+        yield OTHER_JOB, {"num_gpus": count}, [f"{count} GPUs per node"], \
+            GpuSet(count, gpus.memory_gb, gpus.nodes, gpus.card)
+    nodes = gpus.nodes
+    while gpus.count == MAX_GPUS_PER_NODE and nodes < MAX_NODES:
+        nodes *= 2
+        yield OTHER_JOB, {}, [f"{nodes} nodes"], GpuSet(gpus.count, gpus.memory_gb, nodes, gpus.card)
+
+
+def _free_changes(spec: JobSpec, strategy: str):
+    """(changes, words) that keep the job the same: checkpointing on or off, a smaller
+    micro-batch, smaller DeepSpeed buckets (ZeRO-2's knob only)."""
+    backend = strategy.removesuffix("_offload")
+    micro = spec.micro_batch_size
+    sizes = sorted({micro // 2 ** k for k in range(12) if micro % 2 ** k == 0} | {1}, reverse=True)
+    buckets = [False]
+    if backend == "zero2" and max(spec.zero2.reduce_bucket_size,
+                                  spec.zero2.allgather_bucket_size) > SMALL_BUCKET_ELEMENTS:
+        buckets.append(True)
+    for checkpointing, size, small_buckets in product((False, True), sizes, buckets):
+        changes, words = {f"{backend}.activation_checkpointing": checkpointing}, []
+        if checkpointing != spec.activation_checkpointing:
+            words.append("activation checkpointing" if checkpointing
+                         else "no activation checkpointing")
+        if size != micro:
+            accumulation = spec.grad_accum * micro // size
+            changes.update({"micro_batch_size": size, "grad_accum": accumulation})
+            words.append(f"micro-batch {size} x grad_accum {accumulation}")
+        if small_buckets:
+            changes.update({"zero2.reduce_bucket_size": SMALL_BUCKET_ELEMENTS,
+                            "zero2.allgather_bucket_size": SMALL_BUCKET_ELEMENTS})
+            words.append("DeepSpeed buckets of 2e8 elements")
+        yield changes, words

@@ -1,0 +1,118 @@
+"""Where a model's shape comes from: the built-in model, a local folder, the Hugging Face
+cache, or the bundled table, in that order. Where the weights themselves are at hand (a
+folder or a cached snapshot with `*.safetensors`), the parameter count is exact, per dtype,
+from the files' headers (no tensor is read); the config formulas are the fallback.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from tunedeck.planner.architectures import generic_shape, shape_from_config
+from tunedeck.planner.known_models import ALIASES, KNOWN_CONFIGS
+from tunedeck.planner.model_shapes import BUILTIN_TINY_LLAMA, ModelShape
+from tunedeck.safetensors_headers import HeaderError, folder_tensor_entries, safetensors_files
+
+# Buffers some older checkpoints saved beside the weights; they are not parameters.
+NOT_PARAMETERS = ("rotary_emb.inv_freq",)
+
+KNOWN_SHAPES: dict[str, ModelShape] = {
+    name.lower(): shape_from_config(name, config, counted_from="bundled table")
+    for name, config in KNOWN_CONFIGS.items()}
+
+
+def known_shape(model: str) -> ModelShape | None:
+    key = model.lower()
+    return KNOWN_SHAPES.get(ALIASES.get(key, key))
+
+
+def resolve_model_shape(model: str) -> ModelShape:
+    """The shape of `model` (a spec's `model` field); a ValueError says why there is none."""
+    if model.startswith("builtin:"):
+        if model != BUILTIN_TINY_LLAMA.name:
+            raise ValueError(f"model {model}: unknown; the built-in model is {BUILTIN_TINY_LLAMA.name}")
+        return BUILTIN_TINY_LLAMA
+    local = Path(model).expanduser()
+    if local.is_dir():
+        return shape_from_folder(model, local)
+    cached = _hub_cache_snapshot(model)
+    if cached is not None:
+        return shape_from_folder(model, cached)
+    shape = known_shape(model)
+    if shape is None:
+        raise ValueError(f"model {model}: no config.json found (not a local folder, not in the "
+                         "Hugging Face cache) and not among the bundled models "
+                         f"({', '.join(s.name for s in KNOWN_SHAPES.values())})")
+    return shape
+
+
+def shape_from_folder(name: str, folder: Path) -> ModelShape:
+    """A folder's config.json, with the exact count of its safetensors weights if any."""
+    config = _read_config(name, folder / "config.json")
+    counts = parameter_counts(folder)
+    if counts is None:
+        return shape_from_config(name, config)
+    source = f"safetensors headers ({len(safetensors_files(folder))} files)"
+    try:
+        shape = shape_from_config(name, config, counted_from=source)
+    except ValueError:
+        # A family the formulas do not know: the headers still count it exactly; only the
+        # activations fall back to the config's generic sizes.
+        shape = generic_shape(name, config, counted_from=source + ", activations from the "
+                              "config's sizes as a Llama-style decoder")
+    return replace(shape, exact_parameters=sum(counts.values()),
+                   parameters_by_dtype=tuple(sorted(counts.items())))
+
+
+def parameter_counts(folder: Path) -> dict[str, int] | None:
+    """Elements per stored dtype of the folder's safetensors tensors; None without any."""
+    files = safetensors_files(folder)
+    if not files or not _all_shards_present(folder, files):
+        return None
+    try:
+        entries = folder_tensor_entries(folder)
+    except (HeaderError, OSError) as error:
+        raise ValueError(f"model {folder}: cannot read its safetensors headers: {error}") from error
+    counts: dict[str, int] = {}
+    for entry in entries:
+        if not entry.name.endswith(NOT_PARAMETERS):
+            counts[entry.dtype] = counts.get(entry.dtype, 0) + entry.elements
+    return counts
+
+
+def _all_shards_present(folder: Path, files: list[Path]) -> bool:
+    """A sharded checkpoint counts only whole: a cache holding some shards would undercount."""
+    index = folder / "model.safetensors.index.json"
+    try:
+        shards = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return True  # no index (one file), or one we cannot read: the files are what there is
+    return shards <= {path.name for path in files}
+
+
+def _read_config(name: str, path: Path) -> dict:
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ValueError(f"model {name}: cannot read {path}: {error.strerror}") from error
+    except json.JSONDecodeError as error:
+        raise ValueError(f"model {name}: {path} is not valid JSON: {error}") from error
+    if not isinstance(config, dict):
+        raise ValueError(f"model {name}: {path} is not a JSON object")
+    # Multimodal wrappers (e.g. Gemma 3, Llama 4) keep the decoder's sizes in text_config.
+    text = config.get("text_config")
+    return {**text, "model_type": text.get("model_type", config.get("model_type"))} \
+        if isinstance(text, dict) and "hidden_size" not in config else config
+
+
+def _hub_cache_snapshot(model: str) -> Path | None:
+    """The newest cached snapshot folder of a hub id that has a config.json, if any."""
+    if model.count("/") != 1:
+        return None
+    hub = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get(
+        "HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub")
+    snapshots = hub / f"models--{model.replace('/', '--')}" / "snapshots"
+    found = sorted(snapshots.glob("*/config.json"), key=lambda path: path.stat().st_mtime)
+    return found[-1].parent if found else None

@@ -1,0 +1,107 @@
+"""What one optimizer step costs under a strategy: a simple model of step time, to rank the
+set-ups that fit (not to promise seconds: only a GPU run says those).
+
+Per micro-batch of t = micro_batch_size x seq_len tokens on each rank:
+- compute: FLOPs per token are 2M forward for M matmul weights a token passes (the top-k
+  experts only), 4M backward when every weight trains and 2M when the base is frozen
+  (LoRA, QLoRA), plus attention's 2 x seq_len x width per layer forward (causal) and twice
+  that backward; activation checkpointing runs the forward again. At REFERENCE_MFU of the
+  card's bf16 peak; QLoRA's 4-bit matmuls dequantize first (QLORA_SLOWDOWN).
+- communication, overlapped with compute (a micro-batch takes the longer of the two), at
+  the card's link bandwidth inside a node and INTER_NODE_BYTES_PER_S across nodes, a ring's
+  (N-1)/N of the bytes: ZeRO-2 reduce-scatters the c-byte gradients every micro-batch and
+  all-gathers the updated weights once a step (not overlapped); FSDP all-gathers the c-byte
+  weights for forward and again for backward (once with shard_grad_op) and reduce-scatters
+  the gradients in reduce_dtype, every micro-batch.
+- offload, not overlapped: over PCIe, ZeRO-2 moves the gradient partition to the host every
+  micro-batch and the updated weights back once a step, and DeepSpeed's CPU Adam updates
+  the partition; FSDP's CPU offload copies the fp32 weight shards up for forward and for
+  backward and the gradients down every micro-batch, and torch's Adam runs on the CPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tunedeck.job_spec import JobSpec
+from tunedeck.planner.gpu_cards import INTER_NODE_BYTES_PER_S, PCIE_BYTES_PER_S, GpuSet
+from tunedeck.planner.memory_plan import FP32_BYTES, compute_bytes, model_states
+from tunedeck.planner.model_shapes import ModelShape
+
+REFERENCE_MFU = 0.4
+QLORA_SLOWDOWN = 1.3
+DEEPSPEED_CPU_ADAM_PARAMETERS_PER_S = 1e9  # per rank, with its share of the host's cores
+TORCH_CPU_ADAM_PARAMETERS_PER_S = 0.25e9
+
+
+@dataclass(frozen=True)
+class StepCost:
+    compute_s: float  # the whole step's compute, recomputation included
+    recompute_s: float  # of compute_s, activation checkpointing's second forward
+    communication_s: float  # the collectives, overlapped or not
+    exposed_communication_s: float  # what compute does not hide
+    offload_s: float  # PCIe copies and the CPU optimizer step
+
+    @property
+    def seconds(self) -> float:
+        return self.compute_s + self.exposed_communication_s + self.offload_s
+
+
+def flops_per_token(spec: JobSpec, shape: ModelShape, *, checkpointing: bool) -> tuple[float, float]:
+    """(FLOPs a token costs in one step, of which recomputation)."""
+    matmul = shape.active_matmul_parameters
+    attention_forward = 2 * spec.seq_len * shape.q_width * shape.num_layers
+    forward = 2 * matmul + attention_forward
+    backward = (4 if spec.method == "full" else 2) * matmul + 2 * attention_forward
+    recompute = forward if checkpointing else 0.0
+    return forward + backward + recompute, recompute
+
+
+def step_cost(spec: JobSpec, gpus: GpuSet, shape: ModelShape, strategy: str) -> StepCost:
+    card = gpus.card_spec
+    ranks = gpus.world_size
+    micro_tokens = spec.micro_batch_size * spec.seq_len
+    flops, recompute = flops_per_token(spec, shape, checkpointing=spec.activation_checkpointing)
+    speed = card.bf16_flops * REFERENCE_MFU / (QLORA_SLOWDOWN if spec.method == "qlora" else 1)
+    micro_compute = micro_tokens * flops / speed
+    micro_comm, step_comm = _communication_bytes(spec, shape, strategy, ranks)
+    bandwidth = card.link_bytes_per_s if gpus.nodes == 1 else min(card.link_bytes_per_s,
+                                                                 INTER_NODE_BYTES_PER_S)
+    ring = (ranks - 1) / ranks
+    micro_comm_s = ring * micro_comm / bandwidth
+    step_comm_s = ring * step_comm / bandwidth
+    exposed = spec.grad_accum * max(0.0, micro_comm_s - micro_compute) + step_comm_s
+    return StepCost(compute_s=spec.grad_accum * micro_compute,
+                    recompute_s=spec.grad_accum * micro_tokens * recompute / speed,
+                    communication_s=spec.grad_accum * micro_comm_s + step_comm_s,
+                    exposed_communication_s=exposed,
+                    offload_s=_offload_seconds(spec, shape, strategy, ranks))
+
+
+def _communication_bytes(spec: JobSpec, shape: ModelShape, strategy: str,
+                         ranks: int) -> tuple[float, float]:
+    """(bytes each rank moves per micro-batch, once per step) in collectives."""
+    if ranks == 1:
+        return 0.0, 0.0
+    states = model_states(spec, shape)
+    c = compute_bytes(spec.precision)
+    if strategy.startswith("zero2"):
+        return c * states.trainable, c * states.trainable
+    if strategy.startswith("fsdp"):
+        gathers = 1 if spec.fsdp.sharding_strategy == "shard_grad_op" else 2
+        weights = compute_bytes(spec.fsdp.param_dtype or spec.precision) * states.parameters
+        return gathers * weights + compute_bytes(spec.fsdp.reduce_dtype) * states.trainable, 0.0
+    # DDP: an all-reduce of the gradients, twice a reduce-scatter's bytes.
+    return 2 * c * states.trainable, 0.0
+
+
+def _offload_seconds(spec: JobSpec, shape: ModelShape, strategy: str, ranks: int) -> float:
+    if not strategy.endswith("_offload"):
+        return 0.0
+    states = model_states(spec, shape)
+    shard = states.trainable / ranks
+    if strategy == "zero2_offload":
+        copies = (spec.grad_accum + 1) * compute_bytes(spec.precision) * shard
+        return copies / PCIE_BYTES_PER_S + shard / DEEPSPEED_CPU_ADAM_PARAMETERS_PER_S
+    weights = FP32_BYTES * states.parameters / ranks
+    copies = spec.grad_accum * (2 * weights + FP32_BYTES * shard)
+    return copies / PCIE_BYTES_PER_S + shard / TORCH_CPU_ADAM_PARAMETERS_PER_S
