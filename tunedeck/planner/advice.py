@@ -124,8 +124,9 @@ def rank_setups(setups: list[Setup], order: list[str]) -> list[Setup]:
 
 
 def pick_alternatives(ranked: list[Setup]) -> list[Setup]:
-    """Up to three others, each a different strategy (on the GPUs, offloaded), then the best
-    that changes the job or the GPUs; when only such changes fit, one of each kind."""
+    """Up to three others, each a different strategy (on the GPUs, offloaded), then, when the
+    job does not fit comfortably as it is, the best that changes the job or the GPUs; when
+    only such changes fit, one of each kind."""
     if not ranked:
         return []
     best, chosen = ranked[0], []
@@ -135,7 +136,10 @@ def pick_alternatives(ranked: list[Setup]) -> list[Setup]:
             if setup.tier != OTHER_JOB and setup.strategy not in seen:
                 chosen.append(setup)
                 seen.add(setup.strategy)
-        others = _one_of_each_kind(ranked[1:], set())
+        # A bigger change (QLoRA, more GPUs) is offered only when the job needs one: when it
+        # fits comfortably on its GPUs, more of them make no step faster.
+        needed = best.tier != ON_GPUS or best.verdict != FITS
+        others = _one_of_each_kind(ranked[1:], set()) if needed else []
         room = max(MAX_ALTERNATIVES - len(chosen), 1 if others else 0)
         return (chosen[:MAX_ALTERNATIVES - room] + others[:room])
     return _one_of_each_kind(ranked[1:], {best.changes[0]})[:MAX_ALTERNATIVES]

@@ -11,8 +11,8 @@ from tunedeck.planner.step_cost import REFERENCE_MFU
 # A share of the step below this is not worth naming as a cost.
 NOTABLE_SHARE = 0.05
 # The napkin sum is worth a line when it is this far below the plan (a full fine-tune's
-# 25%; a LoRA's master copy is the adapter's, too small to matter).
-NAPKIN_GAP_SHARE = 0.01
+# 25%; a LoRA's master copy is the adapter's, a few percent at most).
+NAPKIN_GAP_SHARE = 0.10
 
 
 def setup_reason(setup: Setup, gpus: GpuSet) -> str:

@@ -6,7 +6,10 @@ Per micro-batch of t = micro_batch_size x seq_len tokens on each rank:
   experts only), 4M backward when every weight trains and 2M when the base is frozen
   (LoRA, QLoRA), plus attention's 2 x seq_len x width per layer forward (causal) and twice
   that backward; activation checkpointing runs the forward again. At REFERENCE_MFU of the
-  card's bf16 peak; QLoRA's 4-bit matmuls dequantize first (QLORA_SLOWDOWN).
+  card's bf16 peak for a micro-batch of SATURATING_TOKENS or more; a smaller one keeps the
+  GPU less busy, at t / (t + HALF_SPEED_TOKENS) of the speed relative to that (1024 tokens:
+  0.62 of it), so a smaller micro-batch is not free. QLoRA's 4-bit matmuls dequantize first
+  (QLORA_SLOWDOWN).
 - communication, overlapped with compute (a micro-batch takes the longer of the two), at
   the card's link bandwidth inside a node and INTER_NODE_BYTES_PER_S across nodes, a ring's
   (N-1)/N of the bytes: ZeRO-2 reduce-scatters the c-byte gradients every micro-batch and
@@ -28,6 +31,8 @@ from tunedeck.planner.memory_plan import FP32_BYTES, compute_bytes, model_states
 from tunedeck.planner.model_shapes import ModelShape
 
 REFERENCE_MFU = 0.4
+SATURATING_TOKENS = 4096
+HALF_SPEED_TOKENS = 1024
 QLORA_SLOWDOWN = 1.3
 DEEPSPEED_CPU_ADAM_PARAMETERS_PER_S = 1e9  # per rank, with its share of the host's cores
 TORCH_CPU_ADAM_PARAMETERS_PER_S = 0.25e9
@@ -56,12 +61,19 @@ def flops_per_token(spec: JobSpec, shape: ModelShape, *, checkpointing: bool) ->
     return forward + backward + recompute, recompute
 
 
+def utilisation(micro_tokens: int) -> float:
+    """The share of REFERENCE_MFU a micro-batch of this many tokens reaches."""
+    saturated = SATURATING_TOKENS / (SATURATING_TOKENS + HALF_SPEED_TOKENS)
+    return min(1.0, micro_tokens / (micro_tokens + HALF_SPEED_TOKENS) / saturated)
+
+
 def step_cost(spec: JobSpec, gpus: GpuSet, shape: ModelShape, strategy: str) -> StepCost:
     card = gpus.card_spec
     ranks = gpus.world_size
     micro_tokens = spec.micro_batch_size * spec.seq_len
     flops, recompute = flops_per_token(spec, shape, checkpointing=spec.activation_checkpointing)
-    speed = card.bf16_flops * REFERENCE_MFU / (QLORA_SLOWDOWN if spec.method == "qlora" else 1)
+    speed = (card.bf16_flops * REFERENCE_MFU * utilisation(micro_tokens)
+             / (QLORA_SLOWDOWN if spec.method == "qlora" else 1))
     micro_compute = micro_tokens * flops / speed
     micro_comm, step_comm = _communication_bytes(spec, shape, strategy, ranks)
     bandwidth = card.link_bytes_per_s if gpus.nodes == 1 else min(card.link_bytes_per_s,
