@@ -139,16 +139,19 @@ def pick_alternatives(ranked: list[Setup]) -> list[Setup]:
         # A bigger change (QLoRA, more GPUs) is offered only when the job needs one: when it
         # fits comfortably on its GPUs, more of them make no step faster.
         needed = best.tier != ON_GPUS or best.verdict != FITS
-        others = _one_of_each_kind(ranked[1:], set()) if needed else []
+        others = [setup for setup in _one_of_each_kind(ranked[1:], set())
+                  if not setup.strategy.endswith("_offload")] if needed else []
         room = max(MAX_ALTERNATIVES - len(chosen), 1 if others else 0)
         return (chosen[:MAX_ALTERNATIVES - room] + others[:room])
     return _one_of_each_kind(ranked[1:], {best.changes[0]})[:MAX_ALTERNATIVES]
 
 
 def _one_of_each_kind(ranked: list[Setup], kinds: set[str]) -> list[Setup]:
-    """The best set-up of each job or hardware change (QLoRA, 8 GPUs per node, ...)."""
+    """The best set-up of each job or hardware change (QLoRA, 8 GPUs per node, ...), on
+    the GPUs alone where the change allows it; a change that still needs offload is worth
+    naming only when nothing of its kind avoids it and the job needs it to fit at all."""
     chosen = []
-    for setup in ranked:
+    for setup in sorted(ranked, key=lambda s: s.strategy.endswith("_offload")):
         if setup.tier == OTHER_JOB and setup.changes[0] not in kinds:
             chosen.append(setup)
             kinds.add(setup.changes[0])
