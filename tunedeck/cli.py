@@ -61,7 +61,8 @@ def _build_parser() -> argparse.ArgumentParser:
                                "and which to use")
     plan.add_argument("spec", type=Path)
     plan.add_argument("--gpus", type=int, default=None, help="GPUs per node (default the spec's)")
-    plan.add_argument("--gpu-memory-gb", type=float, default=80.0, help="memory of one GPU, GB")
+    plan.add_argument("--gpu-memory-gb", type=float, default=None,
+                      help="memory of one GPU, GB (default 80, or the --gpu-card's own)")
     plan.add_argument("--nodes", type=int, default=None, help="default the spec's num_nodes")
     plan.add_argument("--gpu-card", default=None,
                       help="the card, for step times (H100, A100, RTX 4090, ...); default the "

@@ -12,6 +12,8 @@ from tunedeck.failure_kinds import INPUT_ERROR, NAN_LOSS, OUT_OF_MEMORY
 from tunedeck.job_spec import JobSpec
 
 SAME_SPEC = "same spec"
+# What a retry leaves to the user: the job itself and the hardware it asked for.
+RETRY_NEVER_CHANGES = {"method", "num_gpus", "num_nodes"}
 NAN_LEARNING_RATE_DIVISOR = 10
 
 
@@ -54,16 +56,18 @@ def nan_retry(spec: JobSpec) -> RetryChange:
 
 
 def memory_retry(spec: JobSpec) -> RetryChange:
-    """The planner's best set-up that changes the spec (one this host can run: no more
-    nodes), planned against a card just as large as this job's planned need; under the
-    job's own backend when one fits, as a retry should change no more than it must."""
+    """The planner's best set-up that changes the spec without changing the job or its
+    GPUs (no other method, no more GPUs or nodes), planned against a card just as large as
+    this job's planned need; under the job's own backend when one fits, as a retry should
+    change no more than it must."""
+    from tunedeck.planner.memory_plan import spec_strategy
     from tunedeck.planner.setups import apply_spec_changes
 
     setups = planner_setups(spec)
-    own = _strategy_name(spec)
+    own = spec_strategy(spec)
     for setup in sorted(setups, key=lambda setup: setup["strategy"] != own):
         changes = setup["spec_changes"]
-        if changes and "num_nodes" not in changes:
+        if changes and not RETRY_NEVER_CHANGES & set(changes):
             return RetryChange(setup["label"], apply_spec_changes(spec, changes))
     return fallback_memory_retry(spec)
 
@@ -71,10 +75,8 @@ def memory_retry(spec: JobSpec) -> RetryChange:
 def planner_setups(spec: JobSpec) -> list[dict]:
     """Every set-up that fits a card just as large as this job's planned need (the job did
     not fit, so the real card was no larger), best first, as plan JSON."""
-    from tunedeck.planner.advice import RUNTIME_RESERVE_BYTES, preference, rank_setups, verdict
-    from tunedeck.planner.reasons import cost_words, setup_reason
-    from tunedeck.planner.setups import all_setups
-    from tunedeck.planner.memory_plan import GB, GpuSet, plan_strategies
+    from tunedeck.planner.advice import RUNTIME_RESERVE_BYTES, ranked_setups, setup_json
+    from tunedeck.planner.memory_plan import GB, GpuSet, plan_strategies, spec_strategy
     from tunedeck.planner.shape_source import resolve_model_shape
 
     try:
@@ -82,18 +84,12 @@ def planner_setups(spec: JobSpec) -> list[dict]:
     except ValueError:
         return []  # a model whose shape cannot be found: the fallback still helps
     gpus = GpuSet(count=spec.num_gpus, nodes=spec.num_nodes)
-    strategy = _strategy_name(spec)
+    strategy = spec_strategy(spec)
     needed_bytes = plan_strategies(spec, gpus, shape)[strategy].breakdown.total
     card = GpuSet(spec.num_gpus, (needed_bytes + RUNTIME_RESERVE_BYTES) / GB, spec.num_nodes)
-    ranked = rank_setups(all_setups(spec, card, shape, verdict), preference(spec, card, shape)[0])
+    ranked = ranked_setups(spec, card, shape)
     reference = ranked[0].cost.seconds if ranked else 0.0
-    return [setup.as_json(reference, cost_words(setup, reference, spec), setup_reason(setup, card))
-            for setup in ranked]
-
-
-def _strategy_name(spec: JobSpec) -> str:
-    offloaded = spec.zero2.offload_optimizer if spec.backend == "zero2" else spec.fsdp.cpu_offload
-    return f"{spec.backend}_offload" if offloaded else spec.backend
+    return [setup_json(setup, reference, spec, card) for setup in ranked]
 
 
 def with_activation_checkpointing(spec: JobSpec) -> JobSpec:

@@ -15,10 +15,9 @@ from typing import Any
 
 import pandas as pd
 
-from app.ui.memory_compare import job_strategy
 from tunedeck.downsample import DEFAULT_MAX_POINTS
 from tunedeck.job_spec import JobSpec
-from tunedeck.planner.memory_plan import GpuSet, plan_strategies
+from tunedeck.planner.memory_plan import GpuSet, plan_strategies, spec_strategy
 from tunedeck.planner.shape_source import resolve_model_shape
 
 LIVE_CHART_POINTS = DEFAULT_MAX_POINTS
@@ -117,7 +116,7 @@ def planned_peak_mb(spec_data: dict[str, Any], gpus: list[dict[str, Any]]) -> fl
         spec = JobSpec.model_validate(spec_data)
         plans = plan_strategies(spec, GpuSet(spec.num_gpus, card_gb, spec.num_nodes),
                                 resolve_model_shape(spec.model))
-        return plans[job_strategy(spec)].breakdown.total / BYTES_PER_MB
+        return plans[spec_strategy(spec)].breakdown.total / BYTES_PER_MB
     except (ValueError, KeyError):
         return None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunedeck.job_spec import JobSpec
-from tunedeck.planner.memory_plan import GB, GpuSet, plan_strategies
+from tunedeck.planner.memory_plan import GB, GpuSet, plan_strategies, spec_strategy
 from tunedeck.planner.shape_source import resolve_model_shape
 
 MB = 10**6
@@ -19,7 +19,7 @@ def memory_comparison_markdown(spec_data: dict[str, Any], metrics: dict[str, lis
         return ""
     try:
         spec = JobSpec.model_validate(spec_data)
-        strategy = job_strategy(spec)
+        strategy = spec_strategy(spec)
         planned = plan_strategies(spec, GpuSet(spec.num_gpus, 80, spec.num_nodes),
                                   resolve_model_shape(spec.model))[strategy].breakdown
     except ValueError as error:  # a model folder only the worker's host can see
@@ -39,12 +39,6 @@ def memory_comparison_markdown(spec_data: dict[str, Any], metrics: dict[str, lis
     return (f"Planned for `{strategy}` by the memory planner; measured on each rank's tensors "
             "after its first update (peak: the CUDA allocator's reserved memory).\n\n"
             + "\n".join(lines))
-
-
-def job_strategy(spec: JobSpec) -> str:
-    """The memory planner's name for the way the job trains (zero2, fsdp_offload, ...)."""
-    offloaded = spec.zero2.offload_optimizer if spec.backend == "zero2" else spec.fsdp.cpu_offload
-    return f"{spec.backend}_offload" if offloaded else spec.backend
 
 
 def _peak_reserved_gb_by_rank(memory: list[dict[str, Any]]) -> dict[int, float]:

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from tunedeck.job_spec import JobSpec
-from tunedeck.planner.memory_plan import STRATEGIES
+from tunedeck.planner.memory_plan import STRATEGIES, spec_strategy
 from tunedeck.planner.plan_request import GpuRequest, plan_json
 from tunedeck.planner.plan_text import PART_NAMES, plan_as_html, setups
 
@@ -66,8 +66,7 @@ def plan_frame(plan: dict) -> tuple[pd.DataFrame, str]:
 
 def fit_warning(spec: JobSpec, plan: dict) -> str:
     """A warning when the spec's own backend (with its offload setting) will not fit."""
-    offloaded = spec.zero2.offload_optimizer if spec.backend == "zero2" else spec.fsdp.cpu_offload
-    chosen = f"{spec.backend}_offload" if offloaded else spec.backend
+    chosen = spec_strategy(spec)
     verdict = plan[chosen]["fits"]
     if verdict in ("fits", "tight"):
         return ""

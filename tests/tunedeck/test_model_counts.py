@@ -143,6 +143,19 @@ def test_a_folder_with_weights_is_counted_exactly_per_dtype(tmp_path):
     assert shape.counted_from == "safetensors headers (2 files)"
     by_dtype = dict(shape.parameters_by_dtype)
     assert set(by_dtype) == {"BF16", "F32"} and by_dtype["F32"] < by_dtype["BF16"]
+    # The same weights again in one file beside the shards: only the index's files count.
+    import shutil
+
+    shutil.copy(tmp_path / "model" / "model-00001-of-00002.safetensors",
+                tmp_path / "model" / "consolidated.safetensors")
+    assert resolve_model_shape(str(tmp_path / "model")).total_parameters == shape.total_parameters
+    # A pre-quantized checkpoint's headers count packed storage: the formulas count it.
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    quantized = tmp_path / "quantized"
+    shutil.copytree(tmp_path / "model", quantized)
+    (quantized / "config.json").write_text(json.dumps({**config, "quantization_config": {
+        "quant_method": "gptq", "bits": 4}}))
+    assert resolve_model_shape(str(quantized)).counted_from == "config formulas"
     # A cache holding some shards only would undercount: the formulas count instead.
     (tmp_path / "model" / "model-00002-of-00002.safetensors").unlink()
     partial = resolve_model_shape(str(tmp_path / "model"))
@@ -178,3 +191,27 @@ def test_shapes_come_from_the_hub_cache_with_its_weights(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="lacks num_hidden_layers"):
         shape_from_config("odd", {"model_type": "llama", "vocab_size": 1, "hidden_size": 1,
                                   "num_attention_heads": 1})
+
+
+def test_qlora_trains_the_routers_it_is_told_to_and_dropout_counts_each_layer_once():
+    from tunedeck.planner.activation_memory import layer_activation_bytes
+    from tunedeck.planner.memory_plan import model_states
+
+    mixtral = known_shape("mistralai/Mixtral-8x7B-v0.1")
+    qlora = JobSpec(max_steps=1, method="qlora", lora={"train_router": True})
+    assert model_states(qlora, mixtral).trainable == mixtral.lora_trainable(qlora.lora)
+    deepseek = known_shape("deepseek-ai/DeepSeek-V2-Lite")
+    dropped, kept = (JobSpec(max_steps=1, lora={"dropout": d}) for d in (0.1, 0.0))
+    extra = (layer_activation_bytes(dropped, deepseek, sparse=True)
+             - layer_activation_bytes(kept, deepseek, sparse=True))
+    inputs = sum(n_in for n_in, _out, _layers in deepseek.adapted_linears(dropped.lora, sparse=True))
+    assert extra == dropped.micro_batch_size * dropped.seq_len * 3 * inputs
+
+
+def test_more_dense_first_layers_than_layers_is_no_negative_count():
+    config = {**SMALL, **FAMILIES["deepseek_v3"], "model_type": "deepseek_v3",
+              "num_hidden_layers": 1, "first_k_dense_replace": 3}
+    shape = shape_from_config("odd", config)
+    assert shape.moe_layers == 0 and shape.formula_parameters > 0
+    with pytest.raises(ValueError, match="num_hidden_layers must be whole numbers of at least 1"):
+        shape_from_config("empty", {**config, "num_hidden_layers": 0})

@@ -9,6 +9,7 @@ import yaml
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.advice import plan_memory
 from tunedeck.planner.gpu_cards import GpuSet
+from tunedeck.planner.memory_plan import spec_strategy
 from tunedeck.planner.setups import apply_spec_changes
 from tunedeck.planner.shape_source import known_shape, resolve_model_shape
 from tunedeck.planner.step_cost import step_cost
@@ -24,7 +25,7 @@ def plan(model, gpus, **spec):
 
 def test_13b_full_on_4x80_without_checkpointing_gets_fsdp_with_it_not_offload():
     result, _job = plan("meta-llama/Llama-2-13b-hf", GpuSet(4, 80), method="full",
-                        backend="fsdp", seq_len=2048, micro_batch_size=2)
+                        backend="fsdp", seq_len=2048, micro_batch_size=2, num_gpus=4)
     assert result.verdicts["fsdp"] == "does not fit"  # as written, no checkpointing
     best = result.recommended
     assert best["strategy"] == "fsdp" and best["changes"] == ["activation checkpointing"]
@@ -62,9 +63,8 @@ def test_70b_full_on_8x80_gets_fsdp_offload_and_says_nothing_else_fits():
 def test_nothing_fits_at_all_is_said_and_changing_the_job_is_offered():
     result, _job = plan("meta-llama/Llama-2-70b-hf", GpuSet(1, 16), method="full",
                         seq_len=4096, micro_batch_size=8)
-    assert result.recommended is None or result.recommended["changes"]
-    if result.recommended is None:
-        assert result.reasons[0].startswith("Nothing fits")
+    assert result.recommended is None and result.alternatives == []
+    assert result.reasons[0].startswith("Nothing fits on 1 x 16 GB")
 
 
 def test_alternatives_are_different_and_each_has_its_figure_and_cost():
@@ -104,11 +104,32 @@ def test_each_example_fits_the_cards_its_header_names(path):
     assert count == spec.num_gpus, f"{path.name}: the header's GPUs are the spec's num_gpus"
     for memory in {int(match.group(2)), int(match.group(3) or match.group(2))}:
         result = plan_memory(spec, GpuSet(count, memory, spec.num_nodes), shape)
-        offloaded = spec.zero2.offload_optimizer if spec.backend == "zero2" else spec.fsdp.cpu_offload
-        own = f"{spec.backend}_offload" if offloaded else spec.backend
+        own = spec_strategy(spec)
         assert result.verdicts[own] in ("fits", "tight"), (path.name, memory, result.reasons)
         if spec.model.startswith("builtin:"):
             continue  # the tiny model shows each backend on CPU ranks; its speed is not the point
         # A sound set-up: no more than half again the recommended one's step time.
         own_seconds = step_cost(spec, GpuSet(count, memory, spec.num_nodes), shape, own).seconds
         assert own_seconds <= 1.5 * result.recommended["step_seconds"], (path.name, memory)
+
+
+def test_a_set_up_planned_for_other_gpus_than_the_specs_says_so_in_its_changes():
+    result, job = plan("meta-llama/Llama-2-7b-hf", GpuSet(8, 80), method="lora", num_gpus=2)
+    changed = apply_spec_changes(job, result.recommended["spec_changes"])
+    assert changed.num_gpus == 8  # Apply launches the ranks the plan was made for
+    nodes, job = plan("meta-llama/Llama-2-70b-hf", GpuSet(8, 80), method="full", num_gpus=8,
+                      seq_len=2048, micro_batch_size=1)
+    more_nodes = [a for a in nodes.alternatives if a["changes"][0].endswith("nodes")]
+    assert more_nodes and all(a["spec_changes"]["num_nodes"] > 1 for a in more_nodes)
+
+
+def test_every_divisor_of_the_micro_batch_is_tried_and_qlora_never_meets_fsdp():
+    from tunedeck.planner.setups import all_setups
+    from tunedeck.planner.advice import verdict
+
+    job = JobSpec(max_steps=1, model="meta-llama/Llama-2-7b-hf", micro_batch_size=12)
+    setups = all_setups(job, GpuSet(2, 80), known_shape(job.model), verdict)
+    sizes = {s.spec.micro_batch_size for s in setups}
+    assert sizes == {1, 2, 3, 4, 6, 12}
+    assert all(s.spec.micro_batch_size * s.spec.grad_accum == 12 for s in setups)
+    assert not [s for s in setups if s.spec.method == "qlora" and s.strategy.startswith("fsdp")]

@@ -81,3 +81,12 @@ def test_the_retried_spec_is_validated_and_named_for_the_change():
     assert spec.name == "job (retry: learning rate 3e-05 and bf16)"
     unnamed = SPEC.model_copy(update={"name": None})
     assert retried_spec(unnamed, retry_change(unnamed, None)).name == "lora-fsdp (retry: same spec)"
+
+
+def test_an_out_of_memory_retry_never_changes_the_method_or_the_gpus():
+    for backend in ("zero2", "fsdp"):
+        spec = JobSpec(max_steps=1, model="meta-llama/Llama-2-7b-hf", num_gpus=2,
+                       micro_batch_size=1, backend=backend, zero2={"offload_optimizer": True},
+                       fsdp={"cpu_offload": True, "activation_checkpointing": True})
+        change = memory_retry(spec)
+        assert (change.spec.method, change.spec.num_gpus, change.spec.num_nodes) == ("lora", 2, 1)

@@ -19,14 +19,14 @@ the loss, and the loss keeps an fp32 log-softmax (c + 8 bytes per vocabulary ent
 from __future__ import annotations
 
 from tunedeck.job_spec import JobSpec
+from tunedeck.planner.memory_plan import FP32_BYTES, compute_bytes
 from tunedeck.planner.model_shapes import ModelShape
 
-FP32_BYTES = 4
 DROPOUT_MASK_BYTES = 1
 
 
 def _compute_bytes(spec: JobSpec) -> int:
-    return FP32_BYTES if spec.precision == "fp32" else 2
+    return compute_bytes(spec.precision)
 
 
 def layer_activation_bytes(spec: JobSpec, shape: ModelShape, *, sparse: bool | None = None) -> float:
@@ -43,7 +43,7 @@ def layer_activation_bytes(spec: JobSpec, shape: ModelShape, *, sparse: bool | N
                                 if name != "o_proj") + 2 * c * out_width
     per_token += _mlp_bytes(shape, c, sparse=sparse)
     if spec.method != "full" and spec.lora.dropout > 0:
-        adapted = [n_in for n_in, _out, _layers in shape.adapted_linears(spec.lora)]
+        adapted = [n_in for n_in, _out, _layers in shape.adapted_linears(spec.lora, sparse=sparse)]
         per_token += (c + DROPOUT_MASK_BYTES) * sum(adapted)
     return tokens * per_token
 

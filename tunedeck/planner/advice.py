@@ -1,9 +1,8 @@
 """From bytes to advice: a verdict per strategy, and the fastest set-up that fits.
 
 Every set-up of tunedeck.planner.setups that fits is ranked: first those on the GPUs with
-the job as it is, then the same with CPU offload (the slowest option, only when nothing on
-the GPUs fits), then, when nothing fits even offloaded, a tight fit, then QLoRA or more
-hardware. Within that, the step cost model (tunedeck.planner.step_cost) picks the fastest;
+the job as it is (comfortable fits, then tight ones), then the same with CPU offload (the
+slowest option, only when nothing on the GPUs fits), then QLoRA or more hardware. Within that, the step cost model (tunedeck.planner.step_cost) picks the fastest;
 set-ups within TIE_SHARE of the fastest are a tie, which the selection guide breaks (LoRA
 and QLoRA under ~13B: ZeRO-2; 13B and up in full: FSDP with activation checkpointing;
 16-32 GB cards: ZeRO-2, offloaded when nothing else fits; several nodes: FSDP).
@@ -67,24 +66,32 @@ def plan_memory(spec: JobSpec, gpus: GpuSet, shape: ModelShape) -> MemoryPlan:
     strategies = plan_strategies(spec, gpus, shape)
     verdicts = {name: verdict(plan, gpus) for name, plan in strategies.items()}
     order, why = preference(spec, gpus, shape)
-    ranked = rank_setups(all_setups(spec, gpus, shape, verdict), order)
+    ranked = ranked_setups(spec, gpus, shape)
     best = ranked[0] if ranked else None
     reference = best.cost.seconds if best else 0.0
-    recommended = (best.as_json(reference, cost_words(best, reference, spec),
-                                setup_reason(best, gpus)) if best else None)
-    alternatives = [setup.as_json(reference, cost_words(setup, reference, spec),
-                                  setup_reason(setup, gpus))
-                    for setup in pick_alternatives(ranked)]
+    recommended = setup_json(best, reference, spec, gpus) if best else None
+    alternatives = [setup_json(setup, reference, spec, gpus) for setup in pick_alternatives(ranked)]
     states = model_states(spec, shape)
     ddp_states = strategies["ddp"].breakdown
     reasons = advice_reasons(
         best, gpus, order=order, why=why, recommended_reason=recommended and recommended["reason"],
         ddp_bytes=ddp_states.params + ddp_states.grads + ddp_states.optimizer,
-        napkin_bytes=napkin_ddp_bytes(spec, shape), precision=spec.precision)
+        napkin_bytes=napkin_ddp_bytes(spec, shape), precision=spec.precision,
+        full_in_16_bit=spec.method == "full" and spec.precision != "fp32")
     return MemoryPlan(model=shape.name, parameters=states.parameters,
                       trainable_parameters=states.trainable, gpus=gpus, strategies=strategies,
                       verdicts=verdicts, recommended=recommended, reasons=reasons,
                       alternatives=alternatives, parameter_count=parameter_count(shape))
+
+
+def ranked_setups(spec: JobSpec, gpus: GpuSet, shape: ModelShape) -> list[Setup]:
+    """Every set-up within reach that fits, best first."""
+    return rank_setups(all_setups(spec, gpus, shape, verdict), preference(spec, gpus, shape)[0])
+
+
+def setup_json(setup: Setup, reference_seconds: float, spec: JobSpec, gpus: GpuSet) -> dict:
+    return setup.as_json(reference_seconds, cost_words(setup, reference_seconds, spec),
+                         setup_reason(setup, gpus))
 
 
 def parameter_count(shape: ModelShape) -> dict:
@@ -161,13 +168,16 @@ def _one_of_each_kind(ranked: list[Setup], kinds: set[str]) -> list[Setup]:
 def preference(spec: JobSpec, gpus: GpuSet, shape: ModelShape) -> tuple[list[str], str]:
     """The guide's order of strategies for this job, and the sentence that explains it."""
     billions = shape.total_parameters / 1e9
+    if spec.method == "qlora":  # FSDP cannot shard packed 4-bit weights
+        return (["zero2", "zero2_offload"],
+                "QLoRA runs under ZeRO-2: FSDP cannot shard the packed 4-bit weights")
     if gpus.nodes > 1:
         return (["fsdp", "fsdp_offload", "zero2", "zero2_offload"],
                 f"{gpus.nodes} nodes: FSDP shards the weights too, so memory per GPU falls as "
                 "nodes are added; it is FSDP's home")
-    if spec.method == "full" and shape.total_parameters >= LARGE_MODEL_PARAMETERS:
+    if spec.method in ("full", "lora") and shape.total_parameters >= LARGE_MODEL_PARAMETERS:
         return (["fsdp", "fsdp_offload", "zero2", "zero2_offload"],
-                f"a full fine-tune of {billions:.0f}B parameters: every ZeRO-2 rank would hold "
+                f"{spec.method} on {billions:.0f}B parameters: every ZeRO-2 rank would hold "
                 "all the weights, FSDP shards them (with activation checkpointing)")
     if gpus.memory_gb <= SMALL_CARD_GB:
         return (["zero2", "zero2_offload", "fsdp", "fsdp_offload"],

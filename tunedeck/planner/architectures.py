@@ -34,6 +34,10 @@ def generic_shape(name: str, config: dict, *, counted_from: str) -> ModelShape:
     missing = [key for key in REQUIRED if config.get(key) is None]
     if missing:
         raise ValueError(f"model {name}: config.json lacks {', '.join(missing)}")
+    bad = [key for key in REQUIRED if not isinstance(config[key], int) or config[key] < 1]
+    if bad:
+        raise ValueError(f"model {name}: config.json's {', '.join(bad)} must be whole numbers "
+                         "of at least 1")
     model_type = config.get("model_type") or "unknown"
     heads, hidden = config["num_attention_heads"], config["hidden_size"]
     head_dim = config.get("head_dim") or hidden // heads
@@ -93,11 +97,7 @@ def _expert_count(config: dict) -> int:
 
 def _expert_fields(model_type: str, config: dict) -> dict:
     layers = config["num_hidden_layers"]
-    if model_type == "mixtral":
-        experts = Experts(_expert_count(config), config["num_experts_per_tok"],
-                          config["intermediate_size"])
-        return {"experts": experts, "moe_layers": layers}
-    if model_type == "olmoe":
+    if model_type in ("mixtral", "olmoe"):  # every layer sparse, experts at intermediate_size
         experts = Experts(_expert_count(config), config["num_experts_per_tok"],
                           config["intermediate_size"])
         return {"experts": experts, "moe_layers": layers}
@@ -116,5 +116,6 @@ def _expert_fields(model_type: str, config: dict) -> dict:
         experts = Experts(config["n_routed_experts"], config["num_experts_per_tok"],
                           config["moe_intermediate_size"], shared_intermediate=shared,
                           shared_name="shared_experts")
-        return {"experts": experts, "moe_layers": layers - (config.get("first_k_dense_replace") or 0)}
+        dense_first = config.get("first_k_dense_replace") or 0
+        return {"experts": experts, "moe_layers": max(0, layers - dense_first)}
     return {}

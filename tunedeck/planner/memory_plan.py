@@ -92,8 +92,14 @@ def model_states(spec: JobSpec, shape: ModelShape) -> ModelStates:
         return ModelStates(parameters, trainable, compute * parameters)
     quantized = shape.quantizable_parameters  # the layers' nn.Linear weights
     unquantized = parameters - quantized
-    return ModelStates(parameters, adapter,
+    return ModelStates(parameters, trainable,
                        NF4_BYTES_PER_WEIGHT * quantized + compute * unquantized)
+
+
+def spec_strategy(spec: JobSpec) -> str:
+    """The planner's name for the way a spec trains (zero2, fsdp_offload, ...)."""
+    offloaded = spec.zero2.offload_optimizer if spec.backend == "zero2" else spec.fsdp.cpu_offload
+    return f"{spec.backend}_offload" if offloaded else spec.backend
 
 
 def compute_bytes(precision: str) -> int:
@@ -115,7 +121,8 @@ def napkin_ddp_bytes(spec: JobSpec, shape: ModelShape) -> float:
 
 
 def plan_strategies(spec: JobSpec, gpus: GpuSet, shape: ModelShape) -> dict[str, StrategyPlan]:
-    """Each strategy's bytes per GPU for this spec; the advice is `memory_advice`'s job."""
+    """Each strategy's bytes per GPU for this spec; the advice is tunedeck.planner.advice's."""
+    # Imported here: activation_memory reads this module's byte sizes at import time.
     from tunedeck.planner.activation_memory import activation_bytes, logits_bytes
 
     states = model_states(spec, shape)

@@ -178,13 +178,17 @@ class ModelShape:
         return self.total_parameters - self.moe_layers * idle * per_expert
 
     # -- LoRA --------------------------------------------------------------------------
-    def adapted_linears(self, lora: LoraSettings) -> list[tuple[int, int, int]]:
-        """(in, out, layers) of each Linear a LoRA adapter lands on: peft's all-linear (or
-        the listed names, matched as peft does: whole, or a suffix after a dot), routers
-        never (trainer.lora_targets' rule)."""
+    def adapted_linears(self, lora: LoraSettings, *,
+                        sparse: bool | None = None) -> list[tuple[int, int, int]]:
+        """(in, out, layers) of each Linear a LoRA adapter lands on (in the dense or the
+        sparse layers only, when `sparse` says which): peft's all-linear (or the listed
+        names, matched as peft does: whole, or a suffix after a dot), routers never
+        (trainer.lora_targets' rule)."""
         found = []
-        for sparse, count in self._layer_kinds():
-            for name, (n_in, n_out) in self.block_linears(sparse=sparse).items():
+        for kind_sparse, count in self._layer_kinds():
+            if sparse is not None and kind_sparse != sparse:
+                continue
+            for name, (n_in, n_out) in self.block_linears(sparse=kind_sparse).items():
                 if _is_router(name) or not _targeted(name, lora.target_modules):
                     continue
                 found.append((n_in, n_out, count))

@@ -2,7 +2,7 @@
 send it. One function turns it into the plan's JSON, so all three answer the same."""
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tunedeck.job_spec import JobSpec
 
@@ -16,6 +16,18 @@ class GpuRequest(BaseModel):
     card: str | None = Field(None, max_length=40,
                              description="the card, for step times (H100, A100, RTX 4090, ...); "
                                          "default the common card of memory_gb")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _memory_of_the_card(cls, data):
+        """A card named without a memory size is planned with its own (an RTX 4090: 24 GB)."""
+        from tunedeck.planner.gpu_cards import card_named
+
+        if not isinstance(data, dict) or data.get("memory_gb") is not None:
+            return data
+        data = {key: value for key, value in data.items() if key != "memory_gb"}
+        card = card_named(str(data["card"])) if data.get("card") else None
+        return {**data, "memory_gb": card.memory_gb[0]} if card else data
 
     @field_validator("card")
     @classmethod

@@ -45,7 +45,7 @@ def cost_words(setup: Setup, reference_seconds: float, spec: JobSpec) -> str:
                      f"on {collective}")
     if setup.spec.method != spec.method:
         words.append(f"trains a LoRA adapter on a 4-bit base instead of {spec.method}")
-    if "num_gpus" in setup.spec_changes or "num_nodes" in setup.spec_changes:
+    if any(word.endswith(("GPUs per node", " nodes")) for word in setup.changes):
         words.append(f"needs {setup.gpus.nodes} x {setup.gpus.count} GPUs")
     if reference_seconds and cost.seconds > reference_seconds * 1.005:
         words.append(f"{cost.seconds / reference_seconds:.2f}x the recommended step time")
@@ -54,7 +54,7 @@ def cost_words(setup: Setup, reference_seconds: float, spec: JobSpec) -> str:
 
 def advice_reasons(best: Setup | None, gpus: GpuSet, *, order: list[str], why: str,
                    recommended_reason: str | None, ddp_bytes: float, napkin_bytes: float,
-                   precision: str) -> list[str]:
+                   precision: str, full_in_16_bit: bool) -> list[str]:
     reasons = []
     if best is None:
         reasons.append(f"Nothing fits on {gpus.world_size} x {gpus.memory_gb:g} GB, not even "
@@ -79,10 +79,11 @@ def advice_reasons(best: Setup | None, gpus: GpuSet, *, order: list[str], why: s
             f"FSDP are (2 + 2 + 12 bytes a parameter); the usual napkin sum, "
             f"{napkin_bytes / GB:.1f} GB, leaves out the fp32 master copy of the weights "
             f"({(ddp_bytes - napkin_bytes) / GB:.1f} GB).")
-    reasons.append("ZeRO-2 is counted as in the ZeRO paper (2P + 14P/N bytes); DeepSpeed's "
-                   "estimator says 2P + 18P/N because it also counts an fp32 gradient "
-                   "partition that lives only during the optimizer step, after the "
-                   "activations are freed.")
+    if full_in_16_bit:
+        reasons.append("ZeRO-2 is counted as in the ZeRO paper (2P + 14P/N bytes); DeepSpeed's "
+                       "estimator says 2P + 18P/N because it also counts an fp32 gradient "
+                       "partition that lives only during the optimizer step, after the "
+                       "activations are freed.")
     if gpus.world_size == 1:
         reasons.append("With one GPU nothing is sharded: ZeRO-2 and FSDP save memory only "
                        "through offload.")

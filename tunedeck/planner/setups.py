@@ -95,17 +95,18 @@ def _setups_of(spec: JobSpec, gpus: GpuSet, shape: ModelShape, verdict, strategy
         try:
             changed = apply_spec_changes(spec, changes)
         except ValueError:
-            continue  # a combination the spec refuses (e.g. hybrid_shard on one node)
+            continue  # a combination the spec refuses (e.g. several nodes and a pinned host)
         plan = plan_strategies(changed, changed_gpus, shape)[strategy]
         outcome = verdict(plan, changed_gpus)
         if outcome not in ("fits", "tight"):
             continue
         differing = {key: value for key, value in changes.items()
                      if _spec_value(spec, key) != value}
-        differing.pop("num_gpus", None)  # against the GPUs planned for, not the spec's
-        if changed_gpus.count != gpus.count:
+        # The set-up runs on the GPUs it was planned for: where they are not the spec's, the
+        # spec must say so, or Apply and Retry would launch a plan made for other ranks.
+        if changed_gpus.count != spec.num_gpus:
             differing["num_gpus"] = changed_gpus.count
-        if changed_gpus.nodes != gpus.nodes:
+        if changed_gpus.nodes != spec.num_nodes:
             differing["num_nodes"] = changed_gpus.nodes
         yield Setup(
             strategy=strategy, spec=changed, gpus=changed_gpus, spec_changes=differing,
@@ -127,8 +128,10 @@ def _job_variants(spec: JobSpec, gpus: GpuSet):
             GpuSet(count, gpus.memory_gb, gpus.nodes, gpus.card)
     nodes = gpus.nodes
     while gpus.count == MAX_GPUS_PER_NODE and nodes < MAX_NODES:
-        nodes *= 2
-        yield OTHER_JOB, {}, [f"{nodes} nodes"], GpuSet(gpus.count, gpus.memory_gb, nodes, gpus.card)
+        nodes = min(MAX_NODES, nodes * 2)
+        # num_nodes in the changes, so the spec's own rules (e.g. a pinned host) are kept.
+        yield OTHER_JOB, {"num_nodes": nodes}, [f"{nodes} nodes"], \
+            GpuSet(gpus.count, gpus.memory_gb, nodes, gpus.card)
 
 
 def _free_changes(spec: JobSpec, strategy: str):
@@ -136,7 +139,7 @@ def _free_changes(spec: JobSpec, strategy: str):
     micro-batch, smaller DeepSpeed buckets (ZeRO-2's knob only)."""
     backend = strategy.removesuffix("_offload")
     micro = spec.micro_batch_size
-    sizes = sorted({micro // 2 ** k for k in range(12) if micro % 2 ** k == 0} | {1}, reverse=True)
+    sizes = sorted((size for size in range(1, micro + 1) if micro % size == 0), reverse=True)
     buckets = [False]
     if backend == "zero2" and max(spec.zero2.reduce_bucket_size,
                                   spec.zero2.allgather_bucket_size) > SMALL_BUCKET_ELEMENTS:

@@ -13,7 +13,7 @@ from pathlib import Path
 from tunedeck.planner.architectures import generic_shape, shape_from_config
 from tunedeck.planner.known_models import ALIASES, KNOWN_CONFIGS
 from tunedeck.planner.model_shapes import BUILTIN_TINY_LLAMA, ModelShape
-from tunedeck.safetensors_headers import HeaderError, folder_tensor_entries, safetensors_files
+from tunedeck.safetensors_headers import HeaderError, safetensors_files, tensor_entries
 
 # Buffers some older checkpoints saved beside the weights; they are not parameters.
 NOT_PARAMETERS = ("rotary_emb.inv_freq",)
@@ -51,28 +51,31 @@ def resolve_model_shape(model: str) -> ModelShape:
 def shape_from_folder(name: str, folder: Path) -> ModelShape:
     """A folder's config.json, with the exact count of its safetensors weights if any."""
     config = _read_config(name, folder / "config.json")
-    counts = parameter_counts(folder)
+    # A pre-quantized checkpoint (GPTQ, AWQ, ...) packs several weights into each stored
+    # integer: its headers count storage, not parameters.
+    counts = None if config.get("quantization_config") else parameter_counts(folder)
     if counts is None:
         return shape_from_config(name, config)
-    source = f"safetensors headers ({len(safetensors_files(folder))} files)"
+    source = f"safetensors headers ({len(_weight_files(folder))} files)"
     try:
         shape = shape_from_config(name, config, counted_from=source)
     except ValueError:
         # A family the formulas do not know: the headers still count it exactly; only the
         # activations fall back to the config's generic sizes.
-        shape = generic_shape(name, config, counted_from=source + ", activations from the "
-                              "config's sizes as a Llama-style decoder")
+        shape = generic_shape(name, config, counted_from=source + "; activations, LoRA's "
+                              "adapter and FSDP's gathered layer from the config's sizes as a "
+                              "Llama-style decoder")
     return replace(shape, exact_parameters=sum(counts.values()),
                    parameters_by_dtype=tuple(sorted(counts.items())))
 
 
 def parameter_counts(folder: Path) -> dict[str, int] | None:
     """Elements per stored dtype of the folder's safetensors tensors; None without any."""
-    files = safetensors_files(folder)
-    if not files or not _all_shards_present(folder, files):
+    files = _weight_files(folder)
+    if not files:
         return None
     try:
-        entries = folder_tensor_entries(folder)
+        entries = [entry for path in files for entry in tensor_entries(path)]
     except (HeaderError, OSError) as error:
         raise ValueError(f"model {folder}: cannot read its safetensors headers: {error}") from error
     counts: dict[str, int] = {}
@@ -82,14 +85,18 @@ def parameter_counts(folder: Path) -> dict[str, int] | None:
     return counts
 
 
-def _all_shards_present(folder: Path, files: list[Path]) -> bool:
-    """A sharded checkpoint counts only whole: a cache holding some shards would undercount."""
+def _weight_files(folder: Path) -> list[Path]:
+    """The files that hold the model: those its index names (a repo may ship a
+    `consolidated.safetensors` beside the shards, the same weights again), all of them or
+    none (a cache holding some shards would undercount); without an index, every file."""
+    files = safetensors_files(folder)
     index = folder / "model.safetensors.index.json"
     try:
         shards = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return True  # no index (one file), or one we cannot read: the files are what there is
-    return shards <= {path.name for path in files}
+        return files  # no index (one file), or one we cannot read: the files are what there is
+    named = [path for path in files if path.name in shards]
+    return named if len(named) == len(shards) else []
 
 
 def _read_config(name: str, path: Path) -> dict:
