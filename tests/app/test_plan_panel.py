@@ -58,7 +58,9 @@ PLAN = {
         _setup("fsdp", "fsdp on 2 nodes", {"backend": "fsdp", "num_nodes": 2}, 40.1,
                changes=["2 nodes"], cost="needs 2 x 4 GPUs"),
     ],
-    "reasons": ["The selection guide agrees: a full fine-tune of 13B parameters."],
+    # The first reason words the recommendation (the panel shows it above, not again).
+    "reasons": ["Recommended fsdp + activation checkpointing: 59.9 GB per GPU of 80 GB.",
+                "The selection guide agrees: a full fine-tune of 13B parameters."],
 }
 FORM_13B = dict(model="meta-llama/Llama-2-13b-hf", method="full", backend="fsdp", num_gpus=4,
                 gpu_memory_gb=80)
@@ -102,12 +104,14 @@ def test_the_recommended_row_is_marked_and_its_changes_said_under_the_table():
     assert re.findall(r'<tr data-strategy="(\w+)"[^>]*data-recommended', page) == ["fsdp"]
     assert _cells(page, "fsdp")[0] == "★ fsdp" and _cells(page, "ddp")[0] == "ddp"
     table_end = page.index("</table>")
-    assert page.index("★ fsdp with activation checkpointing: 59.9 GB per GPU") > table_end
+    assert page.index("★ fsdp with activation checkpointing: 59.9 GB per GPU (fits; the table "
+                      "is the spec as written)") > table_end
     advice = re.sub("<[^>]+>", "", page[table_end:])
     assert ("Recommended: fsdp + activation checkpointing: 59.9 GB per GPU (fits), +33% compute "
             "(recomputed forward). fsdp + activation checkpointing is why.") in advice
     assert "zero2_offload: 45.3 GB per GPU (tight), optimizer step over PCIe." in advice
     assert advice.index("Alternatives") < advice.index("The selection guide agrees")
+    assert "Recommended fsdp + activation checkpointing: 59.9 GB per GPU of 80 GB." not in advice
 
 
 def test_nothing_fits_is_said_and_a_recommendation_without_changes_adds_no_note():
@@ -123,7 +127,7 @@ def test_every_string_from_the_plan_is_escaped():
     plan = copy.deepcopy(PLAN)
     script = '<img src=x onerror="alert(1)">'
     plan["model"] = script
-    plan["reasons"] = [script]
+    plan["reasons"] = ["the recommendation, worded", script]  # the first is shown above
     plan["recommended"]["label"] = plan["recommended"]["reason"] = script
     plan["recommended"]["cost"] = plan["alternatives"][0]["cost"] = script
     plan["recommended"]["changes"] = [script]

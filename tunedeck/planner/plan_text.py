@@ -144,8 +144,10 @@ def plan_as_html(plan: dict, setup_notes: Sequence[str] = ()) -> str:
              _html_table(plan)]
     if recommended and recommended["changes"]:
         changed = f"{recommended['strategy']} with {' and '.join(recommended['changes'])}"
+        # The table is the spec as written: its marked row may not fit until these changes.
         parts.append(f'<p style="margin:4px 0">{RECOMMENDED_MARK} {html.escape(changed)}: '
-                     f"{html.escape(format_size(recommended['total_gb']))} per GPU</p>")
+                     f"{html.escape(format_size(recommended['total_gb']))} per GPU "
+                     f"({html.escape(recommended['fits'])}; the table is the spec as written)</p>")
     parts.append(f'<p style="margin:8px 0 4px">Recommended: {_html_setup(recommended, notes[0])}</p>'
                  if recommended else '<p style="margin:8px 0 4px"><strong>Recommended: nothing '
                  'fits</strong> as the spec stands.</p>')
@@ -155,6 +157,8 @@ def plan_as_html(plan: dict, setup_notes: Sequence[str] = ()) -> str:
                         for setup, note in zip(plan["alternatives"], alternatives))
         parts.append(f'<p style="margin:4px 0 0">Alternatives:</p><ul style="margin:0">{items}</ul>')
     if plan["reasons"]:
-        items = "".join(f"<li>{html.escape(reason)}</li>" for reason in plan["reasons"])
+        # The first reason words the recommendation, which the panel already shows above.
+        reasons = plan["reasons"][1:] if recommended else plan["reasons"]
+        items = "".join(f"<li>{html.escape(reason)}</li>" for reason in reasons)
         parts.append(f'<p style="margin:4px 0 0">Why:</p><ul style="margin:0">{items}</ul>')
     return f'<div class="tunedeck-plan">{"".join(parts)}</div>'
