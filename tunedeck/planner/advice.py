@@ -18,6 +18,7 @@ from tunedeck.planner.memory_plan import (GB, STRATEGIES, StrategyPlan, model_st
 from tunedeck.planner.model_shapes import ModelShape
 from tunedeck.planner.reasons import advice_reasons, cost_words, setup_reason
 from tunedeck.planner.setups import OFFLOADED, ON_GPUS, OTHER_JOB, Setup, all_setups
+from tunedeck.planner.units import format_count
 
 FITS, TIGHT, DOES_NOT_FIT, NOT_SUPPORTED = "fits", "tight", "does not fit", "not supported"
 # CUDA context, NCCL and allocator slack no tensor accounts for.
@@ -184,5 +185,6 @@ def preference(spec: JobSpec, gpus: GpuSet, shape: ModelShape) -> tuple[list[str
                 f"{gpus.memory_gb:g} GB cards: ZeRO-2, with the optimizer offloaded to host "
                 "memory when nothing else fits")
     return (["zero2", "fsdp", "zero2_offload", "fsdp_offload"],
-            f"{billions:.1f}B parameters with {spec.method}: ZeRO-2 is the sweet spot (no "
+            f"{format_count(shape.total_parameters)} parameters with {spec.method}: ZeRO-2 is "
+            "the sweet spot (no "
             "parameter all-gather in forward, low communication, stable)")

@@ -5,8 +5,9 @@ than a column of 0.00."""
 from __future__ import annotations
 
 import html
-import math
 from collections.abc import Sequence
+
+from tunedeck.planner.units import format_count, format_size
 
 PARTS = ("params", "grads", "optimizer", "activations", "other", "total")
 # The JSON's keys are the planner's; a person reads "params" as a count, so the weights as
@@ -15,27 +16,6 @@ PART_NAMES = {"params": "weights", "grads": "grads", "optimizer": "optimizer",
               "activations": "activations", "other": "buffers", "total": "total"}
 HEADER = ("backend", *(PART_NAMES[part] for part in PARTS), "verdict", "host/node")
 RECOMMENDED_MARK = "★"
-
-
-def format_size(gb: float) -> str:
-    """A figure given in GB (10^9 bytes) with three significant digits and its unit: "208 GB",
-    "59.9 GB", "1.88 GB"; under 1 GB in MB ("340 MB", "3.20 MB")."""
-    if gb <= 0:
-        return "0"
-    value, unit = (gb, "GB") if gb >= 1 else (gb * 1000, "MB")
-    if value < 0.01:
-        return f"<0.01 {unit}"
-    value = float(f"{value:.3g}")  # round first: 99.96 is "100", not "100.0"
-    digits = max(0, 2 - math.floor(math.log10(value)))
-    return f"{value:,.{digits}f} {unit}"
-
-
-def format_count(count: int) -> str:
-    """A parameter count as people say it: 13.0B, 6.74M, 301K."""
-    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if count >= scale:
-            return f"{count / scale:.3g}{suffix}"
-    return str(count)
 
 
 def strategy_cells(plan: dict, name: str) -> list[str]:

@@ -7,6 +7,7 @@ from tunedeck.planner.gpu_cards import GpuSet
 from tunedeck.planner.memory_plan import GB
 from tunedeck.planner.setups import OFFLOADED, ON_GPUS, Setup
 from tunedeck.planner.step_cost import REFERENCE_MFU
+from tunedeck.planner.units import format_size
 
 # A share of the step below this is not worth naming as a cost.
 NOTABLE_SHARE = 0.05
@@ -61,7 +62,7 @@ def advice_reasons(best: Setup | None, gpus: GpuSet, *, order: list[str], why: s
                        "with activation checkpointing, micro-batch 1, offload, QLoRA or more "
                        "GPUs; a larger card or a smaller model is needed.")
     else:
-        reasons.append(f"Recommended {best.label}: {best.total_bytes / GB:.3g} GB per GPU of "
+        reasons.append(f"Recommended {best.label}: {format_size(best.total_bytes / GB)} per GPU of "
                        f"{gpus.memory_gb:g} GB ({best.verdict}). {recommended_reason}")
         if best.tier == OFFLOADED:
             reasons.append(f"Nothing else fits: no set-up on the GPUs alone stays under "
@@ -75,10 +76,10 @@ def advice_reasons(best: Setup | None, gpus: GpuSet, *, order: list[str], why: s
                            f"{best.strategy} is what fits, or is faster, here.")
     if napkin_bytes < ddp_bytes * (1 - NAPKIN_GAP_SHARE) and precision != "fp32":
         reasons.append(
-            f"DDP's model states are {ddp_bytes / GB:.1f} GB per GPU, counted as ZeRO-2 and "
-            f"FSDP are (2 + 2 + 12 bytes a parameter); the usual napkin sum, "
-            f"{napkin_bytes / GB:.1f} GB, leaves out the fp32 master copy of the weights "
-            f"({(ddp_bytes - napkin_bytes) / GB:.1f} GB).")
+            f"DDP's model states are {format_size(ddp_bytes / GB)} per GPU, counted as ZeRO-2 "
+            f"and FSDP are (2 + 2 + 12 bytes a parameter); the usual napkin sum, "
+            f"{format_size(napkin_bytes / GB)}, leaves out the fp32 master copy of the weights "
+            f"({format_size((ddp_bytes - napkin_bytes) / GB)}).")
     if full_in_16_bit:
         reasons.append("ZeRO-2 is counted as in the ZeRO paper (2P + 14P/N bytes); DeepSpeed's "
                        "estimator says 2P + 18P/N because it also counts an fp32 gradient "

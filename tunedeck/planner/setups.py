@@ -47,7 +47,7 @@ class Setup:
         return {"strategy": self.strategy, "backend": self.spec.backend, "label": self.label,
                 "changes": list(self.changes), "spec_changes": self.spec_changes,
                 "gpus": {"count": self.gpus.count, "nodes": self.gpus.nodes},
-                "total_gb": round(self.total_bytes / GB, 3), "fits": self.verdict,
+                "total_gb": float(f"{self.total_bytes / GB:.4g}"), "fits": self.verdict,
                 "step_seconds": float(f"{self.cost.seconds:.4g}"),
                 "relative_step_time": round(self.cost.seconds / reference_seconds, 3)
                 if reference_seconds else 1.0,

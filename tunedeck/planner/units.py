@@ -1,0 +1,25 @@
+"""Sizes and counts as people read them, for the plan's table and its reasons."""
+from __future__ import annotations
+
+import math
+
+
+def format_size(gb: float) -> str:
+    """A figure given in GB (10^9 bytes) with three significant digits and its unit: "208 GB",
+    "59.9 GB", "1.88 GB"; under 1 GB in MB ("340 MB", "3.20 MB")."""
+    if gb <= 0:
+        return "0"
+    value, unit = (gb, "GB") if gb >= 1 else (gb * 1000, "MB")
+    if value < 0.01:
+        return f"<0.01 {unit}"
+    value = float(f"{value:.3g}")  # round first: 99.96 is "100", not "100.0"
+    digits = max(0, 2 - math.floor(math.log10(value)))
+    return f"{value:,.{digits}f} {unit}"
+
+
+def format_count(count: int) -> str:
+    """A parameter count as people say it: 13.0B, 6.74M, 301K."""
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if count >= scale:
+            return f"{count / scale:.3g}{suffix}"
+    return str(count)
