@@ -13,12 +13,12 @@ from fastapi.encoders import jsonable_encoder  # noqa: E402
 from fastapi.exceptions import RequestValidationError  # noqa: E402
 from fastapi.responses import JSONResponse  # noqa: E402
 
-from app.account_api import account_router  # noqa: E402
-from app.access import AccessMiddleware, check_open_access_allowed  # noqa: E402
-from app.api import router  # noqa: E402
-from app.dataset_upload import upload_router  # noqa: E402
-from app.preflight_api import preflight_router  # noqa: E402
-from app.sign_in import sign_in_router  # noqa: E402
+from app.api.accounts import account_router  # noqa: E402
+from app.auth.middleware import AccessMiddleware, check_open_access_allowed  # noqa: E402
+from app.api.jobs import router  # noqa: E402
+from app.actions.upload import upload_router  # noqa: E402
+from app.api.preflight import preflight_router  # noqa: E402
+from app.auth.sign_in import sign_in_router  # noqa: E402
 from tunedeck.broker import make_celery  # noqa: E402
 from tunedeck.db.engine import Database  # noqa: E402
 from tunedeck.settings import Settings, load_settings  # noqa: E402

@@ -48,7 +48,7 @@ sys.path.insert(0, str(REPO))
 from tests.servers import running_tunedeck  # noqa: E402
 from tunedeck.backend_config import backend_config, build_torchrun_argv  # noqa: E402
 from tunedeck.job_spec import JobSpec  # noqa: E402
-from tunedeck.metrics_event import decode_event  # noqa: E402
+from tunedeck.metrics.events import decode_event  # noqa: E402
 from tunedeck.run_folder import RunFolder, write_run_folder  # noqa: E402
 from tunedeck.torch_extensions import environment_extensions_dir  # noqa: E402
 

@@ -9,7 +9,7 @@ FastAPI's TestClient (the whole app, without the UI), alternating the two jobs a
 few untimed warm-up requests, as a page polls it. Printed: p95 and median of each, the ratio
 big / reference, p95 / 300 ms target, the load average while timing (the ratio is the
 figure a shared machine leaves meaningful), and each job's first request: the web keeps a
-job's charted figures in memory between requests (tunedeck/chart_cache.py), so the first
+job's charted figures in memory between requests (tunedeck/metrics/chart_cache.py), so the first
 one reads them all and the next ones only the rows added since.
 
 PostgreSQL: TUNEDECK_TEST_POSTGRES_URL (default postgresql+psycopg://postgres@127.0.0.1:5432/test);
@@ -37,7 +37,8 @@ from ingest import postgres_database  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from app.main import create_app  # noqa: E402
-from tunedeck import job_store, metric_store  # noqa: E402
+from tunedeck import job_store  # noqa: E402
+from tunedeck.metrics import store as metric_store
 from tunedeck.db.engine import Database  # noqa: E402
 from tunedeck.job_spec import JobSpec  # noqa: E402
 from tunedeck.migrate import upgrade_database  # noqa: E402

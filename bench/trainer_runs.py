@@ -18,7 +18,7 @@ if str(REPO) not in sys.path:
 
 from tunedeck.backend_config import backend_config, build_torchrun_argv  # noqa: E402
 from tunedeck.job_spec import JobSpec  # noqa: E402
-from tunedeck.metrics_event import decode_event  # noqa: E402
+from tunedeck.metrics.events import decode_event  # noqa: E402
 from tunedeck.run_folder import RunFolder, write_run_folder  # noqa: E402
 
 SUMMARY = re.compile(r"training summary: tokens=(\d+) seconds=([\d.]+) "

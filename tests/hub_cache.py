@@ -5,7 +5,7 @@ naming SHA. Nothing here reaches the network.
 
 datasets 5.2's own `load_dataset("org/name")` does not read such a snapshot when offline (it
 raises "Couldn't reach 'org/name' on the Hub (OfflineModeIsEnabled)" before any lookup, then
-looks only in its own prepared cache), which is why tunedeck/dataset_sources.py resolves the
+looks only in its own prepared cache), which is why tunedeck/data/sources.py resolves the
 snapshot through huggingface_hub first.
 """
 from __future__ import annotations

@@ -9,16 +9,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 FORBIDDEN = {
-    "trainer": {"app", "worker", "tunedeck.db", "tunedeck.job_store", "tunedeck.metric_store",
+    "trainer": {"app", "worker", "tunedeck.db", "tunedeck.job_store", "tunedeck.metrics.store",
                 "tunedeck.settings", "sqlalchemy", "celery", "gradio", "fastapi"},
     "app": {"torch", "deepspeed", "transformers", "peft", "worker", "trainer", "datasets",
-            "tunedeck.dataset_sources"},
+            "tunedeck.data.sources"},
 }
 PURE_MODULES = ["tunedeck/job_spec.py", "tunedeck/spec_sections.py", "tunedeck/torch_extensions.py",
                 "tunedeck/lora_targets_text.py", "tunedeck/backend_config.py", "tunedeck/run_folder.py",
-                "tunedeck/metrics_event.py", "tunedeck/job_states.py",
-                "tunedeck/safetensors_headers.py", "tunedeck/dataset_records.py",
-                "tunedeck/dataset_sources.py", "tunedeck/dataset_columns.py"]
+                "tunedeck/metrics/events.py", "tunedeck/job_states.py",
+                "tunedeck/safetensors_headers.py", "tunedeck/data/records.py",
+                "tunedeck/data/sources.py", "tunedeck/data/columns.py"]
 HEAVY = {"torch", "deepspeed", "transformers", "peft", "sqlalchemy", "celery", "gradio",
          "fastapi", "yaml", "numpy", "datasets", "pyarrow", "huggingface_hub"}
 

@@ -21,8 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tunedeck.dataset_records import Example, held_out_count
-from tunedeck.dataset_sources import spec_source
+from tunedeck.data.records import Example, held_out_count
+from tunedeck.data.sources import spec_source
 from tunedeck.job_spec import JobSpec
 
 from trainer.datasets import (IGNORE_INDEX, TokenizedExample, _tokenize_all, has_answer_tokens,

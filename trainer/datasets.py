@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from tunedeck.dataset_records import Example, single_turn
-from tunedeck.dataset_sources import DatasetSource, load_source_examples, spec_source
+from tunedeck.data.records import Example, single_turn
+from tunedeck.data.sources import DatasetSource, load_source_examples, spec_source
 
 from trainer.token_loss import IGNORE_INDEX, loss_token_count
 BUILTIN_DATASETS = ("arithmetic",)
@@ -42,7 +42,7 @@ class MicroBatch(NamedTuple):
 
 def load_examples(source: str | DatasetSource, *, field: str = "dataset",
                   limit: int | None = None) -> list[Example]:
-    """`builtin:NAME`, or any source tunedeck.dataset_sources reads (a local file or folder,
+    """`builtin:NAME`, or any source tunedeck.data.sources reads (a local file or folder,
     a Hugging Face id; a DatasetSource carries its config, split and columns); errors name
     the spec field, the source and the problem."""
     if isinstance(source, str):

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tunedeck.dataset_records import Example, eval_split_problem, split_eval_examples
+from tunedeck.data.records import Example, eval_split_problem, split_eval_examples
 from tunedeck.job_spec import JobSpec
 
 from trainer.datasets import IGNORE_INDEX, TokenizedExample, collate, load_spec_examples

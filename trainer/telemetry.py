@@ -1,6 +1,6 @@
 """What a rank tells the worker: one JSON event a line in `metrics/rank-<K>.jsonl`.
 
-The schema lives in `tunedeck.metrics_event`; this module only fills it. `--metrics off`
+The schema lives in `tunedeck.metrics.events`; this module only fills it. `--metrics off`
 swaps in `NullTelemetry`, so the training loop never asks whether anyone is listening.
 Each line is flushed at once because the worker tails these files while the job runs.
 """
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from tunedeck.metrics_event import EVAL, FOOTPRINT, MEMORY, NOTICE, STEP, encode_event
+from tunedeck.metrics.events import EVAL, FOOTPRINT, MEMORY, NOTICE, STEP, encode_event
 
 BYTES_PER_MB = 1024 * 1024
 

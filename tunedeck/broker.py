@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
-from tunedeck.job_placement import DEFAULT_QUEUE, broker_queue_for, worker_broker_queue
+from tunedeck.cluster.placement import DEFAULT_QUEUE, broker_queue_for, worker_broker_queue
 from tunedeck.settings import Settings
 
 if TYPE_CHECKING:
@@ -18,7 +18,7 @@ RUN_JOB_TASK = "tunedeck.run_job"
 RUN_JOB_NODE_TASK = "tunedeck.run_job_node"
 PREFLIGHT_DATASET_TASK = "tunedeck.preflight_dataset"
 # Pool threads a worker keeps beyond its job slots. A job's task holds its thread for
-# hours, and claims never run more jobs than slots (tunedeck.job_placement.room_for), so
+# hours, and claims never run more jobs than slots (tunedeck.cluster.placement.room_for), so
 # this thread is always free of jobs: a preflight waits at most for run_job messages that
 # find no room (each returns at once) and for another preflight, never for a job.
 PREFLIGHT_THREADS = 1

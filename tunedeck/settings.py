@@ -17,7 +17,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TUNEDECK_", extra="ignore", frozen=True)
 
     home: Path = Field(Path("./var"), description="data folder: SQLite file, runs, broker files")
-    # Not in repr: both URLs may carry a password (tunedeck/secrets_redaction.py shows them).
+    # Not in repr: both URLs may carry a password (tunedeck/accounts/redaction.py shows them).
     database_url: str | None = Field(None, repr=False,
                                      description="SQLAlchemy URL; default SQLite under home")
     broker_url: str | None = Field(None, repr=False,

@@ -9,8 +9,8 @@ import os
 import threading
 from typing import Any, Callable
 
-from tunedeck import worker_registry
-from tunedeck.cluster_sweep import Sweeper
+from tunedeck.cluster import workers as worker_registry
+from tunedeck.cluster.sweep import Sweeper
 from tunedeck.db.engine import Database
 from tunedeck.db.models import utc_now
 from tunedeck.settings import Settings

@@ -6,9 +6,9 @@ import functools
 from pathlib import Path
 from typing import Sequence
 
-from tunedeck.dataset_records import eval_split_problem
-from tunedeck.dataset_sources import count_source_records, load_source_examples, spec_source
-from tunedeck.input_paths import spec_path_problems
+from tunedeck.data.records import eval_split_problem
+from tunedeck.data.sources import count_source_records, load_source_examples, spec_source
+from tunedeck.data.input_paths import spec_path_problems
 from tunedeck.job_spec import JobSpec
 from tunedeck.settings import Settings
 

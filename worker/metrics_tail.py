@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tunedeck.metrics_event import decode_event
+from tunedeck.metrics.events import decode_event
 from tunedeck.run_folder import RunFolder
 
 

@@ -9,7 +9,7 @@ import psutil
 from sqlalchemy.orm import Session
 
 from tunedeck import job_store
-from tunedeck.cluster_sweep import SweepResult, give_up_job
+from tunedeck.cluster.sweep import SweepResult, give_up_job
 
 
 def settle_jobs_whose_launcher_is_gone(*, session: Session, worker_host: str) -> SweepResult:

@@ -1,5 +1,5 @@
 """About once a second while a job runs: every GPU the job holds (through NVML) and every
-rank's process (through psutil), as rows for `tunedeck.sample_store.add_samples`.
+rank's process (through psutil), as rows for `tunedeck.metrics.samples.add_samples`.
 
 NVML is imported lazily and only once a worker process: a host without the library or
 without a driver simply has no GPU samples. Ranks are told apart by the RANK (or
@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable
 
 import psutil
 
-from tunedeck.sample_store import GPU, PROCESS
+from tunedeck.metrics.samples import GPU, PROCESS
 
 from trainer.warm_rank import RANK_PROCESS_NAME_PREFIX
 

@@ -13,7 +13,10 @@ from typing import Callable
 
 from sqlalchemy.exc import DBAPIError
 
-from tunedeck import job_store, metric_store, metrics_event, sample_store
+from tunedeck import job_store
+from tunedeck.metrics import store as metric_store
+from tunedeck.metrics import events as metrics_event
+from tunedeck.metrics import samples as sample_store
 from tunedeck.db.engine import Database
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import psutil
 
-from tunedeck.job_placement import WorkerView
+from tunedeck.cluster.placement import WorkerView
 from tunedeck.settings import Settings
 from worker.sampler import BYTES_PER_MB, JobSampler, load_nvml, visible_gpu_ids
 

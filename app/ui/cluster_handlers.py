@@ -1,11 +1,11 @@
-"""The Cluster tab's tables, from `app.cluster_view.cluster_overview`: plain data out."""
+"""The Cluster tab's tables, from `app.views.cluster.cluster_overview`: plain data out."""
 from __future__ import annotations
 
 from typing import Any
 
 import pandas as pd
 
-from app.cluster_view import cluster_overview
+from app.views.cluster import cluster_overview
 
 WORKER_COLUMNS = ["worker", "host", "queues", "state", "last heartbeat", "resources",
                   "jobs running"]

@@ -1,12 +1,12 @@
 """The New job form's column pickers: the dataset's column names to choose from, read
-cheaply in the web process (tunedeck/dataset_columns.py, never the `datasets` library), and
+cheaply in the web process (tunedeck/data/columns.py, never the `datasets` library), and
 only from a path the signed-in user may name."""
 from __future__ import annotations
 
-from app.principal import Principal
-from app.spec_access import allowed_roots_for
-from tunedeck.dataset_columns import peek_columns
-from tunedeck.input_paths import is_local_reference, reference_problem
+from app.auth.principal import Principal
+from app.auth.spec_access import allowed_roots_for
+from tunedeck.data.columns import peek_columns
+from tunedeck.data.input_paths import is_local_reference, reference_problem
 from tunedeck.settings import Settings
 
 TYPE_THEM = ("type the column names where they are not the usual ones (instruction/output, "

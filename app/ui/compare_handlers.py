@@ -1,5 +1,5 @@
 """The Compare tab's and the job page's "Compare backends" handlers: plain values in, plain
-values (frames, text) out. The numbers come from app.job_compare, as the API's do."""
+values (frames, text) out. The numbers come from app.views.job_compare, as the API's do."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -7,12 +7,13 @@ from typing import Any
 
 import pandas as pd
 
-from app.backend_comparison import ComparisonRefused, compare_backends
-from app.job_compare import BadJobIds, compare_jobs, parse_job_ids
+from app.actions.compare_backends import ComparisonRefused, compare_backends
+from app.views.job_compare import BadJobIds, compare_jobs, parse_job_ids
 from app.ui.job_ids import parse_job_id
-from app.job_access import ensure_visible, record_action
-from app.principal import Principal
-from tunedeck import audit, job_store
+from app.auth.job_access import ensure_visible, record_action
+from app.auth.principal import Principal
+from tunedeck import job_store
+from tunedeck.accounts import audit
 from tunedeck.job_states import FINISHED_STATUSES
 
 LOSS_COLUMNS = ["step", "loss", "job"]

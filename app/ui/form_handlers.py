@@ -11,12 +11,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.job_access import owner_for_new_job, record_action
-from app.job_submission import submit_job
-from app.principal import Principal
-from app.spec_access import spec_access_problems
+from app.auth.job_access import owner_for_new_job, record_action
+from app.actions.submit import submit_job
+from app.auth.principal import Principal
+from app.auth.spec_access import spec_access_problems
 from app.ui.plan_handlers import DEFAULT_GPU_MEMORY_GB, PlanView, plan_view
-from tunedeck import audit
+from tunedeck.accounts import audit
 from tunedeck.backend_config import backend_config, build_torchrun_argv, trainer_settings
 from tunedeck.job_spec import JobSpec, format_validation_error
 from tunedeck.settings import Settings

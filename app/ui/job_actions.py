@@ -6,13 +6,14 @@ from typing import Any
 
 import pandas as pd
 
-from app.job_checkpoints import NothingToResume, list_checkpoints, resume_from_latest_checkpoint
-from app.job_retry import RetryRefused, retry_job
-from app.job_submission import cancel_job
-from app.job_access import ensure_visible, record_action
-from app.principal import Principal
+from app.actions.checkpoints import NothingToResume, list_checkpoints, resume_from_latest_checkpoint
+from app.actions.retry import RetryRefused, retry_job
+from app.actions.submit import cancel_job
+from app.auth.job_access import ensure_visible, record_action
+from app.auth.principal import Principal
 from app.ui.job_ids import parse_job_id
-from tunedeck import audit, job_store
+from tunedeck import job_store
+from tunedeck.accounts import audit
 from tunedeck.db.models import Job
 from tunedeck.job_states import CANCELLED, FAILED, RUNNING
 

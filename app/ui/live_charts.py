@@ -2,7 +2,7 @@
 planner's predicted peak as reference lines), per-rank RSS on CPU hosts, learning rate,
 grad norm, step time, MFU, and the progress line with its ETA.
 
-Frames are built from the already downsampled series of `tunedeck.job_series`; the
+Frames are built from the already downsampled series of `tunedeck.metrics.series`; the
 handlers here take plain values, and tests call them directly.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from tunedeck.downsample import DEFAULT_MAX_POINTS
+from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.memory_plan import GpuSet, plan_strategies, spec_strategy
 from tunedeck.planner.shape_source import resolve_model_shape

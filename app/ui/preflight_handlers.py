@@ -1,5 +1,5 @@
 """The New job form's "Check data": the form's data fields as a preflight request, run by
-the API's own policy (app/dataset_preflight.py), and its answer as HTML under the dataset
+the API's own policy (app/actions/preflight.py), and its answer as HTML under the dataset
 field: the summary, a token-length histogram against seq_len, and examples with the
 trained tokens marked (and what seq_len cuts struck through)."""
 from __future__ import annotations
@@ -9,14 +9,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.dataset_preflight import (WAIT_SECONDS, PreflightRefused, await_preflight,
+from app.actions.preflight import (WAIT_SECONDS, PreflightRefused, await_preflight,
                                    start_preflight)
-from app.principal import Principal
+from app.auth.principal import Principal
 from app.ui.form_handlers import _label_fields, form_to_spec_data
 from tunedeck.job_spec import format_validation_error
-from tunedeck.preflight_request import PreflightRequest
-from tunedeck.preflight_store import PreflightNotFound
-from tunedeck.preflight_text import bin_label, summary_lines
+from tunedeck.data.preflight_request import PreflightRequest
+from tunedeck.data.preflight_store import PreflightNotFound
+from tunedeck.data.preflight_text import bin_label, summary_lines
 from tunedeck.settings import Settings
 
 PART_TAGS = {"prompt": ("<span>", "</span>"), "trained": ("<mark>", "</mark>"),

@@ -1,15 +1,15 @@
 """The New job form's "What LoRA adapts" answer: the spec the form describes, resolved on its
-model by the trainer's own rule (app.lora_preview), as Markdown. Asked by a button, not on
+model by the trainer's own rule (app.actions.lora_preview), as Markdown. Asked by a button, not on
 every keystroke: the first answer of a web process waits for the resolver's imports
 (seconds), later ones take milliseconds."""
 from __future__ import annotations
 
 from typing import Any
 
-from app.lora_preview import PreviewUnavailable, lora_targets_preview
+from app.actions.lora_preview import PreviewUnavailable, lora_targets_preview
 from tunedeck.lora_targets_text import preview_as_markdown
-from app.principal import Principal
-from app.spec_access import spec_access_problems
+from app.auth.principal import Principal
+from app.auth.spec_access import spec_access_problems
 from app.ui.form_handlers import form_to_spec, lora_options_visible
 from tunedeck.settings import Settings
 

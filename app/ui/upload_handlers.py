@@ -1,5 +1,5 @@
 """The New job form's dataset upload: the file Gradio received, checked and kept by the same
-rule as `POST /api/datasets` (app/dataset_upload.py), its path put into the dataset field."""
+rule as `POST /api/datasets` (app/actions/upload.py), its path put into the dataset field."""
 from __future__ import annotations
 
 import hashlib
@@ -7,10 +7,10 @@ import os
 import tempfile
 from pathlib import Path
 
-from app.dataset_upload import PRINCIPAL_FOLDER, DatasetRefused, check_and_keep, checked_filename
-from app.job_access import record_action
-from app.principal import Principal
-from tunedeck import audit
+from app.actions.upload import PRINCIPAL_FOLDER, DatasetRefused, check_and_keep, checked_filename
+from app.auth.job_access import record_action
+from app.auth.principal import Principal
+from tunedeck.accounts import audit
 from tunedeck.settings import Settings
 
 COPY_CHUNK_BYTES = 1024 * 1024

@@ -2,7 +2,7 @@
 server-less broker (no worker runs here, so jobs stay queued)."""
 import pytest
 
-from tunedeck import metric_store
+from tunedeck.metrics import store as metric_store
 
 SPEC = {"name": "api-test", "model": "builtin:tiny-llama", "dataset": "builtin:arithmetic",
         "method": "lora", "backend": "fsdp", "num_gpus": 2, "max_steps": 5}

@@ -4,7 +4,8 @@ from datetime import timedelta
 from sqlalchemy import update
 
 from app.ui.cluster_handlers import cluster_tables
-from tunedeck import job_store, worker_registry
+from tunedeck import job_store
+from tunedeck.cluster import workers as worker_registry
 from tunedeck.db.models import Worker, utc_now
 from tunedeck.job_spec import JobSpec
 

@@ -2,7 +2,7 @@
 the real server-less broker (no worker runs, so jobs stay queued)."""
 import pytest
 
-from tunedeck import metric_store
+from tunedeck.metrics import store as metric_store
 
 SPEC = {"name": "cmp", "model": "builtin:tiny-llama", "dataset": "builtin:arithmetic",
         "method": "lora", "backend": "zero2", "num_gpus": 2, "max_steps": 8,

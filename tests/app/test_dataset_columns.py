@@ -4,10 +4,10 @@ form carries dataset_config, the splits and `columns` into the spec."""
 import gzip
 import json
 
-from app.principal import OPEN_PRINCIPAL
+from app.auth.principal import OPEN_PRINCIPAL
 from app.ui import form_handlers
 from app.ui.column_handlers import dataset_column_choices
-from tunedeck.dataset_columns import peek_columns
+from tunedeck.data.columns import peek_columns
 from tunedeck.settings import Settings
 
 

@@ -7,9 +7,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from app.ui import job_handlers, live_charts
-from tunedeck import job_store, metric_store
+from tunedeck import job_store
+from tunedeck.metrics import store as metric_store
 from tunedeck.job_spec import JobSpec
-from app.principal import OPEN_PRINCIPAL
+from app.auth.principal import OPEN_PRINCIPAL
 
 SPEC = JobSpec(model="builtin:tiny-llama", method="lora", backend="zero2", num_gpus=2,
                max_steps=100).model_dump(mode="json")

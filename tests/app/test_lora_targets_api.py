@@ -3,7 +3,7 @@ run in a subprocess (the web process never imports torch)."""
 import pytest
 
 from tunedeck.lora_targets_text import preview_as_markdown
-from app.principal import Principal
+from app.auth.principal import Principal
 from app.ui import form_handlers
 from app.ui.target_handlers import lora_targets_view
 from tunedeck.settings import Settings
@@ -93,7 +93,7 @@ def test_the_resolver_process_is_kept_between_answers_and_restarted_when_it_dies
     import signal
     import time
 
-    from app.lora_preview import _resolver_server
+    from app.actions.lora_preview import _resolver_server
 
     resolver = _resolver_server(tmp_path / "home")
     ask = {"model": str(mixtral_folder), "max_steps": 1, "lora": {"r": 4}}

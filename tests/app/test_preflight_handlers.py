@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from app.principal import OPEN_PRINCIPAL
+from app.auth.principal import OPEN_PRINCIPAL
 from app.ui import form_handlers
 from app.ui.build_ui import build_ui
 from app.ui.preflight_handlers import check_form_data

@@ -3,10 +3,10 @@ the real server-less broker (no worker runs), job rows failed through the store.
 from tunedeck import job_store
 from tunedeck.run_folder import RunFolder
 
-from app.failure_view import failure_markdown, failure_view, rank_log_tail
+from app.views.failure import failure_markdown, failure_view, rank_log_tail
 from app.ui import job_actions
 from app.ui.job_handlers import jobs_table, load_job_page
-from app.principal import OPEN_PRINCIPAL
+from app.auth.principal import OPEN_PRINCIPAL
 
 SPEC = {"name": "oom-job", "num_gpus": 2, "max_steps": 10, "micro_batch_size": 8,
         "backend": "fsdp", "learning_rate": 1e-3, "precision": "fp16"}

@@ -7,13 +7,14 @@ from pathlib import Path
 
 from app.ui import form_handlers, job_actions, job_handlers
 from app.ui.build_ui import build_ui
-from tunedeck import job_store, metric_store
+from tunedeck import job_store
+from tunedeck.metrics import store as metric_store
 from tunedeck.broker import RUN_JOB_TASK
 from tunedeck.db.engine import Database
 from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
-from app.principal import OPEN_PRINCIPAL
+from app.auth.principal import OPEN_PRINCIPAL
 
 
 class RecordingCelery:
@@ -445,7 +446,7 @@ def test_job_page_lists_checkpoints_and_resumes_a_failed_job_from_the_newest(dat
 
 
 def test_job_page_sets_each_ranks_measured_bytes_beside_the_plan(database):
-    from tunedeck.metrics_event import decode_event, encode_event
+    from tunedeck.metrics.events import decode_event, encode_event
 
     job_id = create_job(database, backend="fsdp", method="full")
     assert job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL).memory_comparison == ""

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import REDIS_URL
 from tests.deploy.compose_file import REPO
-from tunedeck import worker_registry
+from tunedeck.cluster import workers as worker_registry
 from tunedeck.db.engine import Database
 from tunedeck.db.models import utc_now
 from tunedeck.migrate import upgrade_database

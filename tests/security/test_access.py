@@ -12,9 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette.routing import Mount, Route
 
-from app.access import OpenAccessRefused
+from app.auth.middleware import OpenAccessRefused
 from app.main import create_app
-from tunedeck import accounts
+from tunedeck.accounts import users as accounts
 from tunedeck.db.models import Credential, utc_now
 from tunedeck.migrate import upgrade_database
 from tunedeck.settings import Settings
@@ -297,7 +297,7 @@ def test_every_route_rest_and_gradio_refuses_an_anonymous_request(ui_app):
 # --- the UI's handlers act for the signed-in user too ----------------------------------------
 
 def test_the_ui_shows_and_acts_on_a_users_own_jobs_only(client, accounts_app):
-    from app.principal import Principal
+    from app.auth.principal import Principal
     from app.ui import compare_handlers, job_actions, job_handlers
 
     database = accounts_app.state.database

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from app.access import check_open_access_allowed
-from tunedeck import accounts
+from app.auth.middleware import check_open_access_allowed
+from tunedeck.accounts import users as accounts
 from tunedeck.db.engine import Database
 
 CLI = [sys.executable, "-m", "tunedeck.cli"]

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
-from app.artifacts import ARTIFACT_KINDS
+from app.views.artifacts import ARTIFACT_KINDS
 from tunedeck import job_store
 from tunedeck.failure_kinds import OUT_OF_MEMORY
 from tunedeck.job_spec import JobSpec
@@ -79,7 +79,7 @@ def fuzzed_app(hostile_app: FastAPI) -> FastAPI:
     # The LoRA target resolver's first answer waits for its imports (torch, transformers:
     # seconds on a busy machine, past the fuzz client's 10 s); every later one takes
     # milliseconds. Paid here, so each fuzzed request is timed as a warm web answers it.
-    from app.lora_preview import lora_targets_preview
+    from app.actions.lora_preview import lora_targets_preview
 
     lora_targets_preview(JobSpec.model_validate(SPEC), home=hostile_app.state.settings.home_dir)
     return hostile_app
@@ -136,7 +136,7 @@ def test_no_operation_answers_5xx_or_crashes(fuzzed_app: FastAPI) -> None:
     seconds = time.monotonic() - started
     print(f"\nfuzzed {run.cases} cases over {len(run.operations)} operations in {seconds:.1f} s")
     assert not run.failures, "\n\n".join(run.failures)
-    # Every route of app/api.py is in the document (a route missing from it is not fuzzed).
+    # Every route of app/api/jobs.py is in the document (a route missing from it is not fuzzed).
     assert len(run.operations) >= 17, run.operations
     assert run.cases >= MIN_CASES
     # The fuzzer reached files only through job rows, and those all live under the home.

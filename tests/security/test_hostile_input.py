@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from app.job_views import MAX_JOB_ID
+from app.views.jobs import MAX_JOB_ID
 from tunedeck.job_spec import JobSpec
 
 SPEC = {"name": "hostile", "model": "builtin:tiny-llama", "dataset": "builtin:arithmetic",

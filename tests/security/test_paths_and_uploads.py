@@ -13,9 +13,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from app.principal import Principal
+from app.auth.principal import Principal
 from app.ui import form_handlers
-from tunedeck import accounts
+from tunedeck.accounts import users as accounts
 from tunedeck.job_spec import JobSpec
 from worker.input_check import find_input_problems, worker_input_roots
 
@@ -270,7 +270,7 @@ def test_the_memory_plan_reads_no_model_folder_outside_the_roots(hostile_client,
 def test_the_forms_upload_keeps_a_good_file_and_refuses_a_bad_one(tmp_path):
     import json as _json
 
-    from app.principal import Principal
+    from app.auth.principal import Principal
     from app.ui.upload_handlers import upload_dataset_from_form
     from tunedeck.db.engine import Database
     from tunedeck.migrate import upgrade_database

@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from tests.servers import REPO, free_port, running_tunedeck
-from tunedeck.secrets_redaction import REDACTED, redact_url
+from tunedeck.accounts.redaction import REDACTED, redact_url
 
 # Distinctive values: any hit is one of them, never a coincidence.
 DATABASE_PASSWORD = f"PgSecret{uuid.uuid4().hex[:12]}"

@@ -12,7 +12,7 @@ import pytest
 
 from tunedeck.backend_config import backend_config, build_torchrun_argv
 from tunedeck.job_spec import JobSpec
-from tunedeck.metrics_event import decode_event
+from tunedeck.metrics.events import decode_event
 from tunedeck.run_folder import RunFolder, write_run_folder
 from tunedeck.torch_extensions import environment_extensions_dir
 

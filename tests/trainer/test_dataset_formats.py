@@ -7,8 +7,8 @@ import json
 import pytest
 
 from tests.hub_cache import add_hub_dataset, offline_hub  # noqa: F401
-from tunedeck.dataset_records import Example, single_turn
-from tunedeck.dataset_sources import DatasetSource
+from tunedeck.data.records import Example, single_turn
+from tunedeck.data.sources import DatasetSource
 from tunedeck.job_spec import ColumnMapping, JobSpec
 from trainer.datasets import load_examples, load_spec_examples
 

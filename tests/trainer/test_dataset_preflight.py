@@ -9,7 +9,7 @@ import pytest
 from trainer.dataset_preflight import preflight_report
 from trainer.datasets import IGNORE_INDEX, load_examples, tokenize_examples
 from tunedeck.job_spec import JobSpec
-from tunedeck.preflight_text import marked_text, summary_lines
+from tunedeck.data.preflight_text import marked_text, summary_lines
 
 SEQ_LEN = 64
 

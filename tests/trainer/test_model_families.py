@@ -45,7 +45,7 @@ def train(folder, tmp_path, tunedeck_home, **spec):
 
 def result_events(run, kind: str) -> list[dict]:
     """Rank 0's events of one kind, from the run folder."""
-    from tunedeck.metrics_event import decode_event
+    from tunedeck.metrics.events import decode_event
 
     lines = run.rank_metrics_file(0).read_text(encoding="utf-8").splitlines()
     return [event for event in map(decode_event, lines) if event is not None and event["kind"] == kind]

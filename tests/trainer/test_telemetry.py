@@ -1,6 +1,6 @@
 import torch
 
-from tunedeck.metrics_event import EVAL_FIELDS, MEMORY_FIELDS, NOTICE_FIELDS, STEP_FIELDS, decode_event
+from tunedeck.metrics.events import EVAL_FIELDS, MEMORY_FIELDS, NOTICE_FIELDS, STEP_FIELDS, decode_event
 from trainer.telemetry import FileTelemetry, NullTelemetry, open_telemetry
 
 

@@ -1,7 +1,8 @@
 """The store and its state machine, on SQLite and (marked) PostgreSQL."""
 import pytest
 
-from tunedeck import job_store, metric_store
+from tunedeck import job_store
+from tunedeck.metrics import store as metric_store
 from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import ALLOWED_TRANSITIONS, FINISHED_STATUSES, InvalidTransition
 

@@ -10,7 +10,8 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from tests.db_outage_proxy import OutageProxy
-from tunedeck import job_store, metric_store
+from tunedeck import job_store
+from tunedeck.metrics import store as metric_store
 from tunedeck.db.engine import Database
 from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder

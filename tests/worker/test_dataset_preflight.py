@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tunedeck import preflight_store
-from tunedeck.preflight_request import PreflightRequest
+from tunedeck.data import preflight_store
+from tunedeck.data.preflight_request import PreflightRequest
 from tunedeck.settings import Settings
 from worker import dataset_preflight
 from worker.dataset_preflight import run_dataset_preflight

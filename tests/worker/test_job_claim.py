@@ -2,7 +2,8 @@
 hands the id on to a worker with room, or leaves it queued saying what it waits for."""
 import threading
 
-from tunedeck import job_store, worker_registry
+from tunedeck import job_store
+from tunedeck.cluster import workers as worker_registry
 from tunedeck.db.models import utc_now
 from tunedeck.job_spec import JobSpec
 from worker.job_claim import claim_job, jobs_to_offer
@@ -102,7 +103,7 @@ def test_gpus_come_from_the_setting_or_cuda_visible_devices():
 def test_the_default_worker_name_makes_broker_queues_the_embedded_broker_accepts(tmp_path):
     import re
 
-    from tunedeck.job_placement import broker_queues_of_worker
+    from tunedeck.cluster.placement import broker_queues_of_worker
     from tunedeck.settings import Settings
 
     identity = WorkerIdentity.from_settings(Settings(home=tmp_path, worker_queues="a100,default"),

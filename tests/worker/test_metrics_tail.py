@@ -1,4 +1,4 @@
-from tunedeck.metrics_event import encode_event
+from tunedeck.metrics.events import encode_event
 from tunedeck.run_folder import RunFolder
 from worker.metrics_tail import MetricsTail
 

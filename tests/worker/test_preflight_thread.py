@@ -11,7 +11,7 @@ STARTS_A_WORKER = """
 import json
 from worker.tasks import celery_app
 celery_app.worker_main = lambda argv: print(json.dumps(argv))
-from tunedeck.services import run_worker
+from tunedeck.cli.services import run_worker
 from worker.tasks import worker_identity
 run_worker()
 print(worker_identity().concurrency)

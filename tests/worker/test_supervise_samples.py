@@ -3,7 +3,8 @@ starts two rank processes (RANK in their environment), as torchrun does, and exi
 import socket
 import sys
 
-from tunedeck import job_store, sample_store
+from tunedeck import job_store
+from tunedeck.metrics import samples as sample_store
 from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings

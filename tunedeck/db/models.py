@@ -209,7 +209,7 @@ class AuditEvent(Base):
 
 
 class DatasetPreflight(Base):
-    """A data preflight (tunedeck/preflight_request.py): the web inserts it pending with
+    """A data preflight (tunedeck/data/preflight_request.py): the web inserts it pending with
     its request, a worker that can read the data runs it and stores the report or the
     error; the web and the CLI read it back here (there is no Celery result backend)."""
 

@@ -18,7 +18,7 @@ from tunedeck.planner.memory_plan import (GB, STRATEGIES, StrategyPlan, model_st
 from tunedeck.planner.model_shapes import ModelShape
 from tunedeck.planner.reasons import advice_reasons, cost_words, setup_reason
 from tunedeck.planner.setups import OFFLOADED, ON_GPUS, OTHER_JOB, Setup, all_setups
-from tunedeck.planner.units import format_count
+from tunedeck.units import format_count
 
 FITS, TIGHT, DOES_NOT_FIT, NOT_SUPPORTED = "fits", "tight", "does not fit", "not supported"
 # CUDA context, NCCL and allocator slack no tensor accounts for.

@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from tunedeck.planner.units import format_count, format_size
+from tunedeck.units import format_count, format_size
 
 PARTS = ("params", "grads", "optimizer", "activations", "other", "total")
 # The JSON's keys are the planner's; a person reads "params" as a count, so the weights as

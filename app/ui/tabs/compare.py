@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from app.principal import principal_of
+from app.auth.principal import principal_of
 from app.ui import compare_handlers
 from app.ui.compare_handlers import Comparison
 

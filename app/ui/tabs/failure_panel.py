@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from app.failure_view import FailureView, failure_markdown
+from app.views.failure import FailureView, failure_markdown
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Any
 
 import gradio as gr
 
-from app.principal import principal_of
+from app.auth.principal import principal_of
 from app.ui import compare_handlers, job_actions, job_handlers
 from app.ui.job_handlers import JobPage
 from app.ui.tabs.failure_panel import build_failure_panel, show_failure

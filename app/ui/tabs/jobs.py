@@ -6,7 +6,7 @@ from typing import Any
 
 import gradio as gr
 
-from app.principal import principal_of
+from app.auth.principal import principal_of
 from app.ui import job_handlers
 
 REFRESH_SECONDS = 2.0

@@ -6,7 +6,7 @@ from typing import Any
 
 import gradio as gr
 
-from app.principal import principal_of
+from app.auth.principal import principal_of
 from app.ui import (column_handlers, form_handlers, preflight_handlers, target_handlers,
                     upload_handlers)
 from app.ui.form_handlers import (COLUMN_ROLES, FORM_FIELDS, FORM_LABELS as LABELS,

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from tunedeck.metrics_event import NOTICE, STEP, encode_event
+from tunedeck.metrics.events import NOTICE, STEP, encode_event
 from tunedeck.run_folder import RunFolder
 
 

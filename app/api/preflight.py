@@ -1,0 +1,59 @@
+"""`POST /api/datasets/preflight` and `GET /api/datasets/preflight/{id}`: the routes only
+translate app/actions/preflight.py's answers into HTTP."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path, Request
+from fastapi.responses import JSONResponse
+
+from app.actions.preflight import PreflightRefused, await_preflight, start_preflight
+from app.views.jobs import MAX_JOB_ID
+from app.auth.principal import principal_of
+from app.auth.spec_access import as_validation_detail
+from tunedeck.data.preflight_request import PreflightRequest
+from tunedeck.data.preflight_store import PreflightNotFound
+
+preflight_router = APIRouter()
+
+PreflightId = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
+ANSWER = {"description": "the preflight row: `id`, `status` (pending, running, done, failed), "
+                         "`request`, `report` (when done), `error` (when failed), `waiting`"}
+
+
+@preflight_router.post("/api/datasets/preflight",
+                       responses={200: ANSWER, 202: {"description": "not finished yet: poll "
+                                                     "GET /api/datasets/preflight/{id}"}})
+def preflight_dataset(body: PreflightRequest, request: Request) -> JSONResponse:
+    """What training will make of the data, computed on a worker that can read it: record
+    count, token-length histogram against seq_len, answers that truncation cuts or empties,
+    duplicates, and an example with the trained tokens marked. 200 when it finished within
+    about 30 s (done, or failed with the error), else 202."""
+    state = request.app.state
+    try:
+        preflight_id = start_preflight(database=state.database, celery_app=state.celery_app,
+                                       settings=state.settings, principal=principal_of(request),
+                                       request=body,
+                                       client=request.client.host if request.client else None)
+    except PreflightRefused as refused:
+        raise HTTPException(status_code=422, detail=as_validation_detail(refused.problems)) \
+            from refused
+    answer = await_preflight(database=state.database, settings=state.settings,
+                             principal=principal_of(request), preflight_id=preflight_id)
+    if answer.finished:
+        return JSONResponse(answer.to_json())
+    return JSONResponse(answer.to_json(), status_code=202,
+                        headers={"Location": f"/api/datasets/preflight/{preflight_id}"})
+
+
+@preflight_router.get("/api/datasets/preflight/{preflight_id}", responses={200: ANSWER})
+def get_preflight(preflight_id: PreflightId, request: Request) -> JSONResponse:
+    """A preflight as it stands now; 404 for one that is missing or another user's."""
+    state = request.app.state
+    try:
+        answer = await_preflight(database=state.database, settings=state.settings,
+                                 principal=principal_of(request), preflight_id=preflight_id,
+                                 wait_seconds=0)
+    except PreflightNotFound as error:
+        raise HTTPException(status_code=404, detail=str(error)) from error
+    return JSONResponse(answer.to_json())

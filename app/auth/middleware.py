@@ -1,0 +1,165 @@
+"""Who may use TuneDeck: one ASGI middleware in front of every route, REST and Gradio alike
+(Gradio's own `auth=` covers only its part, so it is not used).
+
+A request acts for the account of its `Authorization: Bearer` API token or its browser
+session cookie. With no accounts at all, TuneDeck runs open, but only when it listens on
+loopback: it refuses to start on any other address until an account exists.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import threading
+import time
+from urllib.parse import quote
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from app.auth.principal import OPEN_PRINCIPAL, Principal
+from tunedeck.accounts import users as accounts
+from tunedeck.db.engine import Database
+
+log = logging.getLogger(__name__)
+
+SESSION_COOKIE = "tunedeck_session"
+# Reachable without signing in: the health probe and the sign-in page itself.
+PUBLIC_PATHS = frozenset({"/healthz", "/login", "/logout"})
+# How long "are there any accounts?" is trusted: the first account made with the CLI
+# closes open access within this long, without a restart.
+ACCOUNTS_CHECK_SECONDS = 2.0
+OPEN_ACCESS_WARNING = (
+    "TuneDeck runs with open access: no accounts exist, so every request acts as an admin. "
+    "It listens on loopback only, so only this machine can reach it. Create an account "
+    "with `tunedeck user add NAME --admin` to require sign-in.")
+
+
+class OpenAccessRefused(RuntimeError):
+    """No accounts exist and the server would listen beyond loopback."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def check_open_access_allowed(*, database: Database, host: str) -> bool:
+    """True when TuneDeck will run open (no accounts, loopback); raises when it would run
+    open on an address others can reach."""
+    with database.transaction() as session:
+        has_accounts = accounts.any_users(session=session)
+    if has_accounts:
+        return False
+    if not is_loopback(host):
+        raise OpenAccessRefused(
+            f"refusing to listen on {host} with no accounts: every route would be open to the "
+            "network. Create an admin first (`tunedeck user add NAME --admin`), or listen on "
+            "127.0.0.1.")
+    log.warning(OPEN_ACCESS_WARNING)
+    return True
+
+
+class AccessMiddleware:
+    """Puts the request's Principal in `request.state.principal`, or answers 401 (API) /
+    a redirect to the sign-in page (a browser asking for a page)."""
+
+    def __init__(self, app, *, database: Database):
+        self.app = app
+        self.database = database
+        self._accounts_exist: bool | None = None
+        self._checked_at = 0.0
+        self._lock = threading.Lock()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        try:
+            principal, refusal = await run_in_threadpool(self._resolve, request)
+        except Exception:  # the database is down: refuse, never let the request through
+            log.exception("could not check the request's credentials")
+            await _json_response(send, 503, {"detail": "cannot check credentials: the "
+                                             "database is unreachable"})
+            return
+        if principal is not None:
+            scope.setdefault("state", {})["principal"] = principal
+            await self.app(scope, receive, send)
+        elif scope["path"] in PUBLIC_PATHS and refusal is None:
+            await self.app(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+        elif refusal is None and _wants_a_page(request):
+            await _redirect(send, "/login?next=" + quote(_local_target(request), safe="/"))
+        else:
+            await _json_response(send, 401, {"detail": refusal or (
+                "sign in, or send an API token: Authorization: Bearer <token> "
+                "(make one with `tunedeck token create USER`)")},
+                headers=[(b"www-authenticate", b"Bearer")])
+
+    def _resolve(self, request: Request) -> tuple[Principal | None, str | None]:
+        """(principal, None), or (None, why a presented credential was refused)."""
+        authorization = request.headers.get("authorization")
+        if authorization is not None:
+            scheme, _, token = authorization.partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                return None, "Authorization must be 'Bearer <token>'"
+            account = self._account(token.strip(), accounts.TOKEN_KIND)
+            if account is None:
+                return None, "the API token is invalid, expired or revoked"
+            return Principal(name=account.name, is_admin=account.is_admin), None
+        cookie = request.cookies.get(SESSION_COOKIE)
+        if cookie:
+            account = self._account(cookie, accounts.SESSION_KIND)
+            if account is not None:
+                return Principal(name=account.name, is_admin=account.is_admin), None
+        if not self._accounts_exist_now():
+            return OPEN_PRINCIPAL, None
+        return None, None
+
+    def _account(self, secret: str, kind: str) -> accounts.Account | None:
+        with self.database.transaction() as session:
+            return accounts.account_for_secret(session=session, secret=secret, kind=kind)
+
+    def _accounts_exist_now(self) -> bool:
+        with self._lock:
+            if self._accounts_exist:  # accounts are disabled, never deleted: once on, stays on
+                return True
+            if (self._accounts_exist is not None
+                    and time.monotonic() - self._checked_at < ACCOUNTS_CHECK_SECONDS):
+                return False
+        with self.database.transaction() as session:
+            exists = accounts.any_users(session=session)
+        with self._lock:
+            self._accounts_exist, self._checked_at = exists, time.monotonic()
+        return exists
+
+
+def _wants_a_page(request: Request) -> bool:
+    return (request.method in ("GET", "HEAD") and not request.url.path.startswith("/api/")
+            and "text/html" in request.headers.get("accept", ""))
+
+
+def _local_target(request: Request) -> str:
+    target = request.url.path
+    return target + ("?" + request.url.query if request.url.query else "")
+
+
+async def _redirect(send, location: str) -> None:
+    await send({"type": "http.response.start", "status": 303,
+                "headers": [(b"location", location.encode("latin-1", "replace")),
+                            (b"content-length", b"0")]})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def _json_response(send, status: int, body: dict, *, headers=()) -> None:
+    payload = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(payload)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": payload})

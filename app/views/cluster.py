@@ -1,0 +1,88 @@
+"""The cluster as the web shows it: every worker from its heartbeats (host, queues, GPUs
+with their live free memory, the jobs it runs on which GPUs), and the jobs still queued
+with what each waits for. Read-only: one transaction of plain reads."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+
+from tunedeck import job_store
+from tunedeck.cluster import workers as worker_registry
+from tunedeck.db.engine import Database
+from tunedeck.db.models import Job, JobNode, Worker, utc_now
+from tunedeck.cluster.placement import job_queue, waiting_reason
+
+
+def cluster_overview(*, database: Database, worker_lost_seconds: float) -> dict[str, Any]:
+    with database.transaction() as session:
+        workers = worker_registry.list_workers(session=session)
+        running = list(session.scalars(select(Job).where(Job.status == job_store.RUNNING)))
+        # Nodes 1.. of running jobs on several nodes, each on its own worker.
+        nodes = list(session.scalars(select(JobNode).join(Job, Job.id == JobNode.job_id).where(
+            Job.status == job_store.RUNNING, JobNode.state != job_store.NODE_EXITED)))
+        queued = job_store.list_queued_jobs(session=session, limit=200)
+        live = worker_registry.live_worker_views(session=session,
+                                                 silent_seconds=worker_lost_seconds)
+    now = utc_now()
+    return {
+        "workers": [_worker(worker, _placements(worker.name, running, nodes), now=now,
+                            worker_lost_seconds=worker_lost_seconds)
+                    for worker in workers],
+        "queued": [{"id": job.id, "name": job.name, "queue": job_queue(job.spec),
+                    "host": job.spec.get("host"), "num_gpus": job.spec.get("num_gpus", 1),
+                    "waiting": waiting_reason(job.spec, live)} for job in queued],
+    }
+
+
+def _placements(worker_name: str, running: list[Job], nodes: list[JobNode]) -> list[dict[str, Any]]:
+    """The jobs (and nodes of jobs) a worker runs, with the GPUs each holds there."""
+    names = {job.id: job.name for job in running}
+    placed = [{"id": job.id, "name": job.name, "node_rank": 0, "gpu_indices": job.gpu_indices,
+               "num_gpus": job.spec.get("num_gpus", 1), "num_nodes": job.spec.get("num_nodes", 1)}
+              for job in running if job.worker_name == worker_name]
+    specs = {job.id: job.spec for job in running}
+    placed += [{"id": node.job_id, "name": names.get(node.job_id), "node_rank": node.node_rank,
+                "gpu_indices": node.gpu_indices,
+                "num_gpus": specs.get(node.job_id, {}).get("num_gpus", 1),
+                "num_nodes": specs.get(node.job_id, {}).get("num_nodes", 1)}
+               for node in nodes if node.worker_name == worker_name]
+    return placed
+
+
+def _worker(worker: Worker, jobs: list[dict[str, Any]], *, now: datetime,
+            worker_lost_seconds: float) -> dict[str, Any]:
+    silent_for = (now - _aware(worker.last_seen_at)).total_seconds()
+    state = worker.state
+    # Marked online but silent past the limit (the sweep has not run yet): "silent", so the
+    # page does not promise GPUs nobody is watching.
+    if state == worker_registry.ONLINE and silent_for > worker_lost_seconds:
+        state = "silent"
+    holder = {index: job["id"] for job in jobs for index in (job["gpu_indices"] or ())}
+    gpus = worker.resources.get("gpus")
+    return {
+        "name": worker.name, "host": worker.host, "queues": worker.queues, "state": state,
+        "pid": worker.pid, "concurrency": worker.concurrency,
+        "started_at": _aware(worker.started_at).isoformat(),
+        "last_seen_at": _aware(worker.last_seen_at).isoformat(),
+        "seconds_since_heartbeat": round(silent_for, 1),
+        "cpu_count": worker.resources.get("cpu_count"),
+        "memory_total_mb": worker.resources.get("memory_total_mb"),
+        "memory_available_mb": worker.resources.get("memory_available_mb"),
+        "gpus": None if gpus is None else [
+            {**gpu, "free_mb": _free(gpu), "job_id": holder.get(gpu["index"])} for gpu in gpus],
+        "jobs": jobs,
+    }
+
+
+def _free(gpu: dict[str, Any]) -> float | None:
+    used, total = gpu.get("used_mb"), gpu.get("total_mb")
+    return total - used if isinstance(used, (int, float)) and isinstance(total, (int, float)) \
+        else None
+
+
+def _aware(moment: datetime) -> datetime:
+    # SQLite hands back naive datetimes; they were written in UTC.
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=utc_now().tzinfo)
+

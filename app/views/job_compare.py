@@ -1,0 +1,119 @@
+"""Comparing jobs: their loss, throughput and memory lines overlaid (each row names its job),
+and the spec fields whose values differ between them. The API and the Compare tab share it."""
+from __future__ import annotations
+
+from typing import Any
+
+from app.views.jobs import MAX_JOB_ID
+from tunedeck import job_store
+from tunedeck.db.engine import Database
+from tunedeck.db.models import Job
+from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
+from tunedeck.metrics.store import read_chart_metrics
+
+MAX_COMPARED_JOBS = 12  # more lines than that is no longer a comparison anyone can read
+
+
+class BadJobIds(ValueError):
+    """The ids are not a list of 2 or more job numbers."""
+
+
+def parse_job_ids(text: str | None) -> list[int]:
+    """"3, 5, 8" (commas or spaces) as distinct ids in the order given."""
+    parts = (text or "").replace(",", " ").split()
+    try:
+        ids = [int(part) for part in parts]
+    except ValueError as error:
+        raise BadJobIds(f"job ids must be whole numbers separated by commas, got {text!r}") from error
+    if any(job_id < 1 for job_id in ids):
+        raise BadJobIds(f"job ids are positive numbers, got {text!r}")
+    if any(job_id > MAX_JOB_ID for job_id in ids):
+        # Beyond the jobs.id column's range the driver would raise (a 500), not find no row.
+        raise BadJobIds(f"job ids are at most {MAX_JOB_ID}, got {text!r}")
+    ids = list(dict.fromkeys(ids))
+    if len(ids) < 2:
+        raise BadJobIds("name at least 2 different jobs to compare")
+    if len(ids) > MAX_COMPARED_JOBS:
+        raise BadJobIds(f"compare at most {MAX_COMPARED_JOBS} jobs at a time")
+    return ids
+
+
+def compare_jobs(*, database: Database, job_ids: list[int],
+                 max_points: int = DEFAULT_MAX_POINTS) -> dict[str, Any]:
+    """The jobs, their spec diff and their overlaid series; JobNotFound names a missing id."""
+    with database.transaction() as session:
+        jobs = [job_store.get_job(session=session, job_id=job_id) for job_id in job_ids]
+        metrics = {job.id: read_chart_metrics(session=session, job_id=job.id,
+                                              max_points=max_points) for job in jobs}
+        return {"jobs": [job_summary(job) for job in jobs],
+                "diff": spec_diff([job.spec or {} for job in jobs]),
+                "series": overlaid_series(metrics)}
+
+
+def job_summary(job: Job) -> dict[str, Any]:
+    spec = job.spec or {}
+    return {"id": job.id, "name": job.name, "status": job.status,
+            "backend": spec.get("backend"), "method": spec.get("method"),
+            "max_steps": spec.get("max_steps"), "error": job.error,
+            "started_at": _iso(job.started_at), "finished_at": _iso(job.finished_at)}
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def spec_diff(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each dotted field (`backend`, `fsdp.sharding_strategy`) whose value is not the same in
+    every spec, with one value a spec (None where a spec lacks the field), sorted by field."""
+    flat = [flatten_spec(spec) for spec in specs]
+    fields = sorted({field for spec in flat for field in spec})
+    diff = []
+    for field in fields:
+        values = [spec.get(field) for spec in flat]
+        if any(value != values[0] for value in values[1:]):
+            diff.append({"field": field, "values": values})
+    return diff
+
+
+def flatten_spec(spec: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested settings as dotted keys; lists (e.g. target modules) stay one value."""
+    flat: dict[str, Any] = {}
+    for key, value in spec.items():
+        if isinstance(value, dict):
+            flat.update(flatten_spec(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def overlaid_series(metrics: dict[int, dict[str, list[dict[str, Any]]]]) -> dict[str, list]:
+    """Every job's rows in one list a chart, each row carrying its `job_id`. Memory is the
+    accelerator's allocated MB (a CPU rank's RSS where there is none) over seconds since the
+    job's first reading, so runs that started at different times line up."""
+    series: dict[str, list] = {"loss": [], "tokens_per_second": [], "memory": []}
+    for job_id, job_metrics in metrics.items():
+        series["loss"] += _step_rows(job_id, job_metrics["train"], "loss", "train")
+        series["loss"] += _step_rows(job_id, job_metrics["eval"], "eval_loss", "eval")
+        series["tokens_per_second"] += [
+            {"job_id": job_id, "step": row["step"], "tokens_per_second": row["tokens_per_second"]}
+            for row in job_metrics["train"] if row.get("tokens_per_second") is not None]
+        series["memory"] += _memory_rows(job_id, job_metrics["memory"])
+    return series
+
+
+def _step_rows(job_id: int, rows: list[dict[str, Any]], key: str, kind: str) -> list[dict]:
+    return [{"job_id": job_id, "step": row["step"], "loss": row[key], "kind": kind}
+            for row in rows if row.get("step") is not None and row.get(key) is not None]
+
+
+def _memory_rows(job_id: int, memory: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    readings = [(row["time"], row["rank"], _memory_mb(row)) for row in memory]
+    readings = [reading for reading in readings if reading[2] is not None]
+    start = min((time for time, _rank, _mb in readings), default=0.0)
+    return [{"job_id": job_id, "rank": rank, "seconds": round(time - start, 3), "memory_mb": mb}
+            for time, rank, mb in readings]
+
+
+def _memory_mb(row: dict[str, Any]) -> float | None:
+    allocated = row.get("allocated_mb")
+    return allocated if allocated is not None else row.get("rss_mb")

@@ -1,0 +1,87 @@
+"""Job rows as the API's JSON, and what the web reads of a job's run folder."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from app.views.artifacts import ARTIFACT_KINDS, artifact_summary
+from tunedeck.backend_config import backend_config, build_torchrun_argv
+from tunedeck.db.models import Job
+from tunedeck.job_spec import JobSpec
+from tunedeck.run_folder import RunFolder, read_json
+
+# The largest id a job row can have: jobs.id is an Integer column, 32-bit on PostgreSQL
+# (SQLite's are 64-bit). A larger id makes the driver raise (psycopg "integer out of
+# range", SQLite OverflowError past 2^63), a 500, instead of finding no row.
+MAX_JOB_ID = 2**31 - 1
+
+
+def job_to_dict(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "name": job.name,
+        "status": job.status,
+        "owner": job.owner,
+        "spec": job.spec,
+        "error": job.error,
+        # Why it failed (tunedeck.failure_kinds) and the rank that failed first, when known.
+        "failure_kind": job.failure_kind,
+        "failed_rank": job.failed_rank,
+        "cancel_requested": job.cancel_requested,
+        "attempts": job.attempts,
+        "worker_host": job.worker_host,
+        # The worker that runs (or last ran) it, and the GPUs it holds there.
+        "worker_name": job.worker_name,
+        "gpu_indices": job.gpu_indices,
+        # The pid of node 0's launcher (torchrun) on its worker's host, while it may live.
+        "launcher_pid": job.launcher_pid,
+        "created_at": _iso(job.created_at),
+        "started_at": _iso(job.started_at),
+        "finished_at": _iso(job.finished_at),
+        "updated_at": _iso(job.updated_at),
+    }
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def job_artifacts(job: Job) -> dict[str, dict]:
+    """{kind: {dtype, bytes, files}} of each download the job's run folder holds (merged,
+    adapter); empty before the export."""
+    run = job_run_folder(job)
+    if run is None:
+        return {}
+    summaries = {kind: artifact_summary(run, kind) for kind in ARTIFACT_KINDS}
+    return {kind: summary for kind, summary in summaries.items() if summary is not None}
+
+
+def job_run_folder(job: Job) -> RunFolder | None:
+    return RunFolder(Path(job.run_dir)) if job.run_dir else None
+
+
+def job_config(job: Job) -> dict[str, Any]:
+    """What ran (from the run folder) once launched; what would run (generated) before."""
+    spec = JobSpec.model_validate(job.spec)
+    run = job_run_folder(job)
+    if run is not None and run.launch_file.is_file():
+        launch = read_json(run.launch_file)
+        config_file = run.backend_config_file(spec.backend)
+        config = read_json(config_file) if config_file.is_file() else backend_config(spec)
+        return {"backend": spec.backend, "config": config, "argv": launch["argv"],
+                "env": launch.get("env", {}), "source": "run folder"}
+    argv = build_torchrun_argv(spec, run.path.as_posix() if run else "RUN_DIR")
+    return {"backend": spec.backend, "config": backend_config(spec), "argv": argv, "env": {},
+            "source": "generated"}
+
+
+def read_job_log_tail(job: Job, lines: int) -> list[str]:
+    run = job_run_folder(job)
+    if run is None or not run.launcher_log_file.is_file():
+        return []
+    with run.launcher_log_file.open("rb") as file:
+        file.seek(0, 2)
+        size = file.tell()
+        file.seek(max(0, size - 256 * 1024))  # the tail is all we show; don't read GBs
+        text = file.read().decode("utf-8", errors="replace")
+    return text.splitlines()[-lines:]

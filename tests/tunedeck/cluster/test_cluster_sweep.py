@@ -1,0 +1,118 @@
+"""The cluster sweep on real databases: a silent worker's jobs fail (or restart when the
+spec allows), one sweeper wins each lost worker, and unclaimed queued jobs are re-sent."""
+from datetime import timedelta
+
+from sqlalchemy import update
+
+from tunedeck import job_store
+from tunedeck.cluster import workers as worker_registry
+from tunedeck.cluster.sweep import sweep_cluster
+from tunedeck.db.models import Job, Worker, utc_now
+from tunedeck.job_spec import JobSpec
+
+
+def heartbeat(session, name: str, *, host: str = "gpu-1", gpus: int = 2) -> None:
+    worker_registry.record_heartbeat(
+        session=session, name=name, host=host, queues=["default"], pid=1234, concurrency=gpus,
+        resources={"gpus": [{"index": index, "id": str(index)} for index in range(gpus)]},
+        started_at=utc_now())
+
+
+def silence(session, name: str, seconds: float) -> None:
+    session.execute(update(Worker).where(Worker.name == name)
+                    .values(last_seen_at=utc_now() - timedelta(seconds=seconds)))
+
+
+def running_job(session, worker_name: str, **spec) -> int:
+    job_id = job_store.create_job(session=session, spec=JobSpec(max_steps=5, **spec)).id
+    job_store.mark_job_running(session=session, job_id=job_id, run_dir=f"/runs/{job_id}",
+                               worker_host="gpu-1", worker_name=worker_name, gpu_indices=[0])
+    return job_id
+
+
+def test_a_silent_workers_jobs_fail_or_restart_and_live_workers_keep_theirs(database):
+    with database.transaction() as session:
+        heartbeat(session, "lost@gpu-1")
+        heartbeat(session, "alive@gpu-2", host="gpu-2")
+        fails = running_job(session, "lost@gpu-1")
+        restarts = running_job(session, "lost@gpu-1", max_restarts=2)
+        stays = running_job(session, "alive@gpu-2")
+        silence(session, "lost@gpu-1", 25)
+    with database.transaction() as session:
+        result = sweep_cluster(session=session, worker_lost_seconds=20, redispatch_seconds=60)
+    assert result.lost_workers == ["lost@gpu-1"]
+    assert result.failed_jobs == [fails]
+    assert [job_id for job_id, _spec in result.to_send] == [restarts]
+    with database.transaction() as session:
+        failed = job_store.get_job(session=session, job_id=fails)
+        assert failed.status == "failed" and failed.failure_kind == "worker_lost"
+        assert failed.error.startswith("worker lost: worker lost@gpu-1 on gpu-1 sent no heartbeat")
+        requeued = job_store.get_job(session=session, job_id=restarts)
+        assert (requeued.status, requeued.resume_requested, requeued.gpu_indices) == \
+            ("queued", True, None)
+        assert job_store.get_job(session=session, job_id=stays).status == "running"
+        states = {worker.name: worker.state for worker in worker_registry.list_workers(session=session)}
+        assert states == {"lost@gpu-1": "lost", "alive@gpu-2": "online"}
+    # The next sweep finds nothing more to do; a heartbeat brings the worker back online.
+    with database.transaction() as session:
+        again = sweep_cluster(session=session, worker_lost_seconds=20, redispatch_seconds=60)
+        assert (again.lost_workers, again.failed_jobs, again.to_send) == ([], [], [])
+        heartbeat(session, "lost@gpu-1")
+    with database.transaction() as session:
+        assert {worker.name for worker in worker_registry.live_worker_views(
+            session=session, silent_seconds=20)} == {"lost@gpu-1", "alive@gpu-2"}
+
+
+def test_only_one_sweeper_settles_a_lost_worker(database):
+    with database.transaction() as session:
+        heartbeat(session, "lost@gpu-1")
+        silence(session, "lost@gpu-1", 60)
+    cutoff = utc_now() - timedelta(seconds=20)
+    with database.transaction() as session:
+        first = worker_registry.claim_lost_worker(session=session, name="lost@gpu-1",
+                                                  last_seen_before=cutoff)
+    with database.transaction() as session:
+        second = worker_registry.claim_lost_worker(session=session, name="lost@gpu-1",
+                                                   last_seen_before=cutoff)
+    assert (first, second) == (True, False)
+
+
+def test_a_stopped_worker_is_not_lost(database):
+    with database.transaction() as session:
+        heartbeat(session, "gone@gpu-1")
+        worker_registry.mark_worker_stopped(session=session, name="gone@gpu-1")
+        silence(session, "gone@gpu-1", 600)
+    with database.transaction() as session:
+        assert sweep_cluster(session=session, worker_lost_seconds=20,
+                             redispatch_seconds=60).lost_workers == []
+
+
+def test_queued_jobs_nobody_claimed_are_sent_again_once_per_interval(database):
+    with database.transaction() as session:
+        old = job_store.create_job(session=session, spec=JobSpec(max_steps=5)).id
+        fresh = job_store.create_job(session=session, spec=JobSpec(max_steps=5, queue="a100")).id
+        session.execute(update(Job).where(Job.id == old)
+                        .values(updated_at=utc_now() - timedelta(seconds=120)))
+    with database.transaction() as session:
+        result = sweep_cluster(session=session, worker_lost_seconds=20, redispatch_seconds=60)
+    assert [job_id for job_id, _spec in result.to_send] == [old]
+    with database.transaction() as session:  # stamped as sent: not again until 60 s pass
+        assert sweep_cluster(session=session, worker_lost_seconds=20,
+                             redispatch_seconds=60).to_send == []
+        assert job_store.get_job(session=session, job_id=fresh).dispatched_at is None
+
+
+def test_a_job_is_given_up_when_the_worker_of_any_of_its_nodes_is_lost(database):
+    with database.transaction() as session:
+        heartbeat(session, "leader@gpu-1")
+        heartbeat(session, "follower@gpu-2", host="gpu-2")
+        job_id = running_job(session, "leader@gpu-1", num_nodes=2, backend="fsdp")
+        job_store.assign_nodes(session=session, job_id=job_id,
+                               nodes=[(1, "follower@gpu-2", "gpu-2", [0])])
+        silence(session, "follower@gpu-2", 25)
+    with database.transaction() as session:
+        result = sweep_cluster(session=session, worker_lost_seconds=20, redispatch_seconds=60)
+    assert (result.lost_workers, result.failed_jobs) == (["follower@gpu-2"], [job_id])
+    with database.transaction() as session:
+        assert "worker follower@gpu-2 on gpu-2 sent no heartbeat" in \
+            job_store.get_job(session=session, job_id=job_id).error

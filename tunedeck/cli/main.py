@@ -1,0 +1,240 @@
+"""`tunedeck`: up, web, worker, migrate, submit, resume, plan, preflight, lora-targets,
+render (docs/cli-and-api.md's command table), and the accounts: user, token, audit."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from tunedeck.cli.server_calls import load_spec_or_exit, post_to_server, with_absolute_local_paths
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _build_parser()
+    arguments = parser.parse_args(argv)
+    if not getattr(arguments, "handler", None):
+        parser.print_help()
+        return 2
+    return arguments.handler(arguments) or 0
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tunedeck", description=__doc__)
+    commands = parser.add_subparsers(title="commands")
+
+    up = commands.add_parser("up", help="one host: migrate, then run web and a worker")
+    _add_listen_options(up)
+    up.set_defaults(handler=_run_up)
+
+    web = commands.add_parser("web", help="the web service (REST API and UI)")
+    _add_listen_options(web)
+    web.set_defaults(handler=_run_web)
+
+    worker = commands.add_parser("worker", help="a Celery worker for this host's GPUs")
+    worker.add_argument("--concurrency", type=int, default=None, help="jobs at once")
+    worker.set_defaults(handler=_run_worker)
+
+    migrate = commands.add_parser("migrate", help="alembic upgrade head on the database")
+    migrate.set_defaults(handler=_run_migrate)
+
+    submit = commands.add_parser("submit", help="submit SPEC.yaml to a running server")
+    submit.add_argument("spec", type=Path)
+    _add_server_options(submit)
+    submit.set_defaults(handler=_run_submit)
+
+    resume = commands.add_parser("resume", help="resume a failed or cancelled job from its "
+                                 "latest checkpoint")
+    resume.add_argument("job_id", type=int)
+    _add_server_options(resume)
+    resume.set_defaults(handler=_run_resume)
+
+    from tunedeck.cli.account_commands import add_account_commands
+    from tunedeck.cli.lora_targets_command import add_lora_targets_command
+    from tunedeck.cli.preflight_command import add_preflight_command
+
+    add_account_commands(commands)
+    add_preflight_command(commands, add_server_options=_add_server_options)
+    add_lora_targets_command(commands, add_server_options=_add_server_options)
+
+    plan = commands.add_parser("plan", help="memory per GPU of SPEC.yaml under each backend, "
+                               "and which to use")
+    plan.add_argument("spec", type=Path)
+    plan.add_argument("--gpus", type=int, default=None, help="GPUs per node (default the spec's)")
+    plan.add_argument("--gpu-memory-gb", type=float, default=None,
+                      help="memory of one GPU, GB (default 80, or the --gpu-card's own)")
+    plan.add_argument("--nodes", type=int, default=None, help="default the spec's num_nodes")
+    plan.add_argument("--gpu-card", default=None,
+                      help="the card, for step times (H100, A100, RTX 4090, ...); default the "
+                           "common card of --gpu-memory-gb")
+    plan.add_argument("--json", action="store_true", help="print the JSON of POST /api/plan")
+    plan.set_defaults(handler=_run_plan)
+
+    render = commands.add_parser("render", help="write the backend config and launch command")
+    render.add_argument("spec", type=Path)
+    render.add_argument("--out", type=Path, required=True)
+    render.set_defaults(handler=_run_render)
+    return parser
+
+
+def _add_server_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--server", default=None, help="default http://TUNEDECK_HOST:PORT")
+    parser.add_argument("--token", default=None,
+                        help="an API token (`tunedeck token create`); default TUNEDECK_TOKEN. "
+                             "Prefer the variable: a command line is visible to other users")
+
+
+def _add_listen_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default=None, help="default TUNEDECK_HOST or 127.0.0.1")
+    parser.add_argument("--port", type=int, default=None, help="default TUNEDECK_PORT or 7860")
+
+
+def _settings_with(arguments: argparse.Namespace):
+    from tunedeck.settings import Settings
+
+    overrides = {key: getattr(arguments, key) for key in ("host", "port")
+                 if getattr(arguments, key, None) is not None}
+    return Settings(**overrides)
+
+
+def _run_up(arguments: argparse.Namespace) -> int:
+    from app.auth.middleware import OpenAccessRefused, check_open_access_allowed
+    from tunedeck.db.engine import Database
+    from tunedeck.migrate import upgrade_database
+    from tunedeck.cli.services import run_web_and_worker
+
+    settings = _settings_with(arguments)
+    upgrade_database(settings.resolved_database_url)
+    database = Database(settings.resolved_database_url)
+    try:  # before anything starts: the web would refuse the same way
+        check_open_access_allowed(database=database, host=settings.host)
+    except OpenAccessRefused as error:
+        sys.exit(f"tunedeck up: {error}")
+    finally:
+        database.dispose()
+    return run_web_and_worker(settings)
+
+
+def _run_web(arguments: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.main import create_app
+
+    from tunedeck.broker import enqueue_job
+    from tunedeck.cluster.sweep import Sweeper
+
+    from app.auth.middleware import OpenAccessRefused
+
+    settings = _settings_with(arguments)
+    try:
+        app = create_app(settings)
+    except OpenAccessRefused as error:
+        sys.exit(f"tunedeck web: {error}")
+    # The web sweeps too: with one worker host, nobody else would see that worker die.
+    Sweeper(database=app.state.database, settings=settings,
+            send=lambda job_id, spec: enqueue_job(app.state.celery_app, job_id, spec)
+            ).start_thread()
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+    return 0
+
+
+def _run_worker(arguments: argparse.Namespace) -> int:
+    from tunedeck.cli.services import run_worker
+
+    return run_worker(concurrency=arguments.concurrency)
+
+
+def _run_migrate(_arguments: argparse.Namespace) -> int:
+    from tunedeck.migrate import upgrade_database
+    from tunedeck.settings import load_settings
+
+    from tunedeck.accounts.redaction import redact_url
+
+    settings = load_settings()
+    database_url = settings.resolved_database_url
+    upgrade_database(database_url)
+    print(f"database {redact_url(database_url)} is at the latest migration")
+    if settings.initial_admin_password is not None:
+        _create_initial_admin(settings)
+    return 0
+
+
+def _create_initial_admin(settings) -> None:
+    from tunedeck.accounts import users as accounts
+    from tunedeck.accounts import audit
+    from tunedeck.db.engine import Database
+
+    database = Database(settings.resolved_database_url)
+    try:
+        with database.transaction() as session:
+            created = accounts.create_initial_admin(
+                session=session, name=settings.initial_admin,
+                password=settings.initial_admin_password.get_secret_value())
+            if created:
+                audit.record(session=session, actor="migrate", action=audit.USER_CREATED,
+                             detail=f"{settings.initial_admin} (admin, initial)")
+    finally:
+        database.dispose()
+    if created:
+        print(f"created the initial admin {settings.initial_admin} "
+              "(TUNEDECK_INITIAL_ADMIN_PASSWORD)")
+
+
+def _run_submit(arguments: argparse.Namespace) -> int:
+    spec = with_absolute_local_paths(load_spec_or_exit(arguments.spec))
+    job = post_to_server(arguments, "/api/jobs", spec.model_dump(mode="json"),
+                          expected_status=201, refusal="server refused the job")
+    print(job["id"])
+    return 0
+
+
+def _run_resume(arguments: argparse.Namespace) -> int:
+    job = post_to_server(arguments, f"/api/jobs/{arguments.job_id}/resume", None,
+                          expected_status=202, refusal=f"job {arguments.job_id} not resumed")
+    print(f"job {job['id']} {job['status']}: resumes from its latest checkpoint")
+    return 0
+
+
+def _run_plan(arguments: argparse.Namespace) -> int:
+    import json
+
+    from pydantic import ValidationError
+
+    from tunedeck.job_spec import format_validation_error
+    from tunedeck.planner.plan_request import GpuRequest, plan_json
+
+    spec = load_spec_or_exit(arguments.spec)
+    try:
+        gpus = GpuRequest(count=arguments.gpus, memory_gb=arguments.gpu_memory_gb,
+                          nodes=arguments.nodes, card=arguments.gpu_card)
+        plan = plan_json(spec, gpus)
+    except ValidationError as error:
+        sys.exit(f"--gpus/--gpu-memory-gb/--nodes/--gpu-card: {format_validation_error(error)}")
+    except ValueError as error:
+        sys.exit(f"{arguments.spec}: {error}")
+    if arguments.json:
+        print(json.dumps(plan, indent=2))
+        return 0
+    from tunedeck.planner.plan_text import plan_as_text
+
+    print(plan_as_text(plan))
+    return 0
+
+
+def _run_render(arguments: argparse.Namespace) -> int:
+    from tunedeck.backend_config import backend_config, build_torchrun_argv
+    from tunedeck.run_folder import RunFolder, write_json
+
+    spec = load_spec_or_exit(arguments.spec)
+    run = RunFolder(arguments.out.resolve())
+    config_file = run.backend_config_file(spec.backend)
+    argv = build_torchrun_argv(spec, str(run.path))
+    write_json(run.spec_file, spec.model_dump(mode="json"))
+    write_json(config_file, backend_config(spec))
+    write_json(run.launch_file, {"argv": argv, "env": {}, "cwd": str(run.path)})
+    print(f"wrote {run.spec_file}, {config_file} and {run.launch_file}")
+    print(" ".join(argv))
+    return 0
+

@@ -1,0 +1,134 @@
+"""The sweep every worker (and the web) runs every few seconds, so no failure of a part
+strands a job: running jobs of a worker whose heartbeats stopped are given up (failed as
+"worker lost", or queued again when their spec allows restarts), and queued jobs that no
+worker claimed for a while are sent to the broker again. Only database rows change here;
+the caller sends the returned ids after the transaction commits."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Callable
+
+from sqlalchemy.orm import Session
+
+from tunedeck import job_store
+from tunedeck.cluster import workers as worker_registry
+from tunedeck.db.models import Job, utc_now
+from tunedeck.db.engine import Database
+from tunedeck.failure_kinds import WORKER_LOST
+from tunedeck.settings import Settings
+
+log = logging.getLogger(__name__)
+Send = Callable[[int, dict[str, Any]], None]
+
+
+@dataclass
+class SweepResult:
+    lost_workers: list[str] = field(default_factory=list)
+    failed_jobs: list[int] = field(default_factory=list)
+    # (job id, spec as stored) to send to the broker once the transaction commits
+    to_send: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+
+
+def sweep_cluster(*, session: Session, worker_lost_seconds: float, redispatch_seconds: float,
+                  settle_lost: bool = True) -> SweepResult:
+    result = SweepResult()
+    if settle_lost:
+        settle_lost_workers(session=session, silent_seconds=worker_lost_seconds, result=result)
+    for job in job_store.take_undispatched_queued_jobs(session=session,
+                                                       older_than_seconds=redispatch_seconds):
+        result.to_send.append((job.id, job.spec))
+    return result
+
+
+class Sweeper:
+    """Runs the sweep for one process (a worker's heartbeat, or the web) and sends what it
+    frees. It declares workers lost only after it has itself reached the database for
+    `worker_lost_seconds` in a row: after an outage every worker looks silent, and the
+    sweeper that comes back first must give them time to beat again."""
+
+    def __init__(self, *, database: Database, settings: Settings, send: Send,
+                 clock: Callable[[], float] = time.monotonic):
+        self._database, self._settings, self._send, self._clock = database, settings, send, clock
+        self._reachable_since: float | None = None
+
+    def note_unreachable(self) -> None:
+        self._reachable_since = None
+
+    def sweep(self) -> SweepResult:
+        now = self._clock()
+        try:
+            with self._database.transaction() as session:
+                result = sweep_cluster(
+                    session=session, worker_lost_seconds=self._settings.worker_lost_seconds,
+                    redispatch_seconds=self._settings.redispatch_seconds,
+                    settle_lost=self._trusts_silence(now))
+        except Exception:
+            self.note_unreachable()
+            raise
+        if self._reachable_since is None:
+            self._reachable_since = now
+        for name in result.lost_workers:
+            log.warning("worker %s is lost (no heartbeat for %s s)", name,
+                        self._settings.worker_lost_seconds)
+        for job_id, spec in result.to_send:
+            self._send(job_id, spec)
+        return result
+
+    def start_thread(self) -> threading.Event:
+        """Sweep every heartbeat interval in a daemon thread (the web runs one, so a lone
+        worker's death is noticed too); set the returned event to stop it."""
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(self._settings.heartbeat_seconds):
+                try:
+                    self.sweep()
+                except Exception:  # the database or broker is down for a moment: try again
+                    log.exception("cluster sweep failed; retrying")
+
+        threading.Thread(target=loop, name="tunedeck-sweep", daemon=True).start()
+        return stop
+
+    def _trusts_silence(self, now: float) -> bool:
+        return (self._reachable_since is not None
+                and now - self._reachable_since >= self._settings.worker_lost_seconds)
+
+
+def settle_lost_workers(*, session: Session, silent_seconds: float, result: SweepResult) -> None:
+    cutoff = utc_now() - timedelta(seconds=silent_seconds)
+    for worker in worker_registry.silent_workers(session=session, silent_seconds=silent_seconds):
+        if not worker_registry.claim_lost_worker(session=session, name=worker.name,
+                                                 last_seen_before=cutoff):
+            continue  # another sweeper settled it
+        result.lost_workers.append(worker.name)
+        silent_since = worker.last_seen_at.strftime("%H:%M:%S UTC")
+        jobs = {job.id: job for job in [
+            *job_store.list_running_jobs_of_worker(session=session, worker_name=worker.name),
+            # A job is lost with any of its nodes: the others cannot go on without it.
+            *job_store.list_running_jobs_with_a_node_on(session=session, worker_name=worker.name)]}
+        for job in jobs.values():
+            give_up_job(session=session, job=job, result=result,
+                        why=f"worker lost: worker {worker.name} on {worker.host} sent no "
+                            f"heartbeat since {silent_since} (over {silent_seconds:g} s)")
+
+
+def give_up_job(*, session: Session, job: Job, why: str, result: SweepResult) -> None:
+    """A running job nothing supervises any more: queued again from its latest checkpoint
+    while its spec's `max_restarts` allows, else failed with `why`."""
+    restarts_used = max(0, job.attempts - 1)
+    allowed = int(job.spec.get("max_restarts", 0))
+    if restarts_used < allowed:
+        job_store.requeue_lost_job(
+            session=session, job_id=job.id,
+            reason=f"{why}; restart {restarts_used + 1} of {allowed}, from the latest checkpoint")
+        result.to_send.append((job.id, job.spec))
+    else:
+        detail = (f"; its {allowed} restart(s) are used up" if allowed else
+                  "; set max_restarts in the spec to have such a job restarted")
+        job_store.mark_job_failed(session=session, job_id=job.id, error=why + detail,
+                                  failure_kind=WORKER_LOST)
+        result.failed_jobs.append(job.id)

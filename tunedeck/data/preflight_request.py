@@ -1,0 +1,60 @@
+"""A data preflight request: the data fields of a job spec, as `POST /api/datasets/preflight`,
+`tunedeck preflight` and the New job form's "Check data" send them.
+
+The fields are JobSpec's own (type, default, bounds, pattern), so a value the spec would
+refuse is refused here with the same message, naming the field; any other key is an error.
+`queue` and `host` say where the data can be read: the preflight runs on a worker that
+would run the job.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from pydantic import create_model, field_validator
+
+from tunedeck.job_spec import JobSpec, StrictModel, _no_nul
+
+PREFLIGHT_FIELDS = ("model", "dataset", "dataset_config", "dataset_split", "columns", "seq_len",
+                    "packing", "eval_split", "trust_remote_code", "queue", "host")
+# A preflight row's status: the web inserts it pending, a worker runs it, then done or failed.
+PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
+FINISHED = (DONE, FAILED)
+
+
+def _spec_fields(names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: (JobSpec.model_fields[name].annotation, copy.copy(JobSpec.model_fields[name]))
+            for name in names}
+
+
+_PreflightFields = create_model("_PreflightFields", __base__=StrictModel,
+                                **_spec_fields(PREFLIGHT_FIELDS))
+
+
+class PreflightRequest(_PreflightFields):
+    """What to check: the dataset (with its config, split and columns), the model whose
+    tokenizer and chat template render it, and the seq_len and packing it is trained at."""
+
+    @field_validator("model", "dataset", "dataset_config")
+    @classmethod
+    def _text_without_nul(cls, text: str | None) -> str | None:
+        return _no_nul(text) if text is not None else None
+
+    def to_spec(self) -> JobSpec:
+        """The job spec these fields describe (its other fields at their defaults)."""
+        return JobSpec.model_validate({**self.model_dump(), "max_steps": 1})
+
+    @classmethod
+    def from_spec_data(cls, data: dict[str, Any], *, source: str = "spec") -> "PreflightRequest":
+        """The preflight of a job spec's mapping (a whole spec file, or just its data
+        fields): a key no job spec has is an error naming it."""
+        unknown = sorted(set(data) - set(JobSpec.model_fields))
+        if unknown:
+            raise ValueError(f"{source}: {', '.join(unknown)}: not a job spec field")
+        return cls.model_validate({key: value for key, value in data.items()
+                                   if key in PREFLIGHT_FIELDS})
+
+
+def broker_spec(request: PreflightRequest) -> dict[str, Any]:
+    """What routing reads (tunedeck.cluster.placement): the request's queue and host."""
+    return {"queue": request.queue, "host": request.host}
