@@ -10,7 +10,7 @@ lost metric points (must be 0: every step of a succeeded job stored once), and t
 seconds from a killed worker's last heartbeat to its job marked lost (reference: the 30 s
 the design promises; the figure printed is the worst / 30 s).
 
-The scenarios are the ones the chaos tests assert on (tests/e2e/chaos_scenarios.py).
+The scenarios are the ones the chaos tests assert on (harness/chaos_scenarios.py).
 PostgreSQL: TUNEDECK_TEST_POSTGRES_URL (a database of its own per run, dropped after);
 Redis: TUNEDECK_TEST_REDIS_URL (database 12, flushed) and a private redis-server.
 
@@ -32,7 +32,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from ingest import postgres_database  # noqa: E402
 
-from tests.e2e.chaos_scenarios import (ChaosReport, database_unreachable,  # noqa: E402
+from harness.chaos_scenarios import (ChaosReport, database_unreachable,  # noqa: E402
                                        killed_worker, longer_than_visibility_timeout,
                                        redis_restarted, web_restarted)
 from tunedeck.migrate import upgrade_database  # noqa: E402

@@ -45,7 +45,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.servers import running_tunedeck  # noqa: E402
+from harness.servers import running_tunedeck  # noqa: E402
 from tunedeck.backend_config import backend_config, build_torchrun_argv  # noqa: E402
 from tunedeck.job_spec import JobSpec  # noqa: E402
 from tunedeck.metrics.events import decode_event  # noqa: E402

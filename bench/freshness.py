@@ -45,7 +45,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.servers import running_tunedeck  # noqa: E402
+from harness.servers import running_tunedeck  # noqa: E402
 
 FAKE_TRAINER_DIR = Path(__file__).resolve().parent / "fake_trainer"
 TARGET_SECONDS = 1.0

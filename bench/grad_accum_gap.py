@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.trainer_runs import run_plain_torchrun  # noqa: E402
-from tests.trainer.test_token_weighted_loss import write_uneven_answers  # noqa: E402
+from harness.uneven_answers import write_uneven_answers  # noqa: E402
 from tunedeck.job_spec import JobSpec  # noqa: E402
 
 TARGET_GAP = 1e-3

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import RunningServer, add_account, running_tunedeck
+from harness.servers import RunningServer, add_account, running_tunedeck
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",

@@ -18,7 +18,7 @@ import pytest
 from tests.browser.conftest import signed_in_page
 from tests.browser.tables import table_rows
 from tests.browser.vega import legend_labels, line_colours, line_points
-from tests.servers import RunningServer
+from harness.servers import RunningServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.torchrun]
 

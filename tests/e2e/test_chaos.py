@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import REDIS_URL
-from tests.e2e.chaos_scenarios import database_unreachable, redis_restarted, web_restarted
+from harness.chaos_scenarios import database_unreachable, redis_restarted, web_restarted
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.postgres, pytest.mark.redis]
 

@@ -11,9 +11,9 @@ from contextlib import ExitStack
 import pytest
 
 from tests.conftest import REDIS_URL
-from tests.e2e.chaos_scenarios import (FINISHED, SMALL_JOB, killed_worker, start_worker,
+from harness.chaos_scenarios import (FINISHED, SMALL_JOB, killed_worker, start_worker,
                                        wait_for_workers, wait_until)
-from tests.servers import running_tunedeck, running_web
+from harness.servers import running_tunedeck, running_web
 
 pytestmark = [pytest.mark.torchrun]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.servers import running_tunedeck
+from harness.servers import running_tunedeck
 
 pytestmark = [pytest.mark.torchrun]
 

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from tests.e2e.test_up_end_to_end import _job_processes, _wait_for_first_step
-from tests.servers import running_tunedeck
+from harness.servers import running_tunedeck
 from tunedeck.job_spec import JobSpec
 from tunedeck.retry_changes import memory_retry
 from tunedeck.run_folder import RunFolder

@@ -13,9 +13,9 @@ from contextlib import ExitStack, contextmanager
 import pytest
 
 from tests.conftest import REDIS_URL
-from tests.e2e.chaos_scenarios import (FINISHED, SMALL_JOB, alive, job_processes, start_worker,
+from harness.chaos_scenarios import (FINISHED, SMALL_JOB, alive, job_processes, start_worker,
                                        wait_for_workers, wait_until)
-from tests.servers import running_web
+from harness.servers import running_web
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.db.engine import Database
 from tunedeck.db.models import utc_now

@@ -10,7 +10,7 @@ from sqlalchemy import create_engine, text
 
 from tests.conftest import REDIS_URL
 from tests.e2e.test_up_end_to_end import LORA_JOB, _job_processes, _wait_for_first_step
-from tests.servers import running_tunedeck
+from harness.servers import running_tunedeck
 
 pytestmark = [pytest.mark.torchrun]
 

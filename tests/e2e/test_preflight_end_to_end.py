@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import REPO, running_tunedeck
+from harness.servers import REPO, running_tunedeck
 
 pytestmark = [pytest.mark.torchrun]
 

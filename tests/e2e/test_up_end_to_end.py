@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from tests.servers import running_tunedeck
+from harness.servers import running_tunedeck
 
 pytestmark = [pytest.mark.torchrun]
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.servers import REPO, free_port, running_tunedeck
+from harness.servers import REPO, free_port, running_tunedeck
 from tunedeck.accounts.redaction import REDACTED, redact_url
 
 # Distinctive values: any hit is one of them, never a coincidence.

@@ -3,32 +3,16 @@ global batch trains the same model however it is split into micro-batches, accum
 steps and ranks. Real torchrun runs in fp32 with no dropout, on answers of very different
 lengths (1 word and 10-14 words, alternating): under a mean of micro-batch means, 4 x 1
 against 1 x 4 differed by 1.7% at step 1 and up to 10% over the curve."""
-import json
-import random
-
 import pytest
 
-from trainer.builtin_model import _WORDS
+from harness.uneven_answers import write_uneven_answers
 from tests.trainer.conftest import launch_trainer, write_run
 
 pytestmark = pytest.mark.torchrun
 
 STEPS = 30
-EXAMPLES = 64  # a multiple of every micro-batch x ranks used here: no rank drops a row
 STEP_ONE_TOLERANCE = 1e-4
 CURVE_TOLERANCE = 1e-3
-
-
-def write_uneven_answers(path, *, count: int = EXAMPLES, seed: int = 0):
-    """Prompts of a few words; answers of 1 word and of 10-14 words, alternating."""
-    chooser = random.Random(seed)
-    with path.open("w", encoding="utf-8") as file:
-        for index in range(count):
-            prompt = "say " + " ".join(chooser.choices(_WORDS, k=chooser.randint(2, 5)))
-            length = 1 if index % 2 == 0 else chooser.randint(10, 14)
-            response = " ".join(chooser.choices(_WORDS, k=length))
-            file.write(json.dumps({"prompt": prompt, "response": response}) + "\n")
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from tunedeck.job_spec import JobSpec, format_validation_error, load_spec_file, 
 
 REPO = Path(__file__).resolve().parents[2]
 
-DESIGN_EXAMPLE = """
+CONTRACT_EXAMPLE = """
 name: arithmetic-lora
 model: builtin:tiny-llama
 dataset: builtin:arithmetic
@@ -35,7 +35,7 @@ def errors_of(data: dict) -> str:
 
 
 def test_design_example_loads_from_yaml_and_json():
-    spec = parse_spec_text(DESIGN_EXAMPLE)
+    spec = parse_spec_text(CONTRACT_EXAMPLE)
     assert spec.num_gpus == 2 and spec.lora.r == 16 and spec.backend == "zero2"
     assert parse_spec_text(json.dumps(spec.model_dump(mode="json"))) == spec
 

@@ -5,7 +5,7 @@ shows a preflight served while a job holds the only slot)."""
 import subprocess
 import sys
 
-from tests.servers import REPO
+from harness.servers import REPO
 
 STARTS_A_WORKER = """
 import json

@@ -11,6 +11,8 @@ from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Index, Integ
                         Text, UniqueConstraint)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from tunedeck.job_spec import JobSpec
+
 
 def utc_now() -> datetime:
     return datetime.now(timezone.utc)
@@ -59,6 +61,12 @@ class Job(Base):
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utc_now, onupdate=utc_now
     )
+
+    @property
+    def spec_model(self) -> JobSpec:
+        """The stored spec as the typed model: every reader's one way in (no dict, no
+        defaults copied by hand). Stored specs were validated on the way in."""
+        return JobSpec.model_validate(self.spec)
 
 
 class Worker(Base):

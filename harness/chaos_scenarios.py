@@ -20,7 +20,7 @@ from typing import Iterator
 
 import psutil
 
-from tests.servers import RunningServer, free_port, running_service, running_web
+from harness.servers import RunningServer, free_port, running_service, running_web
 
 FINISHED = {"succeeded", "failed", "cancelled"}
 # One CPU rank under FSDP: no DeepSpeed op to build, so a job starts in seconds.
