@@ -315,7 +315,7 @@ def database_unreachable(home: Path, postgres_url: str, redis_url: str) -> Chaos
     for 8 s mid-job: the job runs on, and every metric line reaches the database after."""
     from sqlalchemy.engine import make_url
 
-    from tests.db_outage_proxy import OutageProxy
+    from harness.db_outage_proxy import OutageProxy
 
     report = ChaosReport("database unreachable mid-job")
     url = make_url(postgres_url)

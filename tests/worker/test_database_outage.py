@@ -9,7 +9,7 @@ import time
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.db_outage_proxy import OutageProxy
+from harness.db_outage_proxy import OutageProxy
 from tunedeck import job_store
 from tunedeck.metrics import store as metric_store
 from tunedeck.db.engine import Database
