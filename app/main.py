@@ -6,7 +6,8 @@ import os
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import math  # noqa: E402
-from typing import Any  # noqa: E402
+from contextlib import asynccontextmanager  # noqa: E402
+from typing import Any, AsyncIterator  # noqa: E402
 
 from fastapi import FastAPI, Request  # noqa: E402
 from fastapi.encoders import jsonable_encoder  # noqa: E402
@@ -16,17 +17,22 @@ from fastapi.responses import JSONResponse  # noqa: E402
 from app.api.accounts import account_router  # noqa: E402
 from app.auth.middleware import AccessMiddleware, check_open_access_allowed  # noqa: E402
 from app.api.jobs import router  # noqa: E402
-from app.actions.upload import upload_router  # noqa: E402
+from app.api.uploads import upload_router  # noqa: E402
 from app.api.preflight import preflight_router  # noqa: E402
 from app.auth.sign_in import sign_in_router  # noqa: E402
-from tunedeck.broker import make_celery  # noqa: E402
+from tunedeck.broker import enqueue_job, make_celery  # noqa: E402
+from tunedeck.cluster.sweep import Sweeper  # noqa: E402
 from tunedeck.db.engine import Database  # noqa: E402
 from tunedeck.settings import Settings, load_settings  # noqa: E402
 
 
-def create_app(settings: Settings | None = None, *, with_ui: bool = True) -> FastAPI:
+def create_app(settings: Settings | None = None, *, with_ui: bool = True,
+               with_sweeper: bool = True) -> FastAPI:
+    """The served app. While it serves (its lifespan), it runs the cluster sweep unless
+    `with_sweeper` is false."""
     settings = settings or load_settings()
-    api = FastAPI(title="TuneDeck", version="0.1.0")
+    api = FastAPI(title="TuneDeck", version="0.1.0",
+                  lifespan=_sweeping_cluster if with_sweeper else None)
     api.state.settings = settings
     api.state.database = Database(settings.resolved_database_url)
     api.state.celery_app = make_celery(settings)
@@ -53,6 +59,18 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True) -> Fas
     # Outermost, so no route (REST, Gradio's own, its files) answers before it has decided.
     api.add_middleware(AccessMiddleware, database=api.state.database)
     return api
+
+
+@asynccontextmanager
+async def _sweeping_cluster(api: FastAPI) -> AsyncIterator[None]:
+    """The web sweeps too: with one worker host, nobody else would see that worker die."""
+    sweeper = Sweeper(database=api.state.database, settings=api.state.settings,
+                      send=lambda job_id, spec: enqueue_job(api.state.celery_app, job_id, spec))
+    stop_sweeping = sweeper.start_thread()
+    try:
+        yield
+    finally:
+        stop_sweeping.set()
 
 
 async def json_safe_validation_error(request: Request, error: RequestValidationError) -> JSONResponse:

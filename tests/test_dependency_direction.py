@@ -41,7 +41,8 @@ FORBIDDEN = {
 APP_MODULE_LEVEL_FORBIDDEN = {"torch", "deepspeed", "transformers", "peft", "worker"}
 PURE_MODULES = ["tunedeck/job_spec.py", "tunedeck/spec_sections.py", "tunedeck/torch_extensions.py",
                 "tunedeck/lora_targets_text.py", "tunedeck/backend_config.py", "tunedeck/run_folder.py",
-                "tunedeck/metrics/events.py", "tunedeck/job_states.py", "tunedeck/units.py",
+                "tunedeck/metrics/events.py", "tunedeck/metrics/figures.py", "tunedeck/job_states.py",
+                "tunedeck/units.py",
                 "tunedeck/safetensors_headers.py", "tunedeck/data/records.py",
                 "tunedeck/data/sources.py", "tunedeck/data/columns.py"]
 HEAVY = {"torch", "deepspeed", "transformers", "peft", "sqlalchemy", "celery", "gradio",

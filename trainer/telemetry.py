@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tunedeck.metrics.events import EVAL, FOOTPRINT, MEMORY, NOTICE, STEP, encode_event
-
-BYTES_PER_MB = 1024 * 1024
+from tunedeck.units import MIB  # the readings' `*_mb` fields are MiB
 
 
 class Telemetry(Protocol):
@@ -81,7 +80,7 @@ class FileTelemetry:
     def memory(self, *, step: int) -> None:
         self._write(MEMORY, step=step, host=self._host, device=str(self._device),
                     **device_memory_mb(self._device),
-                    rss_mb=self._process.memory_info().rss / BYTES_PER_MB)
+                    rss_mb=self._process.memory_info().rss / MIB)
 
     def eval(self, *, step: int, eval_loss: float, eval_tokens: int) -> None:
         self._write(EVAL, step=step, eval_loss=eval_loss, eval_tokens=eval_tokens)
@@ -103,10 +102,10 @@ def device_memory_mb(device) -> dict[str, float | None]:
     import torch
 
     return {
-        "allocated_mb": torch.cuda.memory_allocated(device) / BYTES_PER_MB,
-        "reserved_mb": torch.cuda.memory_reserved(device) / BYTES_PER_MB,
-        "peak_mb": torch.cuda.max_memory_allocated(device) / BYTES_PER_MB,
-        "peak_reserved_mb": torch.cuda.max_memory_reserved(device) / BYTES_PER_MB,
+        "allocated_mb": torch.cuda.memory_allocated(device) / MIB,
+        "reserved_mb": torch.cuda.memory_reserved(device) / MIB,
+        "peak_mb": torch.cuda.max_memory_allocated(device) / MIB,
+        "peak_reserved_mb": torch.cuda.max_memory_reserved(device) / MIB,
     }
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
-from tunedeck.cluster.placement import DEFAULT_QUEUE, broker_queue_for, worker_broker_queue
+from tunedeck.cluster.placement import (DEFAULT_QUEUE, Placement, broker_queue_for,
+                                        worker_broker_queue)
 from tunedeck.settings import Settings
 
 if TYPE_CHECKING:
@@ -67,10 +68,9 @@ def _filesystem_transport_options(settings: Settings) -> dict:
     }
 
 
-def enqueue_job(celery_app: "Celery", job_id: int, spec: Mapping[str, Any]) -> None:
+def enqueue_job(celery_app: "Celery", job_id: int, spec: Placement | Mapping[str, Any]) -> None:
     """Send the job id (never the spec) by task name, to the queue of the workers that may
-    run it (`spec` as stored decides: its queue or host); call only after the row is
-    committed."""
+    run it (its spec decides: its queue or host); call only after the row is committed."""
     celery_app.send_task(RUN_JOB_TASK, args=[job_id], queue=broker_queue_for(spec))
 
 
@@ -86,7 +86,8 @@ def send_to_worker(celery_app: "Celery", job_id: int, worker_name: str) -> None:
     celery_app.send_task(RUN_JOB_TASK, args=[job_id], queue=worker_broker_queue(worker_name))
 
 
-def send_preflight(celery_app: "Celery", preflight_id: int, spec: Mapping[str, Any]) -> None:
+def send_preflight(celery_app: "Celery", preflight_id: int,
+                   spec: Placement | Mapping[str, Any]) -> None:
     """Send a stored preflight's id to the queue of the workers that would run a job of
     `spec` (its queue or host): they can read its data. Only after the row is committed."""
     celery_app.send_task(PREFLIGHT_DATASET_TASK, args=[preflight_id], queue=broker_queue_for(spec))

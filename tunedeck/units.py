@@ -1,7 +1,16 @@
-"""Sizes and counts as people read them, for the plan's table and its reasons."""
+"""Byte units, and sizes and counts as people read them (the plan's table and its reasons).
+
+The one definition of each unit: decimal ones (MB, GB: what the planner and the pages
+print) and binary ones (MIB: what the CUDA allocator, psutil and NVML readings are divided
+by; their fields are still called `*_mb`). Pure: the trainer imports it.
+"""
 from __future__ import annotations
 
 import math
+
+MB = 10**6  # bytes in a megabyte
+GB = 10**9  # bytes in a gigabyte
+MIB = 2**20  # bytes in a mebibyte
 
 
 def format_size(gb: float) -> str:
@@ -9,7 +18,7 @@ def format_size(gb: float) -> str:
     "59.9 GB", "1.88 GB"; under 1 GB in MB ("340 MB", "3.20 MB")."""
     if gb <= 0:
         return "0"
-    value, unit = (gb, "GB") if gb >= 1 else (gb * 1000, "MB")
+    value, unit = (gb, "GB") if gb >= 1 else (gb * (GB // MB), "MB")
     if value < 0.01:
         return f"<0.01 {unit}"
     value = float(f"{value:.3g}")  # round first: 99.96 is "100", not "100.0"

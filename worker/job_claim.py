@@ -12,7 +12,6 @@ from __future__ import annotations
 import socket
 import threading
 from dataclasses import dataclass, field
-from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -31,9 +30,11 @@ _claim_lock = threading.Lock()
 class Claim:
     """What became of the id: `spec` and `gpus` (positions) when this worker claimed it,
     `hand_on_to` a worker name, or neither (not ours to run now: `status` says why).
-    `followers` are the (node rank, worker name) to tell of a job on several nodes."""
+    `status` is the job's as the claim left it (None: no such job; worker/outcome.py says
+    what that makes of the id). `followers` are the (node rank, worker name) to tell of a
+    job on several nodes."""
 
-    status: str
+    status: str | None
     spec: JobSpec | None = None
     gpus: list[int] | None = None
     resume: bool = False
@@ -49,19 +50,20 @@ def claim_job(job_id: int, *, identity: WorkerIdentity, database: Database, run_
         try:
             job = job_store.get_job(session=session, job_id=job_id)
         except job_store.JobNotFound:
-            return Claim("missing")
+            return Claim(None)
         if job.status != QUEUED:
             return Claim(job.status)
         gpus = None
-        if serves(identity.view, job.spec):
-            gpus = _room(session, identity.view, job.spec)
-        nodes = int(job.spec.get("num_nodes", 1))
-        others = (_place_other_nodes(session, job.spec, identity, worker_lost_seconds)
+        spec = job.spec_model
+        if serves(identity.view, spec):
+            gpus = _room(session, identity.view, spec)
+        nodes = spec.num_nodes
+        others = (_place_other_nodes(session, spec, identity, worker_lost_seconds)
                   if gpus is not None and nodes > 1 else [])
         if gpus is None or (nodes > 1 and others is None):
             if nodes > 1:  # any worker with room may lead; no single one to hand it to
-                return _wait(session, job_id, job.spec, identity, worker_lost_seconds)
-            return _hand_on_or_wait(session, job_id, job.spec, identity, worker_lost_seconds)
+                return _wait(session, job_id, spec, identity, worker_lost_seconds)
+            return _hand_on_or_wait(session, job_id, spec, identity, worker_lost_seconds)
         rendezvous = f"{identity.address}:{_free_port()}" if nodes > 1 else None
         try:
             job = job_store.mark_job_running(session=session, job_id=job_id, run_dir=run_dir,
@@ -72,22 +74,22 @@ def claim_job(job_id: int, *, identity: WorkerIdentity, database: Database, run_
         if nodes > 1:
             job_store.assign_nodes(session=session, job_id=job_id, nodes=[
                 (rank, worker.name, worker.host, node_gpus) for rank, worker, node_gpus in others])
-        return Claim(job.status, spec=JobSpec.model_validate(job.spec), gpus=gpus,
+        return Claim(job.status, spec=spec, gpus=gpus,
                      resume=job.resume_requested, rendezvous=rendezvous,
                      followers=[(rank, worker.name) for rank, worker, _gpus in others or ()],
                      owner=job.owner)
 
 
-def _room(session: Session, worker: WorkerView, spec: dict[str, Any]) -> list[int] | None:
+def _room(session: Session, worker: WorkerView, spec: JobSpec) -> list[int] | None:
     held = job_store.worker_load(session=session, worker_name=worker.name)
     return room_for(worker, spec, running_jobs=len(held), held=held)
 
 
-def _place_other_nodes(session: Session, spec: dict[str, Any], identity: WorkerIdentity,
+def _place_other_nodes(session: Session, spec: JobSpec, identity: WorkerIdentity,
                        worker_lost_seconds: float
                        ) -> list[tuple[int, WorkerView, list[int]]] | None:
     """Nodes 1.. of the job, each on another live worker of its queue with room now."""
-    wanted = int(spec["num_nodes"]) - 1
+    wanted = spec.num_nodes - 1
     placed: list[tuple[int, WorkerView, list[int]]] = []
     for worker in worker_registry.live_worker_views(session=session,
                                                     silent_seconds=worker_lost_seconds):
@@ -101,7 +103,7 @@ def _place_other_nodes(session: Session, spec: dict[str, Any], identity: WorkerI
     return None
 
 
-def _hand_on_or_wait(session: Session, job_id: int, spec: dict[str, Any],
+def _hand_on_or_wait(session: Session, job_id: int, spec: JobSpec,
                      identity: WorkerIdentity, worker_lost_seconds: float) -> Claim:
     workers = worker_registry.live_worker_views(session=session, silent_seconds=worker_lost_seconds)
     for worker in workers:
@@ -111,7 +113,7 @@ def _hand_on_or_wait(session: Session, job_id: int, spec: dict[str, Any],
     return _wait(session, job_id, spec, identity, worker_lost_seconds, workers)
 
 
-def _wait(session: Session, job_id: int, spec: dict[str, Any], identity: WorkerIdentity,
+def _wait(session: Session, job_id: int, spec: JobSpec, identity: WorkerIdentity,
           worker_lost_seconds: float, workers: list[WorkerView] | None = None) -> Claim:
     if workers is None:
         workers = worker_registry.live_worker_views(session=session,
@@ -134,4 +136,4 @@ def jobs_to_offer(*, identity: WorkerIdentity, database: Database, limit: int = 
     jobs ends and frees GPUs (waiting jobs get a turn without the sweep's delay)."""
     with database.transaction() as session:
         jobs = job_store.list_queued_jobs(session=session, limit=limit * 5)
-    return [job.id for job in jobs if serves(identity.view, job.spec)][:limit]
+    return [job.id for job in jobs if serves(identity.view, job.spec_model)][:limit]

@@ -14,12 +14,12 @@ from typing import Callable
 from tunedeck import job_store
 from tunedeck.db.engine import Database
 from tunedeck.failure_kinds import ERROR, INPUT_ERROR
-from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import InvalidTransition
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
 from worker.input_check import find_input_problems, worker_input_roots
-from worker.job_runner import NodePlace, launch_node, never
+from worker.launch import NodeLaunch, launch_node, never
+from worker.outcome import Outcome
 from worker.worker_identity import WorkerIdentity
 
 log = logging.getLogger(__name__)
@@ -27,31 +27,22 @@ log = logging.getLogger(__name__)
 
 def run_job_node(job_id: int, node_rank: int, *, settings: Settings, database: Database,
                  identity: WorkerIdentity,
-                 shutdown_requested: Callable[[], bool] = never) -> str:
+                 shutdown_requested: Callable[[], bool] = never) -> Outcome:
     """Run this worker's node of the job to its end; returns what became of the node."""
-    with database.transaction() as session:
-        if not job_store.start_node(session=session, job_id=job_id, node_rank=node_rank,
-                                    worker_name=identity.name):
-            log.info("not starting node %s of job %s: not running, or not ours", node_rank, job_id)
-            return "not started"
-        job = job_store.get_job(session=session, job_id=job_id)
-        node = next(node for node in job_store.list_job_nodes(session=session, job_id=job_id)
-                    if node.node_rank == node_rank)
-        spec, rendezvous, resume = JobSpec.model_validate(job.spec), job.rendezvous, job.resume_requested
-        gpus, owner = node.gpu_indices, job.owner
-    problems = find_input_problems(spec, allowed_roots=worker_input_roots(settings, owner),
+    started = _start_node(job_id, node_rank, identity=identity, settings=settings,
+                          database=database)
+    if started is None:
+        log.info("not starting node %s of job %s: not running, or not ours", node_rank, job_id)
+        return Outcome.NOT_STARTED
+    launch, owner = started
+    problems = find_input_problems(launch.spec, allowed_roots=worker_input_roots(settings, owner),
                                    datasets_cache=settings.datasets_cache_dir)
     if problems:
         return _fail_job(job_id, node_rank, identity, "; ".join(problems), INPUT_ERROR,
                          database=database)
-    visible = identity.cuda_visible_devices(gpus) if identity.gpu_ids is not None and gpus else None
-    place = NodePlace(node_rank=node_rank, rendezvous=rendezvous, visible_devices=visible)
-    run = RunFolder(settings.run_dir_for(job_id))
     try:
-        returncode, _supervision = launch_node(job_id, spec, run, place, resume=resume,
-                                               settings=settings, database=database,
-                                               shutdown_requested=shutdown_requested,
-                                               worker_name=None)
+        returncode, _supervision = launch_node(launch, settings=settings, database=database,
+                                               shutdown_requested=shutdown_requested)
     except OSError as error:
         return _fail_job(job_id, node_rank, identity, f"could not start torchrun: {error}", ERROR,
                          database=database)
@@ -63,12 +54,33 @@ def run_job_node(job_id: int, node_rank: int, *, settings: Settings, database: D
                 session=session, job_id=job_id, kind="error",
                 message=f"node {node_rank} on worker {identity.name} ({identity.host}): torchrun "
                         f"exited with code {returncode}; its log is "
-                        f"{run.node_launcher_log_file(node_rank)} on that host")
-    return "exited" if returncode == 0 else f"exited with code {returncode}"
+                        f"{launch.run.node_launcher_log_file(node_rank)} on that host")
+    if returncode != 0:
+        log.info("node %s of job %s: torchrun exited with code %s", node_rank, job_id, returncode)
+    return Outcome.EXITED
+
+
+def _start_node(job_id: int, node_rank: int, *, identity: WorkerIdentity, settings: Settings,
+                database: Database) -> tuple[NodeLaunch, str | None] | None:
+    """Mark the node started (once) and read what it launches, with the job's owner; None
+    when the job no longer runs or the node is not this worker's."""
+    with database.transaction() as session:
+        if not job_store.start_node(session=session, job_id=job_id, node_rank=node_rank,
+                                    worker_name=identity.name):
+            return None
+        job = job_store.get_job(session=session, job_id=job_id)
+        node = next(node for node in job_store.list_job_nodes(session=session, job_id=job_id)
+                    if node.node_rank == node_rank)
+        launch = NodeLaunch(job_id=job_id, spec=job.spec_model,
+                            run=RunFolder(settings.run_dir_for(job_id)),
+                            resume=job.resume_requested, node_rank=node_rank,
+                            rendezvous=job.rendezvous,
+                            visible_devices=identity.cuda_visible_devices(node.gpu_indices))
+        return launch, job.owner
 
 
 def _fail_job(job_id: int, node_rank: int, identity: WorkerIdentity, why: str, kind: str, *,
-              database: Database) -> str:
+              database: Database) -> Outcome:
     error = f"node {node_rank} on worker {identity.name} ({identity.host}): {why}"
     with database.transaction() as session:
         job_store.finish_node(session=session, job_id=job_id, node_rank=node_rank, exit_code=None)
@@ -77,4 +89,4 @@ def _fail_job(job_id: int, node_rank: int, identity: WorkerIdentity, why: str, k
                                       failure_kind=kind)
         except InvalidTransition:
             pass  # the job already ended
-    return "failed"
+    return Outcome.FAILED

@@ -15,12 +15,13 @@ from typing import Any, Callable, Iterable
 import psutil
 
 from tunedeck.metrics.samples import GPU, PROCESS
+from tunedeck.units import MIB
 
 from trainer.warm_rank import RANK_PROCESS_NAME_PREFIX
 
 log = logging.getLogger(__name__)
 SAMPLE_SECONDS = 1.0
-BYTES_PER_MB = 1024 * 1024  # MiB, as the ranks' own memory readings
+BYTES_PER_MB = MIB  # the `*_mb` figures are MiB, as the ranks' own memory readings
 MILLIWATTS_PER_WATT = 1000
 _NOT_LOADED = object()
 _nvml_module: Any = _NOT_LOADED

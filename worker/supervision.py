@@ -1,7 +1,8 @@
 """Supervising one node's launch while it runs: store its ranks' new metric lines and the
 worker's samples every poll (kept in memory while the database does not answer), record
 its notices, and stop it when the job is cancelled, the worker shuts down, or the job is
-no longer this worker's. `worker.job_runner` launches and judges; this module watches."""
+no longer this worker's. `worker.launch` launches, `worker.job_runner` judges; this
+module watches."""
 from __future__ import annotations
 
 import logging
@@ -50,10 +51,12 @@ class Supervision:
 PROCESS_SCAN_SECONDS = 5.0  # ranks start once; scanning /proc every poll would cost a core's %
 
 
-def _supervise(job_id: int, processes: JobProcesses, run: RunFolder, *, settings: Settings,
+def supervise(job_id: int, processes: JobProcesses, run: RunFolder, *, settings: Settings,
                database: Database, shutdown_requested: Callable[[], bool],
                sampler: JobSampler | None = None, launch_env: dict[str, str] | None = None,
                worker_name: str | None = None, ranks: range | None = None) -> Supervision:
+    """Watch the launch until its launcher exits, or stop it (cancel, shutdown, the job
+    no longer ours); the returned Supervision says which, and what the ranks reported."""
     tail = MetricsTail(run, ranks)
     # The job's own CUDA_VISIBLE_DEVICES: the GPUs it was given, not all of the worker's.
     sampler = sampler or JobSampler.for_launch(host=socket.gethostname(),

@@ -1,120 +1,136 @@
-"""The Celery app of a worker host and its tasks, each as thin as a web view."""
+"""The Celery app of a worker host and its tasks, each as thin as a web view.
+
+`build_worker(settings)` makes them from the Settings the command line read (nothing is
+read at import): a `WorkerProcess` holding what the process shares (database, identity,
+heartbeat, standby launcher), its Celery app with the tasks registered, and the hooks
+Celery calls when the worker is ready and when it stops.
+"""
 from __future__ import annotations
 
 import threading
+from functools import cached_property
 from pathlib import Path
-from functools import lru_cache
 
 from celery.signals import worker_ready, worker_shutting_down
 
 from tunedeck.broker import (PREFLIGHT_DATASET_TASK, RUN_JOB_NODE_TASK, RUN_JOB_TASK,
                              enqueue_job, make_celery, send_node_to_worker, send_to_worker)
 from tunedeck.db.engine import Database
-from tunedeck.job_states import FINISHED_STATUSES
-from tunedeck.settings import load_settings
+from tunedeck.settings import Settings
 from worker.dataset_preflight import run_dataset_preflight
 from worker.heartbeat import Heartbeat
 from worker.job_claim import jobs_to_offer
-from worker.job_runner import run_job, standby_environment
+from worker.job_runner import run_job
+from worker.launch import standby_environment
 from worker.node_runner import run_job_node
+from worker.outcome import Outcome
 from worker.recovery import settle_jobs_whose_launcher_is_gone
 from worker.warm_launcher import WarmLauncher
 from worker.worker_identity import WorkerIdentity
 
-settings = load_settings()
-celery_app = make_celery(settings)
-# Set when the worker is told to stop: running jobs are stopped and marked failed rather
-# than left behind (they were acknowledged on receipt, so no other worker would run them).
-shutdown_requested = threading.Event()
+
+class WorkerProcess:
+    """What one worker process shares among its task threads, each made on first use."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.celery_app = make_celery(settings)
+        # Set when the worker is told to stop: running jobs are stopped and marked failed
+        # rather than left behind (they were acknowledged on receipt, so no other worker
+        # would run them).
+        self.shutdown_requested = threading.Event()
+
+    @cached_property
+    def database(self) -> Database:
+        return Database(self.settings.resolved_database_url)
+
+    @cached_property
+    def identity(self) -> WorkerIdentity:
+        return WorkerIdentity.from_settings(self.settings)
+
+    @cached_property
+    def heartbeat(self) -> Heartbeat:
+        return Heartbeat(identity=self.identity, settings=self.settings, database=self.database,
+                         send=lambda job_id, spec: enqueue_job(self.celery_app, job_id, spec))
+
+    @cached_property
+    def warm_launcher(self) -> WarmLauncher | None:
+        """The standby launcher of this worker (None with TUNEDECK_WARM_START=false)."""
+        if not self.settings.warm_start:
+            return None
+        return WarmLauncher(folder=self.settings.home_dir / "warm" / self.identity.name,
+                            environment=standby_environment(), cwd=Path.cwd())
+
+    def hand_on(self, job_id: int, worker_name: str) -> None:
+        send_to_worker(self.celery_app, job_id, worker_name)
+
+    def start_node(self, job_id: int, node_rank: int, worker_name: str) -> None:
+        send_node_to_worker(self.celery_app, job_id, node_rank, worker_name)
+
+    def offer_waiting_jobs(self) -> None:
+        """A job here ended and its GPUs are free again: jobs waiting for them get a turn now."""
+        if not self.shutdown_requested.is_set():
+            for waiting_job_id in jobs_to_offer(identity=self.identity, database=self.database):
+                self.hand_on(waiting_job_id, self.identity.name)
+
+    def stop_running_jobs(self) -> None:
+        self.shutdown_requested.set()
+        self.heartbeat.stop()
+        if self.warm_launcher is not None:
+            self.warm_launcher.stop()
+
+    def settle_jobs_at_start(self) -> None:
+        """Settle this host's jobs whose worker died, start the heartbeat, then re-send every
+        queued job this worker serves: a message lost with a dead worker or a broker restart
+        must not strand a job. Duplicates are harmless: only one claim succeeds."""
+        with self.database.transaction() as session:
+            settled = settle_jobs_whose_launcher_is_gone(session=session,
+                                                         worker_host=self.identity.host)
+        for job_id, spec in settled.to_send:
+            enqueue_job(self.celery_app, job_id, spec)
+        self.heartbeat.start()
+        if self.warm_launcher is not None:
+            self.warm_launcher.replenish()
+        for job_id in jobs_to_offer(identity=self.identity, database=self.database, limit=1000):
+            self.hand_on(job_id, self.identity.name)
 
 
-@lru_cache(maxsize=1)
-def worker_database() -> Database:
-    return Database(settings.resolved_database_url)
+def build_worker(settings: Settings) -> WorkerProcess:
+    """The worker of `settings`: its Celery app has the tasks, and Celery's worker signals
+    reach it (call once a process: `tunedeck worker` runs one)."""
+    worker = WorkerProcess(settings)
+    _register_tasks(worker)
+    worker_ready.connect(lambda **_kwargs: worker.settle_jobs_at_start(), weak=False)
+    worker_shutting_down.connect(lambda **_kwargs: worker.stop_running_jobs(), weak=False)
+    return worker
 
 
-@lru_cache(maxsize=1)
-def worker_identity() -> WorkerIdentity:
-    return WorkerIdentity.from_settings(settings)
+def _register_tasks(worker: WorkerProcess) -> None:
+    task = worker.celery_app.task
 
+    @task(name=RUN_JOB_TASK, shared=False)
+    def run_job_task(job_id: int) -> str:
+        outcome = run_job(job_id, settings=worker.settings, database=worker.database,
+                          shutdown_requested=worker.shutdown_requested.is_set,
+                          identity=worker.identity, hand_on=worker.hand_on,
+                          start_node=worker.start_node, warm=worker.warm_launcher)
+        if outcome.job_finished:
+            worker.offer_waiting_jobs()
+            if worker.warm_launcher is not None and not worker.shutdown_requested.is_set():
+                worker.warm_launcher.replenish()  # the next job's, now that this one's CPU is free
+        return str(outcome)
 
-@lru_cache(maxsize=1)
-def heartbeat() -> Heartbeat:
-    return Heartbeat(identity=worker_identity(), settings=settings, database=worker_database(),
-                     send=lambda job_id, spec: enqueue_job(celery_app, job_id, spec))
+    @task(name=RUN_JOB_NODE_TASK, shared=False)
+    def run_job_node_task(job_id: int, node_rank: int) -> str:
+        outcome = run_job_node(job_id, node_rank, settings=worker.settings,
+                               database=worker.database, identity=worker.identity,
+                               shutdown_requested=worker.shutdown_requested.is_set)
+        if outcome != Outcome.NOT_STARTED:
+            worker.offer_waiting_jobs()
+        return str(outcome)
 
-
-@lru_cache(maxsize=1)
-def warm_launcher() -> WarmLauncher | None:
-    """The standby launcher of this worker (None with TUNEDECK_WARM_START=false)."""
-    if not settings.warm_start:
-        return None
-    return WarmLauncher(folder=settings.home_dir / "warm" / worker_identity().name,
-                        environment=standby_environment(), cwd=Path.cwd())
-
-
-def hand_on(job_id: int, worker_name: str) -> None:
-    send_to_worker(celery_app, job_id, worker_name)
-
-
-@celery_app.task(name=RUN_JOB_TASK)
-def run_job_task(job_id: int) -> str:
-    status = run_job(job_id, settings=settings, database=worker_database(),
-                     shutdown_requested=shutdown_requested.is_set, identity=worker_identity(),
-                     hand_on=hand_on,
-                     start_node=lambda job, node, worker: send_node_to_worker(celery_app, job,
-                                                                              node, worker),
-                     warm=warm_launcher())
-    if status in FINISHED_STATUSES:
-        offer_waiting_jobs()
-        if warm_launcher() is not None and not shutdown_requested.is_set():
-            warm_launcher().replenish()  # the next job's, now that this one's CPU is free
-    return status
-
-
-@celery_app.task(name=RUN_JOB_NODE_TASK)
-def run_job_node_task(job_id: int, node_rank: int) -> str:
-    status = run_job_node(job_id, node_rank, settings=settings, database=worker_database(),
-                          identity=worker_identity(), shutdown_requested=shutdown_requested.is_set)
-    if status != "not started":
-        offer_waiting_jobs()
-    return status
-
-
-@celery_app.task(name=PREFLIGHT_DATASET_TASK)
-def preflight_dataset_task(preflight_id: int) -> str:
-    """A few seconds on the worker's spare thread (tunedeck.broker.PREFLIGHT_THREADS)."""
-    return run_dataset_preflight(preflight_id, settings=settings, database=worker_database(),
-                                 worker_name=worker_identity().name)
-
-
-def offer_waiting_jobs() -> None:
-    """A job here ended and its GPUs are free again: jobs waiting for them get a turn now."""
-    if not shutdown_requested.is_set():
-        for waiting_job_id in jobs_to_offer(identity=worker_identity(), database=worker_database()):
-            hand_on(waiting_job_id, worker_identity().name)
-
-
-@worker_shutting_down.connect
-def stop_running_jobs(**_kwargs) -> None:
-    shutdown_requested.set()
-    heartbeat().stop()
-    if warm_launcher() is not None:
-        warm_launcher().stop()
-
-
-@worker_ready.connect
-def settle_jobs_at_start(**_kwargs) -> None:
-    """Settle this host's jobs whose worker died, start the heartbeat, then re-send every
-    queued job this worker serves: a message lost with a dead worker or a broker restart
-    must not strand a job. Duplicates are harmless: only one claim succeeds."""
-    identity = worker_identity()
-    with worker_database().transaction() as session:
-        settled = settle_jobs_whose_launcher_is_gone(session=session, worker_host=identity.host)
-    for job_id, spec in settled.to_send:
-        enqueue_job(celery_app, job_id, spec)
-    heartbeat().start()
-    if warm_launcher() is not None:
-        warm_launcher().replenish()
-    for job_id in jobs_to_offer(identity=identity, database=worker_database(), limit=1000):
-        hand_on(job_id, identity.name)
+    @task(name=PREFLIGHT_DATASET_TASK, shared=False)
+    def preflight_dataset_task(preflight_id: int) -> str:
+        """A few seconds on the worker's spare thread (tunedeck.broker.PREFLIGHT_THREADS)."""
+        return run_dataset_preflight(preflight_id, settings=worker.settings,
+                                     database=worker.database, worker_name=worker.identity.name)

@@ -54,8 +54,11 @@ class WorkerIdentity:
         return WorkerView(name=self.name, host=self.host, queues=self.queues,
                           gpu_indices=positions, concurrency=self.concurrency)
 
-    def cuda_visible_devices(self, positions: Sequence[int]) -> str:
-        assert self.gpu_ids is not None
+    def cuda_visible_devices(self, positions: Sequence[int] | None) -> str | None:
+        """The CUDA_VISIBLE_DEVICES of a job holding `positions` (None on a host without
+        GPUs, or for a job given none)."""
+        if self.gpu_ids is None or not positions:
+            return None
         return ",".join(str(self.gpu_ids[position]) for position in positions)
 
 

@@ -9,14 +9,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from app.actions.errors import Conflict
+from app.actions.job_lookup import find_visible_job
+from app.auth.principal import Principal
 from tunedeck import job_store
+from tunedeck.accounts import audit
 from tunedeck.broker import enqueue_job
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
 from tunedeck.run_folder import CHECKPOINT_STATE_FILE, RunFolder
 
 
-class NothingToResume(Exception):
+class NothingToResume(Conflict):
     """The job cannot be resumed (no checkpoint, or a status that does not allow it)."""
 
 
@@ -40,11 +44,13 @@ def _folder_bytes(path: Path) -> int:
     return sum(item.stat().st_size for item in path.rglob("*") if item.is_file())
 
 
-def resume_from_latest_checkpoint(*, database: Database, celery_app, job_id: int) -> Job:
+def resume(principal: Principal, job_id: int, *, database: Database, celery_app,
+           client: str | None = None) -> Job:
     """Queue a failed or cancelled job again; its trainer continues from the latest
-    checkpoint with the same data order and schedule."""
+    checkpoint with the same data order and schedule. NotFound for a job the principal may
+    not see, NothingToResume (a Conflict) for one without a checkpoint or in another state."""
     with database.transaction() as session:
-        job = job_store.get_job(session=session, job_id=job_id)
+        job = find_visible_job(session=session, principal=principal, job_id=job_id)
         if job.status not in (job_store.FAILED, job_store.CANCELLED):
             raise NothingToResume(f"job {job_id} is {job.status}; only a failed or cancelled "
                                   "job can be resumed")
@@ -53,7 +59,12 @@ def resume_from_latest_checkpoint(*, database: Database, celery_app, job_id: int
             raise NothingToResume(
                 f"job {job_id} has no complete checkpoint to resume from (set "
                 "checkpoint_every_steps in the spec to save them); submit its spec again instead")
-        job = job_store.resume_job(session=session, job_id=job_id,
-                                   checkpoint_step=checkpoints[0]["step"])
+        try:
+            job = job_store.resume_job(session=session, job_id=job_id,
+                                       checkpoint_step=checkpoints[0]["step"])
+        except job_store.InvalidTransition as error:
+            raise NothingToResume(str(error)) from error
+        audit.record(session=session, actor=principal.name, action=audit.RESUME, job_id=job_id,
+                     client=client)
     enqueue_job(celery_app, job_id, job.spec)
     return job

@@ -3,8 +3,12 @@ DeepSpeed ZeRO-2 and once under FSDP, everything else equal, so which backend su
 model and these cards is answered by measurement. Both go through the normal submit path."""
 from __future__ import annotations
 
+from app.actions.errors import Conflict
+from app.actions.job_lookup import find_visible_job
 from app.actions.submit import submit_job
+from app.auth.principal import Principal
 from tunedeck import job_store
+from tunedeck.accounts import audit
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
 from tunedeck.job_spec import BACKENDS, JobSpec
@@ -12,7 +16,7 @@ from tunedeck.job_spec import BACKENDS, JobSpec
 DEFAULT_COMPARE_STEPS = 50  # enough steps for throughput and memory to settle, cheap to run
 
 
-class ComparisonRefused(Exception):
+class ComparisonRefused(Conflict):
     """The job's spec cannot run under both backends."""
 
 
@@ -39,18 +43,22 @@ def backend_variants(spec: JobSpec, max_steps: int | None = None) -> list[JobSpe
             for backend in BACKENDS]
 
 
-def compare_backends(*, database: Database, celery_app, job_id: int,
-                     max_steps: int | None = None) -> list[Job]:
-    """Submit both variants; the source job's events say which jobs compare it."""
+def compare_backends(principal: Principal, job_id: int, *, database: Database, celery_app,
+                     max_steps: int | None = None, client: str | None = None) -> list[Job]:
+    """Submit both variants; the source job's events say which jobs compare it. NotFound
+    for a job the principal may not see; ComparisonRefused (a Conflict) for a qlora job."""
     with database.transaction() as session:
-        source = job_store.get_job(session=session, job_id=job_id)
-        variants = backend_variants(JobSpec.model_validate(source.spec), max_steps)
+        source = find_visible_job(session=session, principal=principal, job_id=job_id)
+        variants = backend_variants(source.spec_model, max_steps)
     # The variants are the source job's owner's, whoever asked for them.
     jobs = [submit_job(database=database, celery_app=celery_app, spec=spec, owner=source.owner)
             for spec in variants]
     with database.transaction() as session:
         job_store.add_job_event(session=session, job_id=job_id, kind="compare",
                                 message=f"compared backends: jobs {jobs[0].id} and {jobs[1].id}")
+        audit.record(session=session, actor=principal.name, action=audit.COMPARE_BACKENDS,
+                     job_id=job_id, detail="as jobs " + ", ".join(str(job.id) for job in jobs),
+                     client=client)
     return jobs
 
 

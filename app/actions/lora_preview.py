@@ -1,9 +1,11 @@
-"""What LoRA adapts on a spec's model, for `POST /api/lora-targets` and the New job form.
+"""What LoRA adapts on a spec's model, for `POST /api/lora-targets` and the New job form:
+one action, `preview_lora_targets`, that checks the model is one the principal could train.
 
 The answer is the trainer's own: `python -m trainer.target_preview` builds the model on the
 meta device from its config.json and applies the trainer's method to it. It runs in a
-subprocess kept for the web process's life, so the web process never imports torch; a web host without torch (the web image)
-says that it cannot answer, and the worker runs the same check before the job takes its GPUs.
+subprocess kept for the web process's life, so the web process never imports torch; a web
+host without torch (the web image) says that it cannot answer, and the worker runs the
+same check before the job takes its GPUs.
 Like the memory planner, it reads a hub model's config only from the Hugging Face cache
 (offline), and it never builds a model that needs its own code (trust_remote_code).
 """
@@ -16,8 +18,12 @@ import sys
 import threading
 from pathlib import Path
 
+from app.actions.errors import Invalid, Unavailable
+from app.auth.principal import Principal
+from app.auth.spec_access import model_access_problems
 from tunedeck.job_spec import JobSpec
 from tunedeck.line_server import LineServer, LineServerError
+from tunedeck.settings import Settings
 
 # Importing torch, transformers and peft is most of it (seconds; more on a busy host), paid
 # once: the resolver process then answers each spec in milliseconds.
@@ -26,8 +32,25 @@ PREVIEW_TIMEOUT_SECONDS = 180
 PREVIEW_FIELDS = {"model", "method", "backend", "trust_remote_code", "lora"}
 
 
-class PreviewUnavailable(RuntimeError):
+class PreviewUnavailable(Unavailable):
     """This web host cannot build models (no torch), or the resolver did not answer."""
+
+
+class ModelNotAdaptable(Invalid):
+    """The trainer could not adapt the model; the message names it."""
+
+
+def preview_lora_targets(principal: Principal, spec: JobSpec, *, settings: Settings) -> dict:
+    """lora_targets_preview's answer for a model the principal may read: Invalid naming the
+    model otherwise (nothing is read), ModelNotAdaptable when the trainer could not adapt
+    it, PreviewUnavailable when this host cannot answer."""
+    problems = model_access_problems(spec, principal=principal, settings=settings)
+    if problems:
+        raise Invalid.of_fields(problems)
+    try:
+        return lora_targets_preview(spec, home=settings.home_dir)
+    except ValueError as error:
+        raise ModelNotAdaptable([(("model",), str(error))]) from error
 
 
 def lora_targets_preview(spec: JobSpec, *, home: Path) -> dict:

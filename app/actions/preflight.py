@@ -15,17 +15,18 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.actions.errors import Invalid, NotFound
 from app.auth.job_access import owner_for_new_job
 from app.auth.principal import Principal
 from app.auth.spec_access import spec_access_problems
 from tunedeck.accounts import audit
-from tunedeck.data import preflight_store
-from tunedeck.cluster import workers as worker_registry
 from tunedeck.broker import send_preflight
+from tunedeck.cluster import workers as worker_registry
+from tunedeck.cluster.placement import job_queue, serves
+from tunedeck.data import preflight_store
+from tunedeck.data.preflight_request import FINISHED, PENDING, PreflightRequest, broker_spec
 from tunedeck.db.engine import Database
 from tunedeck.db.models import DatasetPreflight
-from tunedeck.cluster.placement import job_queue, serves
-from tunedeck.data.preflight_request import FINISHED, PENDING, PreflightRequest, broker_spec
 from tunedeck.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -38,12 +39,8 @@ POLL_SECONDS = 0.2
 NO_WORKER = "waiting: no live worker serves"  # then nothing will change while a request waits
 
 
-class PreflightRefused(ValueError):
-    """The principal may not have this data read; `problems` are (field, message)."""
-
-    def __init__(self, problems: list[tuple[str, str]]):
-        super().__init__("\n".join(message for _field, message in problems))
-        self.problems = problems
+class PreflightRefused(Invalid):
+    """The principal may not have this data read; one problem a field of the request."""
 
 
 @dataclass(frozen=True)
@@ -61,10 +58,11 @@ class PreflightAnswer:
 
 def start_preflight(*, database: Database, celery_app, settings: Settings, principal: Principal,
                     request: PreflightRequest, client: str | None = None) -> int:
-    """The new preflight's id, its request stored and sent; PreflightRefused otherwise."""
+    """The new preflight's id, its request stored, audited and sent; PreflightRefused (an
+    Invalid, by field) for data the principal may not have read."""
     problems = spec_access_problems(request.to_spec(), principal=principal, settings=settings)
     if problems:
-        raise PreflightRefused(problems)
+        raise PreflightRefused.of_fields(problems)
     with database.transaction() as session:
         preflight = preflight_store.create_preflight(session=session, request=request,
                                                      owner=owner_for_new_job(principal))
@@ -85,12 +83,15 @@ def start_preflight(*, database: Database, celery_app, settings: Settings, princ
 def await_preflight(*, database: Database, settings: Settings, principal: Principal,
                     preflight_id: int, wait_seconds: float = WAIT_SECONDS) -> PreflightAnswer:
     """The preflight once finished, or after `wait_seconds` (at once when no live worker
-    serves its queue); PreflightNotFound for one the principal may not see."""
+    serves its queue); NotFound for one that is missing or the principal may not see."""
     deadline = time.monotonic() + wait_seconds
     while True:
         with database.transaction() as session:
-            preflight = visible_preflight(session=session, principal=principal,
-                                          preflight_id=preflight_id)
+            try:
+                preflight = visible_preflight(session=session, principal=principal,
+                                              preflight_id=preflight_id)
+            except preflight_store.PreflightNotFound as error:
+                raise NotFound(str(error)) from error
             waiting = None if preflight.status in FINISHED else _waiting_reason(
                 session, preflight, settings)
             answer = PreflightAnswer(preflight_store.preflight_to_dict(preflight), waiting)

@@ -2,20 +2,19 @@
 would help (tunedeck.retry_changes picks it); the old job's events say which job retried it."""
 from __future__ import annotations
 
-import logging
-
+from app.actions.errors import Conflict
+from app.actions.job_lookup import find_visible_job
+from app.actions.submit import enqueue_stored_job
+from app.auth.principal import Principal
 from tunedeck import job_store
-from tunedeck.broker import enqueue_job
+from tunedeck.accounts import audit
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
-from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import FAILED
 from tunedeck.retry_changes import NoRetry, RetryChange, retried_spec, retry_change
 
-log = logging.getLogger(__name__)
 
-
-class RetryRefused(Exception):
+class RetryRefused(Conflict):
     """Not retried: the job has not failed, or its failure needs a fixed file first."""
 
 
@@ -24,24 +23,25 @@ def planned_retry(job: Job) -> RetryChange:
     if job.status != FAILED:
         raise RetryRefused(f"job {job.id} is {job.status}; only a failed job is retried")
     try:
-        return retry_change(JobSpec.model_validate(job.spec), job.failure_kind, error=job.error)
+        return retry_change(job.spec_model, job.failure_kind, error=job.error)
     except NoRetry as reason:
         raise RetryRefused(str(reason)) from reason
 
 
-def retry_job(*, database: Database, celery_app, job_id: int) -> tuple[Job, RetryChange]:
-    """Store the new job and the old job's event in one transaction, then enqueue."""
+def retry(principal: Principal, job_id: int, *, database: Database, celery_app,
+          client: str | None = None) -> tuple[Job, RetryChange]:
+    """The new job and the change it carries. The new job, the old job's event and the audit
+    record are stored in one transaction, then the new job is enqueued. NotFound for a job
+    the principal may not see; RetryRefused (a Conflict) when there is no retry to make."""
     with database.transaction() as session:
-        job = job_store.get_job(session=session, job_id=job_id)
+        job = find_visible_job(session=session, principal=principal, job_id=job_id)
         change = planned_retry(job)
-        spec = retried_spec(JobSpec.model_validate(job.spec), change)
         # The retry is the failed job's owner's, whoever pressed the button.
-        new_job = job_store.create_job(session=session, spec=spec, owner=job.owner)
+        new_job = job_store.create_job(session=session, spec=retried_spec(job.spec_model, change),
+                                       owner=job.owner)
         job_store.add_job_event(session=session, job_id=job_id, kind="retry",
                                 message=f"retried as job {new_job.id} ({change.label})")
-    try:
-        enqueue_job(celery_app, new_job.id, new_job.spec)
-    except Exception:  # the row is the record; a worker's start-up sweep re-sends it
-        log.exception("job %s stored but not enqueued; a worker will pick it up on start",
-                      new_job.id)
+        audit.record(session=session, actor=principal.name, action=audit.RETRY, job_id=job_id,
+                     detail=f"as job {new_job.id} ({change.label})", client=client)
+    enqueue_stored_job(celery_app, new_job)
     return new_job, change

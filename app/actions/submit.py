@@ -1,27 +1,63 @@
-"""Submitting a job: store the row, commit, then enqueue its id. One path for API and UI."""
+"""Submitting and cancelling a job, one policy for the API and the UI: the spec's paths
+and trust_remote_code checked against the principal, the row stored and audited in one
+transaction, then its id enqueued (after the commit)."""
 from __future__ import annotations
 
 import logging
 
+from app.actions.errors import Invalid
+from app.actions.job_lookup import find_visible_job
+from app.auth.job_access import owner_for_new_job
+from app.auth.principal import Principal
+from app.auth.spec_access import spec_access_problems
 from tunedeck import job_store
+from tunedeck.accounts import audit
 from tunedeck.broker import enqueue_job
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
 from tunedeck.job_spec import JobSpec
+from tunedeck.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
+def submit(principal: Principal, spec: JobSpec, *, database: Database, celery_app,
+           settings: Settings, client: str | None = None) -> Job:
+    """The new queued job; Invalid (by field) for paths or switches the principal may not
+    use, and nothing is stored."""
+    problems = spec_access_problems(spec, principal=principal, settings=settings)
+    if problems:
+        raise Invalid.of_fields(problems)
+    with database.transaction() as session:
+        job = job_store.create_job(session=session, spec=spec, owner=owner_for_new_job(principal))
+        audit.record(session=session, actor=principal.name, action=audit.SUBMIT, job_id=job.id,
+                     detail=job.name, client=client)
+    enqueue_stored_job(celery_app, job)
+    return job
+
+
 def submit_job(*, database: Database, celery_app, spec: JobSpec, owner: str | None = None) -> Job:
+    """Store and enqueue a job the caller's action has already checked and audits."""
     with database.transaction() as session:
         job = job_store.create_job(session=session, spec=spec, owner=owner)
+    enqueue_stored_job(celery_app, job)
+    return job
+
+
+def enqueue_stored_job(celery_app, job: Job) -> None:
     try:
         enqueue_job(celery_app, job.id, job.spec)
     except Exception:  # the row is the record; a worker's start-up sweep re-sends it
         log.exception("job %s stored but not enqueued; a worker will pick it up on start", job.id)
-    return job
 
 
-def cancel_job(*, database: Database, job_id: int) -> Job:
+def cancel(principal: Principal, job_id: int, *, database: Database,
+           client: str | None = None) -> Job:
+    """A queued job ends at once, a running one is asked to stop; NotFound for a job the
+    principal may not see."""
     with database.transaction() as session:
-        return job_store.request_cancel(session=session, job_id=job_id)
+        find_visible_job(session=session, principal=principal, job_id=job_id)
+        job = job_store.request_cancel(session=session, job_id=job_id)
+        audit.record(session=session, actor=principal.name, action=audit.CANCEL, job_id=job_id,
+                     client=client)
+    return job

@@ -1,12 +1,11 @@
-"""Dataset uploads: `POST /api/datasets?filename=NAME.jsonl` with the file as the raw body.
+"""Dataset uploads, one policy for `POST /api/datasets` and the New job form's upload.
 
-The body is streamed to a temporary file in the uploader's own folder
-(`TUNEDECK_HOME/uploads/NAME`), counting bytes: a declared Content-Length over the cap is a
-413 before any byte is read, and a body that grows past the cap is a 413 as soon as it does
-(the partial file deleted). Every record is then checked against the accepted shapes; a bad
-file is a 422 naming the file, and is deleted. A good one is kept as
-`{sha256 prefix}-{NAME}` and its absolute path goes into a spec's `dataset`.
-Only the sanitized base name from the request ever reaches the file system.
+A `DatasetUpload` is received into a temporary file in the uploader's own folder
+(`TUNEDECK_HOME/uploads/NAME`), counting bytes: one that grows past the cap is refused
+(TooLarge) as soon as it does, the partial file deleted. `keep()` then checks every record
+against the accepted shapes (a bad file is Invalid, naming the file, and is deleted), keeps a
+good one as `{sha256 prefix}-{NAME}` (its absolute path goes into a spec's `dataset`) and
+audits it. Only the sanitized base name ever reaches the file system.
 """
 from __future__ import annotations
 
@@ -14,43 +13,43 @@ import hashlib
 import os
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Query, Request
-from starlette.concurrency import run_in_threadpool
-
-from app.auth.job_access import record_action
-from app.auth.principal import principal_of
-from tunedeck.accounts.users import USER_NAME_PATTERN
+from app.actions.errors import Forbidden, Invalid, Location, TooLarge
+from app.auth.principal import Principal
 from tunedeck.accounts import audit
+from tunedeck.accounts.users import USER_NAME_PATTERN
 from tunedeck.data.records import DATASET_SUFFIXES, example_from_record, iter_records
-
-upload_router = APIRouter()
+from tunedeck.db.engine import Database
+from tunedeck.settings import Settings
 
 UPLOAD_FILENAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 # The account name rule, checked again here because the name becomes a folder.
 PRINCIPAL_FOLDER = USER_NAME_PATTERN
 HASH_PREFIX_CHARS = 12
+NO_UPLOAD_FOLDER = "this account's name cannot hold uploads"
 
 
-class UploadTooLarge(Exception):
-    pass
+class DatasetRefused(Invalid):
+    """An uploaded file that is not a dataset TuneDeck accepts; the message names it. Its
+    location is the file's name (("filename",)) or, by default, its content (())."""
+
+    def __init__(self, message: str, location: Location = ()):
+        super().__init__([(location, message)])
 
 
-class DatasetRefused(ValueError):
-    """An uploaded file that is not a dataset TuneDeck accepts; the message names it."""
+@dataclass(frozen=True)
+class KeptDataset:
+    path: Path
+    records: int
+    size_bytes: int
+    sha256: str
 
-
-def check_and_keep(temp_path: Path, name: str, digest: str, folder: Path) -> tuple[Path, int]:
-    """Check every record of an upload received into `temp_path` (in `folder`), then keep
-    it as `{sha256 prefix}-{name}`: (its path, its record count). DatasetRefused otherwise.
-    One rule for the REST upload and the New job form's."""
-    records = _count_checked_records(temp_path, name)
-    final_path = folder / f"{digest[:HASH_PREFIX_CHARS]}-{name}"
-    temp_path.chmod(0o640)
-    os.replace(temp_path, final_path)
-    return final_path, records
+    def to_json(self) -> dict[str, Any]:
+        return {"dataset": str(self.path), "records": self.records, "bytes": self.size_bytes,
+                "sha256": self.sha256}
 
 
 def checked_filename(filename: str) -> str:
@@ -59,75 +58,58 @@ def checked_filename(filename: str) -> str:
     if not UPLOAD_FILENAME.match(filename) or suffix not in DATASET_SUFFIXES:
         raise DatasetRefused(
             f"filename {filename!r}: expected a plain file name (letters, digits, . _ -) "
-            f"ending in {' or '.join(DATASET_SUFFIXES)}, e.g. train.jsonl")
+            f"ending in {' or '.join(DATASET_SUFFIXES)}, e.g. train.jsonl", ("filename",))
     return filename
 
 
-@upload_router.post("/api/datasets", status_code=201)
-async def upload_dataset(request: Request,
-                         filename: str = Query(..., max_length=200,
-                                               description="the file's name, e.g. train.jsonl")
-                         ) -> dict[str, Any]:
-    """Store an uploaded .jsonl/.json dataset after checking its size, format and columns."""
-    principal = principal_of(request)
-    settings = request.app.state.settings
-    name = _checked_filename(filename)
-    max_bytes = settings.max_upload_bytes
-    _refuse_declared_size(request, max_bytes)
-    if not PRINCIPAL_FOLDER.match(principal.name):
-        raise HTTPException(status_code=403, detail="this account's name cannot hold uploads")
-    folder = settings.upload_dir_for(principal.name)
-    folder.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(dir=folder, prefix=".upload-", suffix=Path(name).suffix)
-    temp_path = Path(temp_name)
-    try:
-        digest, size = await _receive_body(request, handle, max_bytes)
-        final_path, records = await run_in_threadpool(check_and_keep, temp_path, name, digest,
-                                                      folder)
-    except DatasetRefused as refused:
-        raise HTTPException(status_code=422, detail=[{
-            "loc": ["body"], "type": "value_error", "msg": str(refused)}]) from refused
-    except UploadTooLarge:
-        raise HTTPException(status_code=413, detail=_too_large(max_bytes)) from None
-    finally:
-        temp_path.unlink(missing_ok=True)
-    await run_in_threadpool(record_action, database=request.app.state.database,
-                            principal=principal, action=audit.UPLOAD,
-                            detail=f"{final_path.name} ({records} records, {size} bytes)",
-                            client=request.client.host if request.client else None)
-    return {"dataset": str(final_path), "records": records, "bytes": size, "sha256": digest}
+class DatasetUpload:
+    """One upload being received, as a context manager: whatever was not kept when it
+    closes is deleted. DatasetRefused for a bad file name, Forbidden for an account whose
+    name cannot be a folder."""
 
+    def __init__(self, principal: Principal, filename: str, *, settings: Settings):
+        self.name = checked_filename(filename)
+        if not PRINCIPAL_FOLDER.match(principal.name):
+            raise Forbidden(NO_UPLOAD_FOLDER)
+        self.principal, self.max_bytes = principal, settings.max_upload_bytes
+        self.folder = settings.upload_dir_for(principal.name)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        handle, temp_name = tempfile.mkstemp(dir=self.folder, prefix=".upload-",
+                                             suffix=Path(self.name).suffix)
+        self.temp_path = Path(temp_name)
+        self._file = os.fdopen(handle, "wb")
+        self._digest = hashlib.sha256()
+        self.size_bytes = 0
 
-def _checked_filename(filename: str) -> str:
-    try:
-        return checked_filename(filename)
-    except DatasetRefused as refused:
-        raise HTTPException(status_code=422, detail=[{
-            "loc": ["query", "filename"], "type": "value_error", "msg": str(refused)}]) from refused
+    def __enter__(self) -> DatasetUpload:
+        return self
 
+    def __exit__(self, *_exception) -> None:
+        self._file.close()
+        self.temp_path.unlink(missing_ok=True)
 
-def _refuse_declared_size(request: Request, max_bytes: int) -> None:
-    declared = request.headers.get("content-length")
-    if declared is None:
-        return  # a chunked body: counted as it arrives
-    if not declared.isdigit():
-        raise HTTPException(status_code=400, detail="Content-Length is not a number")
-    if int(declared) > max_bytes:
-        raise HTTPException(status_code=413, detail=_too_large(max_bytes))
+    def write(self, chunk: bytes) -> None:
+        """The next bytes of the file; TooLarge as soon as they pass the cap."""
+        self.size_bytes += len(chunk)
+        if self.size_bytes > self.max_bytes:
+            raise TooLarge(too_large_message(self.max_bytes))
+        self._digest.update(chunk)
+        self._file.write(chunk)
 
-
-async def _receive_body(request: Request, handle: int, max_bytes: int) -> tuple[str, int]:
-    """Write the body to `handle` (closed afterwards): (its sha256, its size in bytes)."""
-    digest = hashlib.sha256()
-    size = 0
-    with os.fdopen(handle, "wb") as file:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_bytes:
-                raise UploadTooLarge()
-            digest.update(chunk)
-            file.write(chunk)
-    return digest.hexdigest(), size
+    def keep(self, *, database: Database, client: str | None = None) -> KeptDataset:
+        """Check every record, keep the file as `{sha256 prefix}-{name}` and audit it;
+        DatasetRefused (the file deleted) otherwise."""
+        self._file.close()
+        digest = self._digest.hexdigest()
+        records = _count_checked_records(self.temp_path, self.name)
+        final_path = self.folder / f"{digest[:HASH_PREFIX_CHARS]}-{self.name}"
+        self.temp_path.chmod(0o640)
+        os.replace(self.temp_path, final_path)
+        with database.transaction() as session:
+            audit.record(session=session, actor=self.principal.name, action=audit.UPLOAD,
+                         detail=f"{final_path.name} ({records} records, {self.size_bytes} bytes)",
+                         client=client)
+        return KeptDataset(final_path, records, self.size_bytes, digest)
 
 
 def _count_checked_records(path: Path, name: str) -> int:
@@ -146,6 +128,6 @@ def _count_checked_records(path: Path, name: str) -> int:
     return count
 
 
-def _too_large(max_bytes: int) -> str:
+def too_large_message(max_bytes: int) -> str:
     return (f"upload larger than {max_bytes // (1024 * 1024)} MB "
             "(an admin changes the limit with TUNEDECK_MAX_UPLOAD_MB)")

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path, Request
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
 
-from app.actions.preflight import PreflightRefused, await_preflight, start_preflight
-from app.views.jobs import MAX_JOB_ID
+from app.actions.errors import ActionError
+from app.actions.preflight import await_preflight, start_preflight
+from app.api.errors import http_error
 from app.auth.principal import principal_of
-from app.auth.spec_access import as_validation_detail
+from app.views.jobs import MAX_JOB_ID
 from tunedeck.data.preflight_request import PreflightRequest
-from tunedeck.data.preflight_store import PreflightNotFound
 
 preflight_router = APIRouter()
 
@@ -35,9 +35,8 @@ def preflight_dataset(body: PreflightRequest, request: Request) -> JSONResponse:
                                        settings=state.settings, principal=principal_of(request),
                                        request=body,
                                        client=request.client.host if request.client else None)
-    except PreflightRefused as refused:
-        raise HTTPException(status_code=422, detail=as_validation_detail(refused.problems)) \
-            from refused
+    except ActionError as error:
+        raise http_error(error) from error
     answer = await_preflight(database=state.database, settings=state.settings,
                              principal=principal_of(request), preflight_id=preflight_id)
     if answer.finished:
@@ -54,6 +53,6 @@ def get_preflight(preflight_id: PreflightId, request: Request) -> JSONResponse:
         answer = await_preflight(database=state.database, settings=state.settings,
                                  principal=principal_of(request), preflight_id=preflight_id,
                                  wait_seconds=0)
-    except PreflightNotFound as error:
-        raise HTTPException(status_code=404, detail=str(error)) from error
+    except ActionError as error:
+        raise http_error(error) from error
     return JSONResponse(answer.to_json())

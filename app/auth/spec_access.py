@@ -33,7 +33,9 @@ def spec_access_problems(spec: JobSpec, *, principal: Principal,
     return problems
 
 
-def as_validation_detail(problems: list[tuple[str, str]]) -> list[dict]:
-    """FastAPI's 422 `detail` shape, one entry per problem."""
-    return [{"loc": ["body", field], "msg": message, "type": "value_error"}
-            for field, message in problems]
+def model_access_problems(spec: JobSpec, *, principal: Principal,
+                          settings: Settings) -> list[tuple[str, str]]:
+    """The spec's problems with its model alone: the planner and the LoRA target resolver
+    read a local model's config.json, and must not probe folders a job could not use."""
+    return [(field, message) for field, message in spec_access_problems(
+        spec, principal=principal, settings=settings) if field == "model"]

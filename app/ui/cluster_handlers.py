@@ -6,12 +6,13 @@ from typing import Any
 import pandas as pd
 
 from app.views.cluster import cluster_overview
+from tunedeck.units import GB, MIB
 
 WORKER_COLUMNS = ["worker", "host", "queues", "state", "last heartbeat", "resources",
                   "jobs running"]
 GPU_COLUMNS = ["worker", "GPU", "model", "free GB", "used / total GB", "utilisation %", "job"]
 QUEUED_COLUMNS = ["id", "name", "queue or host", "GPUs", "waiting for"]
-MB_PER_GB = 1000 / 1.048576  # the readings are MiB; the page says GB (10^9 bytes), as the planner
+MB_PER_GB = GB / MIB  # the readings' MB are MiB; the page says GB (10^9 bytes), as the planner
 
 
 def cluster_tables(*, database, worker_lost_seconds: float

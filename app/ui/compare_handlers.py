@@ -7,13 +7,14 @@ from typing import Any
 
 import pandas as pd
 
-from app.actions.compare_backends import ComparisonRefused, compare_backends
-from app.views.job_compare import BadJobIds, compare_jobs, parse_job_ids
-from app.ui.job_ids import parse_job_id
-from app.auth.job_access import ensure_visible, record_action
+from app.actions.compare_backends import compare_backends
+from app.actions.errors import NotFound, Refused
+from app.actions.job_lookup import find_visible_job
 from app.auth.principal import Principal
+from app.ui.job_ids import parse_job_id
+from app.views.job_compare import BadJobIds, compare_jobs, parse_job_ids
 from tunedeck import job_store
-from tunedeck.accounts import audit
+from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import FINISHED_STATUSES
 
 LOSS_COLUMNS = ["step", "loss", "job"]
@@ -43,11 +44,10 @@ def load_comparison(ids_text: str | None, *, database, principal: Principal) -> 
         return Comparison(NO_COMPARISON)
     try:
         job_ids = parse_job_ids(ids_text)
-        for job_id in job_ids:
-            ensure_visible(database=database, principal=principal, job_id=job_id)
+        specs = _visible_specs(database, principal, job_ids)
         compared = compare_jobs(database=database, job_ids=job_ids,
                                 max_points=COMPARE_CHART_POINTS)
-    except (BadJobIds, job_store.JobNotFound) as problem:
+    except (BadJobIds, NotFound, job_store.JobNotFound) as problem:
         return Comparison(f"Cannot compare: {problem}.")
     labels = {job["id"]: job_label(job) for job in compared["jobs"]}
     series = compared["series"]
@@ -62,28 +62,26 @@ def load_comparison(ids_text: str | None, *, database, principal: Principal) -> 
                        for row in series["memory"]], MEMORY_COLUMNS),
         diff=diff_frame(compared["diff"], list(labels.values())),
         running=any(job["status"] not in FINISHED_STATUSES for job in compared["jobs"]),
-        lines=_every_line(labels, _specs(database, list(labels))),
+        lines=_every_line(labels, specs),
     )
 
 
-def _specs(database, job_ids: list[int]) -> dict[int, dict[str, Any]]:
+def _visible_specs(database, principal: Principal, job_ids: list[int]) -> dict[int, JobSpec]:
+    """Each job's spec; NotFound for a job the principal may not see."""
     with database.transaction() as session:
-        return {job_id: job_store.get_job(session=session, job_id=job_id).spec or {}
-                for job_id in job_ids}
+        return {job_id: find_visible_job(session=session, principal=principal,
+                                         job_id=job_id).spec_model for job_id in job_ids}
 
 
-def _every_line(labels: dict[int, str],
-                specs: dict[int, dict[str, Any]]) -> dict[str, list[str]]:
+def _every_line(labels: dict[int, str], specs: dict[int, JobSpec]) -> dict[str, list[str]]:
     """The lines each chart draws once every job reports: a loss line a job (and its eval
     line when it has an eval set), a throughput line a job, and a memory line a rank."""
     loss, memory = [], []
     for job_id, label in labels.items():
-        spec = specs.get(job_id, {})
         loss.append(label)
-        if spec.get("eval_split") or spec.get("eval_dataset"):
+        if specs[job_id].has_eval:
             loss.append(_loss_line(label, "eval"))
-        world_size = int(spec.get("num_gpus") or 1) * int(spec.get("num_nodes") or 1)
-        memory += [f"{label} rank {rank}" for rank in range(world_size)]
+        memory += [f"{label} rank {rank}" for rank in range(specs[job_id].world_size)]
     return {"loss": loss, "throughput": list(labels.values()), "memory": memory}
 
 
@@ -126,7 +124,8 @@ def _cell(value: Any) -> str:
 def _frame(points: list[tuple], columns: list[str]) -> pd.DataFrame:
     """Numbers stay numbers even when empty (see job_handlers._typed_frame)."""
     frame = pd.DataFrame(points, columns=columns)
-    return frame.astype({column: ("string" if column == "job" else "float64") for column in columns})
+    return frame.astype({column: ("string" if column == "job" else "float64")
+                         for column in columns})
 
 
 def compare_backends_from_page(job_id: Any, *, database, celery_app,
@@ -137,14 +136,11 @@ def compare_backends_from_page(job_id: Any, *, database, celery_app,
     if job_id is None:
         return "Pick a job first.", None
     try:
-        ensure_visible(database=database, principal=principal, job_id=job_id)
-        jobs = compare_backends(database=database, celery_app=celery_app, job_id=job_id)
-    except job_store.JobNotFound:
+        jobs = compare_backends(principal, job_id, database=database, celery_app=celery_app)
+    except NotFound:
         return f"There is no job {job_id}.", None
-    except ComparisonRefused as reason:
+    except Refused as reason:
         return f"Not compared: {reason}", None
-    record_action(database=database, principal=principal, action=audit.COMPARE_BACKENDS,
-                  job_id=job_id, detail=f"as jobs {jobs[0].id}, {jobs[1].id}")
     ids = f"{jobs[0].id}, {jobs[1].id}"
     return (f"Started jobs {jobs[0].id} and {jobs[1].id}; open Compare with ids "
             f"{jobs[0].id},{jobs[1].id}"), ids

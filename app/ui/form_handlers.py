@@ -11,12 +11,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.auth.job_access import owner_for_new_job, record_action
-from app.actions.submit import submit_job
+from app.actions import submit
+from app.actions.errors import Invalid
 from app.auth.principal import Principal
-from app.auth.spec_access import spec_access_problems
 from app.ui.plan_handlers import DEFAULT_GPU_MEMORY_GB, PlanView, plan_view
-from tunedeck.accounts import audit
 from tunedeck.backend_config import backend_config, build_torchrun_argv, trainer_settings
 from tunedeck.job_spec import JobSpec, format_validation_error
 from tunedeck.settings import Settings
@@ -267,14 +265,11 @@ def submit_form(form: dict[str, Any], *, database, celery_app, principal: Princi
     spec, problems = form_to_spec(form)
     if spec is None:
         return None, "Not submitted. " + _problems_markdown(problems)
-    refused = spec_access_problems(spec, principal=principal, settings=settings)
-    if refused:
-        return None, "Not submitted. " + _problems_markdown(
-            "\n".join(message for _field, message in refused))
-    job = submit_job(database=database, celery_app=celery_app, spec=spec,
-                     owner=owner_for_new_job(principal))
-    record_action(database=database, principal=principal, action=audit.SUBMIT, job_id=job.id,
-                  detail=job.name)
+    try:
+        job = submit.submit(principal, spec, database=database, celery_app=celery_app,
+                            settings=settings)
+    except Invalid as refused:
+        return None, "Not submitted. " + _problems_markdown(str(refused))
     warning = plan_view(spec, form).warning
     return job.id, (f"Submitted job **{job.id}** ({job.name}): status `{job.status}`."
                     + (f"\n\n{warning}" if warning else ""))

@@ -1,19 +1,17 @@
-"""What the job page's buttons do (Cancel, Resume, Retry with…) and its checkpoints table: plain values
-in, plain values out."""
+"""What the job page's buttons do (Cancel, Resume, Retry with…) and its checkpoints table:
+plain values in, plain values out. Each button calls the API's own action (app/actions/)."""
 from __future__ import annotations
 
 from typing import Any
 
 import pandas as pd
 
-from app.actions.checkpoints import NothingToResume, list_checkpoints, resume_from_latest_checkpoint
-from app.actions.retry import RetryRefused, retry_job
-from app.actions.submit import cancel_job
-from app.auth.job_access import ensure_visible, record_action
+from app.actions.checkpoints import list_checkpoints, resume
+from app.actions.errors import NotFound, Refused
+from app.actions.retry import retry
+from app.actions.submit import cancel
 from app.auth.principal import Principal
 from app.ui.job_ids import parse_job_id
-from tunedeck import job_store
-from tunedeck.accounts import audit
 from tunedeck.db.models import Job
 from tunedeck.job_states import CANCELLED, FAILED, RUNNING
 
@@ -40,11 +38,9 @@ def cancel_from_page(job_id: Any, *, database, principal: Principal) -> str:
     if job_id is None:
         return "Pick a job first."
     try:
-        ensure_visible(database=database, principal=principal, job_id=job_id)
-        job = cancel_job(database=database, job_id=job_id)
-    except job_store.JobNotFound:
+        job = cancel(principal, job_id, database=database)
+    except NotFound:
         return f"There is no job {job_id}."
-    record_action(database=database, principal=principal, action=audit.CANCEL, job_id=job_id)
     if job.status == RUNNING:
         return f"Cancel requested: job {job_id} stops within seconds."
     return f"Job {job_id} is `{job.status}`."
@@ -55,13 +51,11 @@ def resume_from_page(job_id: Any, *, database, celery_app, principal: Principal)
     if job_id is None:
         return "Pick a job first."
     try:
-        ensure_visible(database=database, principal=principal, job_id=job_id)
-        resume_from_latest_checkpoint(database=database, celery_app=celery_app, job_id=job_id)
-    except job_store.JobNotFound:
+        resume(principal, job_id, database=database, celery_app=celery_app)
+    except NotFound:
         return f"There is no job {job_id}."
-    except (NothingToResume, job_store.InvalidTransition) as reason:
+    except Refused as reason:
         return f"Not resumed: {reason}"
-    record_action(database=database, principal=principal, action=audit.RESUME, job_id=job_id)
     return f"Job {job_id} is queued again; it resumes from its latest checkpoint."
 
 
@@ -71,12 +65,9 @@ def retry_from_page(job_id: Any, *, database, celery_app, principal: Principal) 
     if job_id is None:
         return "Pick a job first."
     try:
-        ensure_visible(database=database, principal=principal, job_id=job_id)
-        new_job, change = retry_job(database=database, celery_app=celery_app, job_id=job_id)
-    except job_store.JobNotFound:
+        new_job, change = retry(principal, job_id, database=database, celery_app=celery_app)
+    except NotFound:
         return f"There is no job {job_id}."
-    except RetryRefused as reason:
+    except Refused as reason:
         return f"Not retried: {reason}"
-    record_action(database=database, principal=principal, action=audit.RETRY, job_id=job_id,
-                  detail=f"as job {new_job.id} ({change.label})")
     return f"Retried as job {new_job.id} ({change.label}): open it by its id."

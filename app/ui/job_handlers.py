@@ -24,6 +24,7 @@ from tunedeck import job_store
 from tunedeck.metrics import store as metric_store
 from tunedeck.db.models import Job
 from tunedeck.failure_kinds import failure_label
+from tunedeck.metrics.figures import EVAL_LOSS, LOSS, TOKENS_PER_SECOND, rank_memory_mb
 from tunedeck.metrics.series import read_job_series
 from tunedeck.job_states import FAILED, FINISHED_STATUSES, QUEUED, RUNNING, SUCCEEDED
 
@@ -32,9 +33,9 @@ JOBS_TABLE_COLUMNS = ["id", "name", "method", "backend", "status", "reason", "st
 JOBS_TABLE_LIMIT = 100
 LOG_TAIL_LINES = 200
 EVENT_COLUMNS = ["time", "kind", "message"]
-LOSS_COLUMNS = ["step", "loss", "series"]
+LOSS_COLUMNS = ["step", LOSS.field, "series"]
 TRAIN_SERIES, EVAL_SERIES = "train", "eval"
-THROUGHPUT_COLUMNS = ["step", "tokens_per_second"]
+THROUGHPUT_COLUMNS = ["step", TOKENS_PER_SECOND.field]
 MEMORY_COLUMNS = ["seconds", "memory_mb", "rank"]
 ERROR_PREVIEW_CHARS = 160
 MAX_POINTS_PER_LINE = 2000  # a week-long job must not ship 10^5 points a second to a browser
@@ -59,13 +60,13 @@ def empty_jobs_table() -> pd.DataFrame:
 
 def _job_row(job: Job, latest_step: dict[str, Any] | None) -> list[Any]:
     latest_step = latest_step or {}
-    spec = job.spec or {}
+    spec = job.spec_model
     return [
-        job.id, job.name, spec.get("method", ""), spec.get("backend", ""), job.status,
+        job.id, job.name, spec.method, spec.backend, job.status,
         failure_label(job.failure_kind, job.failed_rank) if job.status == FAILED else "",
-        _step_progress(latest_step.get("step"), spec.get("max_steps")),
-        _format_number(latest_step.get("loss"), "{:.4f}"),
-        _format_number(latest_step.get("tokens_per_second"), "{:,.0f}"),
+        _step_progress(latest_step.get("step"), spec.max_steps),
+        _format_number(latest_step.get(LOSS.field), "{:.4f}"),
+        _format_number(latest_step.get(TOKENS_PER_SECOND.field), "{:,.0f}"),
         _format_number(latest_step.get("peak_mb"), "{:,.0f}"),
         _format_time(job.created_at), _first_line(job.error),
     ]
@@ -136,21 +137,22 @@ def load_job_page(job_id: Any, *, database, principal: Principal) -> JobPage:
         metrics = read_job_series(session=session, job_id=job_id)  # downsampled for the charts
         events = job_store.list_job_events(session=session, job_id=job_id)
     train, evaluations = metrics["train"], metrics["eval"]
+    spec = job.spec_model
     config_json, command_line = _config_texts(job)
     return JobPage(
         job_id=job.id, status=job.status,
         headline=_headline(job, train[-1] if train else None, evaluations[-1] if evaluations else None),
-        error=job.error, loss=loss_frame(train, evaluations, with_eval=_has_eval(job)),
+        error=job.error, loss=loss_frame(train, evaluations, with_eval=spec.has_eval),
         throughput=throughput_frame(train),
-        memory=memory_frame(metrics["memory"], world_size=_world_size(job)),
+        memory=memory_frame(metrics["memory"], world_size=spec.world_size),
         log_tail="\n".join(read_job_log_tail(job, LOG_TAIL_LINES)),
         events=pd.DataFrame([[_format_time(event.time), event.kind, event.message]
                              for event in events], columns=EVENT_COLUMNS),
         config_json=config_json, command_line=command_line, downloads_html=downloads_html(job),
         checkpoints=checkpoints_frame(job),
-        memory_comparison=memory_comparison_markdown(job.spec, metrics),
+        memory_comparison=memory_comparison_markdown(spec, metrics),
         failure=failure_view(job),
-        live=live_charts(spec_data=job.spec or {}, series=metrics, status=job.status,
+        live=live_charts(spec=spec, series=metrics, status=job.status,
                          started_at=job.started_at, finished_at=job.finished_at),
     )
 
@@ -158,14 +160,16 @@ def load_job_page(job_id: Any, *, database, principal: Principal) -> JobPage:
 def _headline(job: Job, latest_step: dict[str, Any] | None,
               latest_eval: dict[str, Any] | None = None) -> str:
     latest_step = latest_step or {}
-    figures = [f"step {_step_progress(latest_step.get('step'), (job.spec or {}).get('max_steps'))}"]
-    if latest_step.get("loss") is not None:
-        figures.append(f"loss {_format_number(latest_step['loss'], '{:.4f}')}")
-    if latest_eval and latest_eval.get("eval_loss") is not None:
-        figures.append(f"eval loss {_format_number(latest_eval['eval_loss'], '{:.4f}')} "
+    loss, eval_loss, throughput = LOSS.field, EVAL_LOSS.field, TOKENS_PER_SECOND.field
+    figures = [f"step {_step_progress(latest_step.get('step'), job.spec_model.max_steps)}"]
+    if latest_step.get(loss) is not None:
+        figures.append(f"loss {_format_number(latest_step[loss], '{:.4f}')}")
+    if latest_eval and latest_eval.get(eval_loss) is not None:
+        figures.append(f"eval loss {_format_number(latest_eval[eval_loss], '{:.4f}')} "
                        f"(step {latest_eval.get('step')})")
-    if latest_step.get("tokens_per_second") is not None:
-        figures.append(f"{_format_number(latest_step['tokens_per_second'], '{:,.0f}')} tokens/s")
+    if latest_step.get(throughput) is not None:
+        figures.append(f"{_format_number(latest_step[throughput], '{:,.0f}')} "
+                       f"{TOKENS_PER_SECOND.unit}")
     cancel_note = " (cancel requested)" if job.cancel_requested and job.status == RUNNING else ""
     return (f"### Job {job.id} · {html.escape(job.name)}\n"
             f"**Status:** `{job.status}`{cancel_note} · " + " · ".join(figures))
@@ -187,16 +191,17 @@ def loss_frame(train: list[dict[str, Any]], evaluations: list[dict[str, Any]] = 
     its colours from the series in its first data and keeps them, and the eval line comes
     only after `eval_every_steps` steps. Plots skip the NaN rows.
     """
-    lines = {TRAIN_SERIES: _step_points(train, "loss")}
+    lines = {TRAIN_SERIES: _step_points(train, LOSS.field)}
     if with_eval or evaluations:
-        lines[EVAL_SERIES] = _step_points(evaluations, "eval_loss")
+        lines[EVAL_SERIES] = _step_points(evaluations, EVAL_LOSS.field)
     rows = [(step, value, series) for series, points in lines.items()
             for step, value in (thin_points(points) or [(None, None)])]
     return _typed_frame(rows, LOSS_COLUMNS)
 
 
 def throughput_frame(train: list[dict[str, Any]]) -> pd.DataFrame:
-    return _typed_frame(thin_points(_step_points(train, "tokens_per_second")), THROUGHPUT_COLUMNS)
+    return _typed_frame(thin_points(_step_points(train, TOKENS_PER_SECOND.field)),
+                        THROUGHPUT_COLUMNS)
 
 
 def _step_points(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
@@ -229,8 +234,8 @@ def memory_frame(memory: list[dict[str, Any]], *, world_size: int = 0) -> pd.Dat
     """
     by_rank: dict[int, list[tuple[float, float]]] = {}
     for row in memory:
-        if _memory_mb(row) is not None:
-            by_rank.setdefault(row["rank"], []).append((row["time"], _memory_mb(row)))
+        if (mb := rank_memory_mb(row)) is not None:
+            by_rank.setdefault(row["rank"], []).append((row["time"], mb))
     start = min((time for line in by_rank.values() for time, _mb in line), default=0.0)
     placeholders = [(None, None, _rank_name(rank)) for rank in range(world_size)]
     readings = [(round(time - start, 3), mb, _rank_name(rank))
@@ -240,21 +245,6 @@ def memory_frame(memory: list[dict[str, Any]], *, world_size: int = 0) -> pd.Dat
 
 def _rank_name(rank: int) -> str:
     return f"rank {rank}"
-
-
-def _has_eval(job: Job) -> bool:
-    spec = job.spec or {}
-    return bool(spec.get("eval_split") or spec.get("eval_dataset"))
-
-
-def _world_size(job: Job) -> int:
-    spec = job.spec or {}
-    return int(spec.get("num_gpus") or 1) * int(spec.get("num_nodes") or 1)
-
-
-def _memory_mb(row: dict[str, Any]) -> float | None:
-    allocated = row.get("allocated_mb")
-    return allocated if allocated is not None else row.get("rss_mb")
 
 
 def downloads_html(job: Job) -> str:

@@ -15,49 +15,69 @@ from typing import Any
 
 import pandas as pd
 
-from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
 from tunedeck.job_spec import JobSpec
+from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
+from tunedeck.metrics.figures import (GPU_USED_MB, GRAD_NORM, LEARNING_RATE, LIVE_STEP_FIGURES,
+                                      MFU, PROCESS_RSS_MB, STEP_SECONDS)
 from tunedeck.planner.memory_plan import GpuSet, plan_strategies, spec_strategy
 from tunedeck.planner.shape_source import resolve_model_shape
+from tunedeck.units import GB, MIB
 
 LIVE_CHART_POINTS = DEFAULT_MAX_POINTS
 SAMPLED_MEMORY_COLUMNS = ["seconds", "memory_mb", "series"]
 CAPACITY_SERIES, PLANNED_SERIES = "card capacity", "planned peak"
-BYTES_PER_MB = 1024 * 1024  # MiB, as the samples and the ranks' readings
 DEFAULT_CARD_GB = 80.0
 ETA_RECENT_STEPS = 20  # the median of these many recent steps: robust to one slow eval step
+
+
+def step_frames(train: list[dict[str, Any]]) -> dict[str, pd.DataFrame]:
+    """One frame by step a figure of the live panel (`LIVE_STEP_FIGURES`), by its field."""
+    return {figure.field: step_frame(train, figure.field) for figure in LIVE_STEP_FIGURES}
 
 
 @dataclass(frozen=True)
 class LiveCharts:
     sampled_memory: pd.DataFrame = field(default_factory=lambda: _frame([], SAMPLED_MEMORY_COLUMNS))
-    sampled_memory_title: str = "Memory per GPU"
-    learning_rate: pd.DataFrame = field(default_factory=lambda: step_frame([], "learning_rate"))
-    grad_norm: pd.DataFrame = field(default_factory=lambda: step_frame([], "grad_norm"))
-    step_time: pd.DataFrame = field(default_factory=lambda: step_frame([], "step_seconds"))
-    mfu: pd.DataFrame = field(default_factory=lambda: step_frame([], "mfu"))
+    sampled_memory_title: str = GPU_USED_MB.title
+    step_charts: dict[str, pd.DataFrame] = field(default_factory=lambda: step_frames([]))
     progress_html: str = ""
+
+    # The live panel's plots, by name (app/ui/tabs/live_panel.py).
+    @property
+    def learning_rate(self) -> pd.DataFrame:
+        return self.step_charts[LEARNING_RATE.field]
+
+    @property
+    def grad_norm(self) -> pd.DataFrame:
+        return self.step_charts[GRAD_NORM.field]
+
+    @property
+    def step_time(self) -> pd.DataFrame:
+        return self.step_charts[STEP_SECONDS.field]
+
+    @property
+    def mfu(self) -> pd.DataFrame:
+        return self.step_charts[MFU.field]
 
     @property
     def has_mfu(self) -> bool:
         return not self.mfu.empty
 
 
-def live_charts(*, spec_data: dict[str, Any], series: dict[str, list[dict[str, Any]]],
+def live_charts(*, spec: JobSpec, series: dict[str, list[dict[str, Any]]],
                 status: str, started_at: datetime | None, finished_at: datetime | None,
                 now: datetime | None = None) -> LiveCharts:
     train = series.get("train") or []
     gpus = series.get("gpus") or []
     if gpus:
-        memory, title = gpu_memory_frame(gpus, planned_peak_mb(spec_data, gpus)), "Memory per GPU (NVML)"
+        memory = gpu_memory_frame(gpus, planned_peak_mb(spec, gpus))
+        title = f"{GPU_USED_MB.title} (NVML)"
     else:
-        memory = rank_rss_frame(series.get("processes") or [], world_size=_world_size(spec_data))
-        title = "Memory per rank process (RSS, sampled by the worker)"
+        memory = rank_rss_frame(series.get("processes") or [], world_size=spec.world_size)
+        title = f"{PROCESS_RSS_MB.title} (RSS, sampled by the worker)"
     return LiveCharts(
-        sampled_memory=memory, sampled_memory_title=title,
-        learning_rate=step_frame(train, "learning_rate"), grad_norm=step_frame(train, "grad_norm"),
-        step_time=step_frame(train, "step_seconds"), mfu=step_frame(train, "mfu"),
-        progress_html=progress_html(train, max_steps=spec_data.get("max_steps"), status=status,
+        sampled_memory=memory, sampled_memory_title=title, step_charts=step_frames(train),
+        progress_html=progress_html(train, max_steps=spec.max_steps, status=status,
                                     started_at=started_at, finished_at=finished_at, now=now),
     )
 
@@ -74,8 +94,9 @@ def gpu_memory_frame(gpus: list[dict[str, Any]], planned_mb: float | None) -> pd
     start = min(row["time"] for row in gpus)
     end = max(row["time"] for row in gpus)
     several_hosts = len({row["host"] for row in gpus}) > 1
-    rows = [(row["time"] - start, row["used_mb"], _gpu_name(row, several_hosts))
-            for row in gpus if row.get("used_mb") is not None]
+    used = GPU_USED_MB.field
+    rows = [(row["time"] - start, row[used], _gpu_name(row, several_hosts))
+            for row in gpus if row.get(used) is not None]
     capacity = max((row["total_mb"] for row in gpus if row.get("total_mb")), default=None)
     for name, level in ((CAPACITY_SERIES, capacity), (PLANNED_SERIES, planned_mb)):
         if level is not None:
@@ -91,32 +112,29 @@ def rank_rss_frame(processes: list[dict[str, Any]], *, world_size: int = 0) -> p
     its first data and keeps them, so a page opened before the first sample would otherwise
     draw every rank's line without a colour and with no legend. Plots skip the NaN rows.
     """
-    readings = [row for row in processes if row.get("rss_mb") is not None]
+    rss = PROCESS_RSS_MB.field
+    readings = [row for row in processes if row.get(rss) is not None]
     start = min((row["time"] for row in readings), default=0.0)
-    rows = [(row["time"] - start, row["rss_mb"], f"rank {row['rank']}") for row in readings]
+    rows = [(row["time"] - start, row[rss], f"rank {row['rank']}") for row in readings]
     sampled = {row["rank"] for row in readings}
     rows += [(None, None, f"rank {rank}") for rank in range(world_size) if rank not in sampled]
     return _frame(rows, SAMPLED_MEMORY_COLUMNS)
-
-
-def _world_size(spec_data: dict[str, Any]) -> int:
-    return int(spec_data.get("num_gpus") or 1) * int(spec_data.get("num_nodes") or 1)
 
 
 def _gpu_name(row: dict[str, Any], with_host: bool) -> str:
     return f"{row['host']} GPU {row['gpu']}" if with_host else f"GPU {row['gpu']}"
 
 
-def planned_peak_mb(spec_data: dict[str, Any], gpus: list[dict[str, Any]]) -> float | None:
-    """The memory planner's total per GPU for the job's strategy, or None when the model's
-    shape is not known here (a folder only the worker's host can see)."""
+def planned_peak_mb(spec: JobSpec, gpus: list[dict[str, Any]]) -> float | None:
+    """The memory planner's total per GPU (in MiB, as the samples) for the job's strategy,
+    or None when the model's shape is not known here (a folder only the worker's host can
+    see)."""
     capacity_mb = max((row["total_mb"] for row in gpus if row.get("total_mb")), default=None)
-    card_gb = capacity_mb * BYTES_PER_MB / 10**9 if capacity_mb else DEFAULT_CARD_GB
+    card_gb = capacity_mb * MIB / GB if capacity_mb else DEFAULT_CARD_GB
     try:
-        spec = JobSpec.model_validate(spec_data)
         plans = plan_strategies(spec, GpuSet(spec.num_gpus, card_gb, spec.num_nodes),
                                 resolve_model_shape(spec.model))
-        return plans[spec_strategy(spec)].breakdown.total / BYTES_PER_MB
+        return plans[spec_strategy(spec)].breakdown.total / MIB
     except (ValueError, KeyError):
         return None
 
@@ -144,8 +162,9 @@ def progress_html(train: list[dict[str, Any]], *, max_steps: int | None, status:
 def eta_seconds(train: list[dict[str, Any]], max_steps: int | None) -> float | None:
     if not train or not max_steps:
         return None
-    recent = [row["step_seconds"] for row in train[-ETA_RECENT_STEPS:]
-              if row.get("step_seconds") is not None]
+    step_seconds = STEP_SECONDS.field
+    recent = [row[step_seconds] for row in train[-ETA_RECENT_STEPS:]
+              if row.get(step_seconds) is not None]
     if not recent:
         return None
     return statistics.median(recent) * max(0, max_steps - train[-1]["step"])

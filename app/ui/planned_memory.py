@@ -5,20 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 from tunedeck.job_spec import JobSpec
-from tunedeck.planner.memory_plan import GB, GpuSet, plan_strategies, spec_strategy
+from tunedeck.metrics.figures import PEAK_RESERVED_MB
+from tunedeck.planner.memory_plan import GpuSet, plan_strategies, spec_strategy
 from tunedeck.planner.shape_source import resolve_model_shape
+from tunedeck.units import GB, MB, MIB
 
-MB = 10**6
 PARTS = ("params", "grads", "optimizer")
 
 
-def memory_comparison_markdown(spec_data: dict[str, Any], metrics: dict[str, list]) -> str:
+def memory_comparison_markdown(spec: JobSpec, metrics: dict[str, list]) -> str:
     """A Markdown table once ranks have reported, else an empty string."""
     footprints = metrics.get("footprint") or []
     if not footprints:
         return ""
     try:
-        spec = JobSpec.model_validate(spec_data)
         strategy = spec_strategy(spec)
         planned = plan_strategies(spec, GpuSet(spec.num_gpus, 80, spec.num_nodes),
                                   resolve_model_shape(spec.model))[strategy].breakdown
@@ -44,7 +44,7 @@ def memory_comparison_markdown(spec_data: dict[str, Any], metrics: dict[str, lis
 def _peak_reserved_gb_by_rank(memory: list[dict[str, Any]]) -> dict[int, float]:
     peaks: dict[int, float] = {}
     for reading in memory:
-        value = reading.get("peak_reserved_mb")
+        value = reading.get(PEAK_RESERVED_MB.field)
         if value is not None:
-            peaks[reading["rank"]] = max(peaks.get(reading["rank"], 0.0), value * 2**20 / GB)
+            peaks[reading["rank"]] = max(peaks.get(reading["rank"], 0.0), value * MIB / GB)
     return peaks

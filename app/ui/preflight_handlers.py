@@ -9,14 +9,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.actions.preflight import (WAIT_SECONDS, PreflightRefused, await_preflight,
-                                   start_preflight)
+from app.actions.errors import Invalid, NotFound
+from app.actions.preflight import WAIT_SECONDS, await_preflight, start_preflight
 from app.auth.principal import Principal
 from app.ui.form_handlers import _label_fields, form_to_spec_data
-from tunedeck.job_spec import format_validation_error
 from tunedeck.data.preflight_request import PreflightRequest
-from tunedeck.data.preflight_store import PreflightNotFound
 from tunedeck.data.preflight_text import bin_label, summary_lines
+from tunedeck.job_spec import format_validation_error
 from tunedeck.settings import Settings
 
 PART_TAGS = {"prompt": ("<span>", "</span>"), "trained": ("<mark>", "</mark>"),
@@ -47,9 +46,9 @@ def check_form_data(form: dict[str, Any], pending: dict | None, *, database, cel
                                            settings=settings, principal=principal, request=request)
         answer = await_preflight(database=database, settings=settings, principal=principal,
                                  preflight_id=preflight_id, wait_seconds=wait_seconds)
-    except PreflightRefused as refused:
-        return _notice("Not checked:", [message for _field, message in refused.problems]), None
-    except PreflightNotFound as missing:
+    except Invalid as refused:
+        return _notice("Not checked:", refused.messages), None
+    except NotFound as missing:
         return _notice("Not checked:", [str(missing)]), None
     still_running = None if answer.finished else {"id": preflight_id, "request": asked}
     return preflight_html(answer.to_json()), still_running

@@ -12,7 +12,7 @@ from tunedeck import job_store
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job, JobNode, Worker, utc_now
-from tunedeck.cluster.placement import job_queue, waiting_reason
+from tunedeck.cluster.placement import WorkerView, job_queue, waiting_reason
 
 
 def cluster_overview(*, database: Database, worker_lost_seconds: float) -> dict[str, Any]:
@@ -30,25 +30,32 @@ def cluster_overview(*, database: Database, worker_lost_seconds: float) -> dict[
         "workers": [_worker(worker, _placements(worker.name, running, nodes), now=now,
                             worker_lost_seconds=worker_lost_seconds)
                     for worker in workers],
-        "queued": [{"id": job.id, "name": job.name, "queue": job_queue(job.spec),
-                    "host": job.spec.get("host"), "num_gpus": job.spec.get("num_gpus", 1),
-                    "waiting": waiting_reason(job.spec, live)} for job in queued],
+        "queued": [_queued(job, live) for job in queued],
     }
+
+
+def _queued(job: Job, live: list[WorkerView]) -> dict[str, Any]:
+    spec = job.spec_model
+    return {"id": job.id, "name": job.name, "queue": job_queue(spec), "host": spec.host,
+            "num_gpus": spec.num_gpus, "waiting": waiting_reason(spec, live)}
 
 
 def _placements(worker_name: str, running: list[Job], nodes: list[JobNode]) -> list[dict[str, Any]]:
     """The jobs (and nodes of jobs) a worker runs, with the GPUs each holds there."""
-    names = {job.id: job.name for job in running}
-    placed = [{"id": job.id, "name": job.name, "node_rank": 0, "gpu_indices": job.gpu_indices,
-               "num_gpus": job.spec.get("num_gpus", 1), "num_nodes": job.spec.get("num_nodes", 1)}
+    by_id = {job.id: job for job in running}
+    placed = [_placement(job, node_rank=0, gpu_indices=job.gpu_indices)
               for job in running if job.worker_name == worker_name]
-    specs = {job.id: job.spec for job in running}
-    placed += [{"id": node.job_id, "name": names.get(node.job_id), "node_rank": node.node_rank,
-                "gpu_indices": node.gpu_indices,
-                "num_gpus": specs.get(node.job_id, {}).get("num_gpus", 1),
-                "num_nodes": specs.get(node.job_id, {}).get("num_nodes", 1)}
-               for node in nodes if node.worker_name == worker_name]
+    # (A job that ended between the two reads is no longer shown.)
+    placed += [_placement(by_id[node.job_id], node_rank=node.node_rank,
+                          gpu_indices=node.gpu_indices)
+               for node in nodes if node.worker_name == worker_name and node.job_id in by_id]
     return placed
+
+
+def _placement(job: Job, *, node_rank: int, gpu_indices: list[int] | None) -> dict[str, Any]:
+    spec = job.spec_model
+    return {"id": job.id, "name": job.name, "node_rank": node_rank, "gpu_indices": gpu_indices,
+            "num_gpus": spec.num_gpus, "num_nodes": spec.num_nodes}
 
 
 def _worker(worker: Worker, jobs: list[dict[str, Any]], *, now: datetime,

@@ -9,6 +9,7 @@ from tunedeck import job_store
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
+from tunedeck.metrics.figures import EVAL_LOSS, LOSS, TOKENS_PER_SECOND, rank_memory_mb
 from tunedeck.metrics.store import read_chart_metrics
 
 MAX_COMPARED_JOBS = 12  # more lines than that is no longer a comparison anyone can read
@@ -46,15 +47,15 @@ def compare_jobs(*, database: Database, job_ids: list[int],
         metrics = {job.id: read_chart_metrics(session=session, job_id=job.id,
                                               max_points=max_points) for job in jobs}
         return {"jobs": [job_summary(job) for job in jobs],
-                "diff": spec_diff([job.spec or {} for job in jobs]),
+                "diff": spec_diff([job.spec_model.model_dump(mode="json") for job in jobs]),
                 "series": overlaid_series(metrics)}
 
 
 def job_summary(job: Job) -> dict[str, Any]:
-    spec = job.spec or {}
+    spec = job.spec_model
     return {"id": job.id, "name": job.name, "status": job.status,
-            "backend": spec.get("backend"), "method": spec.get("method"),
-            "max_steps": spec.get("max_steps"), "error": job.error,
+            "backend": spec.backend, "method": spec.method,
+            "max_steps": spec.max_steps, "error": job.error,
             "started_at": _iso(job.started_at), "finished_at": _iso(job.finished_at)}
 
 
@@ -90,30 +91,27 @@ def overlaid_series(metrics: dict[int, dict[str, list[dict[str, Any]]]]) -> dict
     """Every job's rows in one list a chart, each row carrying its `job_id`. Memory is the
     accelerator's allocated MB (a CPU rank's RSS where there is none) over seconds since the
     job's first reading, so runs that started at different times line up."""
-    series: dict[str, list] = {"loss": [], "tokens_per_second": [], "memory": []}
+    loss, throughput = LOSS.field, TOKENS_PER_SECOND.field
+    series: dict[str, list] = {loss: [], throughput: [], "memory": []}
     for job_id, job_metrics in metrics.items():
-        series["loss"] += _step_rows(job_id, job_metrics["train"], "loss", "train")
-        series["loss"] += _step_rows(job_id, job_metrics["eval"], "eval_loss", "eval")
-        series["tokens_per_second"] += [
-            {"job_id": job_id, "step": row["step"], "tokens_per_second": row["tokens_per_second"]}
-            for row in job_metrics["train"] if row.get("tokens_per_second") is not None]
+        series[loss] += _loss_rows(job_id, job_metrics["train"], LOSS.field, "train")
+        series[loss] += _loss_rows(job_id, job_metrics["eval"], EVAL_LOSS.field, "eval")
+        series[throughput] += [
+            {"job_id": job_id, "step": row["step"], throughput: row[throughput]}
+            for row in job_metrics["train"] if row.get(throughput) is not None]
         series["memory"] += _memory_rows(job_id, job_metrics["memory"])
     return series
 
 
-def _step_rows(job_id: int, rows: list[dict[str, Any]], key: str, kind: str) -> list[dict]:
-    return [{"job_id": job_id, "step": row["step"], "loss": row[key], "kind": kind}
+def _loss_rows(job_id: int, rows: list[dict[str, Any]], key: str, kind: str) -> list[dict]:
+    return [{"job_id": job_id, "step": row["step"], LOSS.field: row[key], "kind": kind}
             for row in rows if row.get("step") is not None and row.get(key) is not None]
 
 
 def _memory_rows(job_id: int, memory: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    readings = [(row["time"], row["rank"], _memory_mb(row)) for row in memory]
+    readings = [(row["time"], row["rank"], rank_memory_mb(row)) for row in memory]
     readings = [reading for reading in readings if reading[2] is not None]
     start = min((time for time, _rank, _mb in readings), default=0.0)
     return [{"job_id": job_id, "rank": rank, "seconds": round(time - start, 3), "memory_mb": mb}
             for time, rank, mb in readings]
 
-
-def _memory_mb(row: dict[str, Any]) -> float | None:
-    allocated = row.get("allocated_mb")
-    return allocated if allocated is not None else row.get("rss_mb")

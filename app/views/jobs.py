@@ -7,7 +7,6 @@ from typing import Any
 from app.views.artifacts import ARTIFACT_KINDS, artifact_summary
 from tunedeck.backend_config import backend_config, build_torchrun_argv
 from tunedeck.db.models import Job
-from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder, read_json
 
 # The largest id a job row can have: jobs.id is an Integer column, 32-bit on PostgreSQL
@@ -62,7 +61,7 @@ def job_run_folder(job: Job) -> RunFolder | None:
 
 def job_config(job: Job) -> dict[str, Any]:
     """What ran (from the run folder) once launched; what would run (generated) before."""
-    spec = JobSpec.model_validate(job.spec)
+    spec = job.spec_model
     run = job_run_folder(job)
     if run is not None and run.launch_file.is_file():
         launch = read_json(run.launch_file)

@@ -13,7 +13,7 @@ from tunedeck.job_spec import JobSpec
 from app.auth.principal import OPEN_PRINCIPAL
 
 SPEC = JobSpec(model="builtin:tiny-llama", method="lora", backend="zero2", num_gpus=2,
-               max_steps=100).model_dump(mode="json")
+               max_steps=100)
 START = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
 
 
@@ -63,14 +63,14 @@ def test_memory_per_gpu_has_a_line_a_gpu_the_capacity_and_the_planned_peak():
 def test_the_planned_peak_comes_from_the_memory_planner_for_the_jobs_strategy():
     planned = live_charts.planned_peak_mb(SPEC, [_gpu(1.0, 0, 1.0)])
     assert planned is not None and planned > 0
-    assert live_charts.planned_peak_mb({**SPEC, "model": "/no/such/folder"}, []) is None
+    assert live_charts.planned_peak_mb(SPEC.model_copy(update={"model": "/no/such/folder"}), []) is None
 
 
 def test_on_a_cpu_host_the_sampled_chart_is_each_ranks_rss():
     processes = [{"time": 10.0, "host": "h", "rank": 0, "rss_mb": 500.0},
                  {"time": 10.0, "host": "h", "rank": 1, "rss_mb": 510.0},
                  {"time": 11.0, "host": "h", "rank": 0, "rss_mb": None}]
-    charts = live_charts.live_charts(spec_data=SPEC, series={"train": _steps(3),
+    charts = live_charts.live_charts(spec=SPEC, series={"train": _steps(3),
                                                              "processes": processes},
                                      status="running", started_at=START, finished_at=None,
                                      now=START)
@@ -84,7 +84,7 @@ def test_on_a_cpu_host_the_sampled_chart_is_each_ranks_rss():
 
 def test_mfu_is_charted_when_the_steps_carry_it():
     train = [{**row, "mfu": 0.41} for row in _steps(2)]
-    charts = live_charts.live_charts(spec_data=SPEC, series={"train": train, "gpus": [
+    charts = live_charts.live_charts(spec=SPEC, series={"train": train, "gpus": [
         _gpu(1.0, 0, 10.0)]}, status="running", started_at=None, finished_at=None)
     assert charts.has_mfu and list(charts.mfu["mfu"]) == [0.41, 0.41]
     assert charts.sampled_memory_title == "Memory per GPU (NVML)"

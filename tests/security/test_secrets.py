@@ -260,7 +260,7 @@ def test_the_ranks_get_the_hub_token_and_launch_json_records_only_tunedecks_own_
     from tunedeck.job_spec import JobSpec
     from tunedeck.run_folder import RunFolder, read_json
     from tunedeck.settings import Settings
-    from worker.job_runner import _prepare_run_folder
+    from worker.launch import NodeLaunch, prepare_run_folder
 
     for key, value in {"HF_TOKEN": HUB_TOKEN, "HUGGING_FACE_HUB_TOKEN": HUB_TOKEN,
                        "TUNEDECK_DATABASE_URL": f"postgresql+psycopg://u:{DATABASE_PASSWORD}@db/x",
@@ -269,8 +269,8 @@ def test_the_ranks_get_the_hub_token_and_launch_json_records_only_tunedecks_own_
         monkeypatch.setenv(key, value)
     run = RunFolder(tmp_path / "run")
     spec = JobSpec.model_validate(SECRETS_JOB)
-    _argv, process_environment = _prepare_run_folder(spec, run, Settings(home=tmp_path),
-                                                     resume=False)
+    _argv, process_environment = prepare_run_folder(NodeLaunch(job_id=1, spec=spec, run=run),
+                                                    Settings(home=tmp_path))
     assert process_environment["HF_TOKEN"] == HUB_TOKEN  # gated models need it
     assert process_environment["HUGGING_FACE_HUB_TOKEN"] == HUB_TOKEN
     assert not {"TUNEDECK_DATABASE_URL", "TUNEDECK_BROKER_URL",

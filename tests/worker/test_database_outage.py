@@ -16,8 +16,9 @@ from tunedeck.db.engine import Database
 from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
-from worker.job_runner import JobOutcome, _record_outcome
-from worker.supervision import _supervise
+from worker.job_runner import RunResult, _record_outcome
+from worker.outcome import Outcome
+from worker.supervision import supervise
 from worker.process_group import JobProcesses, start_process_group
 
 pytestmark = pytest.mark.postgres
@@ -58,8 +59,8 @@ def test_metric_lines_written_while_the_database_is_down_are_all_stored(tmp_path
         recovery.start()
         processes = JobProcesses(launcher)
         try:
-            supervision = _supervise(job_id, processes, run, settings=Settings(home=tmp_path),
-                                     database=database, shutdown_requested=lambda: False)
+            supervision = supervise(job_id, processes, run, settings=Settings(home=tmp_path),
+                                    database=database, shutdown_requested=lambda: False)
         finally:
             processes.kill()
         assert launcher.returncode == 0  # the job was not stopped by the outage
@@ -72,7 +73,7 @@ def test_metric_lines_written_while_the_database_is_down_are_all_stored(tmp_path
         proxy.cut()
         threading.Timer(2.0, proxy.restore).start()
         started = time.monotonic()
-        _record_outcome(job_id, JobOutcome("cancelled"), database=database)
+        _record_outcome(job_id, RunResult(Outcome.CANCELLED), database=database)
         assert time.monotonic() - started >= 1.5
         with direct.transaction() as session:
             assert job_store.get_job(session=session, job_id=job_id).status == "cancelled"

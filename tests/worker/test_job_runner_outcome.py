@@ -12,17 +12,17 @@ def test_the_blamed_ranks_notice_is_the_error_even_after_a_peers_timeout(tmp_pat
     supervision = Supervision(error_notices=[(1.0, 0, "RuntimeError: NCCL timeout"),
                                              (2.0, 1, OOM_NOTICE)])
     outcome = _judge(1, supervision, RunFolder(tmp_path))
-    assert (outcome.status, outcome.error) == ("failed", f"rank 1: {OOM_NOTICE}")
+    assert (outcome.outcome, outcome.error) == ("failed", f"rank 1: {OOM_NOTICE}")
     assert (outcome.failure.kind, outcome.failure.rank) == ("out_of_memory", 1)
 
 
 def test_success_cancel_and_shutdown(tmp_path):
     run = RunFolder(tmp_path)
     run.merged_dir.mkdir()
-    assert _judge(0, Supervision(), run).status == "succeeded"
-    assert _judge(-15, Supervision(cancelled=True), run).status == "cancelled"
+    assert _judge(0, Supervision(), run).outcome == "succeeded"
+    assert _judge(-15, Supervision(cancelled=True), run).outcome == "cancelled"
     shutdown = _judge(0, Supervision(stopped_by_shutdown=True), run)
-    assert (shutdown.status, shutdown.failure.kind) == ("failed", "worker_lost")
+    assert (shutdown.outcome, shutdown.failure.kind) == ("failed", "worker_lost")
 
 
 def test_the_row_gets_the_kind_the_rank_and_a_failure_event(database, tmp_path):

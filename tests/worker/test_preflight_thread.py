@@ -9,12 +9,13 @@ from harness.servers import REPO
 
 STARTS_A_WORKER = """
 import json
-from worker.tasks import celery_app
-celery_app.worker_main = lambda argv: print(json.dumps(argv))
+from celery import Celery
+Celery.worker_main = lambda app, argv: print(json.dumps(argv))
 from tunedeck.cli.services import run_worker
-from worker.tasks import worker_identity
-run_worker()
-print(worker_identity().concurrency)
+from tunedeck.settings import load_settings
+from worker.worker_identity import WorkerIdentity
+run_worker(load_settings())
+print(WorkerIdentity.from_settings(load_settings()).concurrency)
 """
 
 

@@ -9,7 +9,7 @@ from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
 from worker import supervision
-from worker.supervision import _supervise
+from worker.supervision import supervise
 from worker.process_group import JobProcesses, start_process_group
 from worker.sampler import JobSampler
 from tests.worker.test_sampler import FakeNvml
@@ -41,7 +41,7 @@ def test_samples_of_every_gpu_and_rank_are_stored_while_the_job_runs(database, t
     sampler = JobSampler(host=socket.gethostname(), gpu_ids=[0], nvml=FakeNvml(),
                          interval_seconds=0.5)
     try:
-        _supervise(job_id, processes, run, settings=settings, database=database,
+        supervise(job_id, processes, run, settings=settings, database=database,
                    shutdown_requested=lambda: False, sampler=sampler)
     finally:
         processes.kill()

@@ -19,7 +19,7 @@ import pytest
 from tests.trainer.conftest import write_run
 from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
-from worker.job_runner import standby_environment
+from worker.launch import standby_environment
 from worker.process_group import JobProcesses, live_group_members
 from worker.sampler import JobSampler
 from worker.warm_launcher import WarmLauncher, fits_warm_start
@@ -130,7 +130,7 @@ def test_a_cancel_leaves_nothing_of_a_warm_job(tmp_path, tunedeck_home, builtin_
 DYING_WORKER = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
-    from worker.job_runner import standby_environment
+    from worker.launch import standby_environment
     from worker.warm_launcher import WarmLauncher
     launcher = WarmLauncher(folder=Path(sys.argv[1]), environment=standby_environment(),
                             cwd=Path(sys.argv[2]))

@@ -1,5 +1,5 @@
 """`tunedeck`: up, web, worker, migrate, submit, resume, plan, preflight, lora-targets,
-render (docs/cli-and-api.md's command table), and the accounts: user, token, audit."""
+render (docs/reference/cli.md), and the accounts: user, token, audit."""
 from __future__ import annotations
 
 import argparse
@@ -92,50 +92,32 @@ def _add_listen_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings_with(arguments: argparse.Namespace):
+    """The Settings of the environment, with what the command line gave instead."""
     from tunedeck.settings import Settings
 
-    overrides = {key: getattr(arguments, key) for key in ("host", "port")
-                 if getattr(arguments, key, None) is not None}
+    fields = {"host": "host", "port": "port", "concurrency": "worker_concurrency"}
+    overrides = {field: getattr(arguments, option) for option, field in fields.items()
+                 if getattr(arguments, option, None) is not None}
     return Settings(**overrides)
 
 
 def _run_up(arguments: argparse.Namespace) -> int:
-    from app.auth.middleware import OpenAccessRefused, check_open_access_allowed
-    from tunedeck.db.engine import Database
-    from tunedeck.migrate import upgrade_database
     from tunedeck.cli.services import run_web_and_worker
 
-    settings = _settings_with(arguments)
-    upgrade_database(settings.resolved_database_url)
-    database = Database(settings.resolved_database_url)
-    try:  # before anything starts: the web would refuse the same way
-        check_open_access_allowed(database=database, host=settings.host)
-    except OpenAccessRefused as error:
-        sys.exit(f"tunedeck up: {error}")
-    finally:
-        database.dispose()
-    return run_web_and_worker(settings)
+    return run_web_and_worker(_settings_with(arguments))
 
 
 def _run_web(arguments: argparse.Namespace) -> int:
     import uvicorn
 
-    from app.main import create_app
-
-    from tunedeck.broker import enqueue_job
-    from tunedeck.cluster.sweep import Sweeper
-
     from app.auth.middleware import OpenAccessRefused
+    from app.main import create_app
 
     settings = _settings_with(arguments)
     try:
-        app = create_app(settings)
+        app = create_app(settings)  # its lifespan runs the cluster sweep
     except OpenAccessRefused as error:
         sys.exit(f"tunedeck web: {error}")
-    # The web sweeps too: with one worker host, nobody else would see that worker die.
-    Sweeper(database=app.state.database, settings=settings,
-            send=lambda job_id, spec: enqueue_job(app.state.celery_app, job_id, spec)
-            ).start_thread()
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
     return 0
 
@@ -143,7 +125,7 @@ def _run_web(arguments: argparse.Namespace) -> int:
 def _run_worker(arguments: argparse.Namespace) -> int:
     from tunedeck.cli.services import run_worker
 
-    return run_worker(concurrency=arguments.concurrency)
+    return run_worker(_settings_with(arguments))
 
 
 def _run_migrate(_arguments: argparse.Namespace) -> int:

@@ -3,26 +3,28 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+from typing import Sequence
 
 from tunedeck.settings import Settings
 
 
-def run_worker(*, concurrency: int | None = None) -> int:
-    if concurrency is not None:  # before worker.tasks reads the settings: one figure for all
-        os.environ["TUNEDECK_WORKER_CONCURRENCY"] = str(concurrency)
+def run_worker(settings: Settings) -> int:
     from tunedeck.broker import PREFLIGHT_THREADS
     from tunedeck.cluster.placement import broker_queues_of_worker
-    from worker.tasks import celery_app, worker_identity
+    from worker.tasks import build_worker
 
-    identity = worker_identity()
+    worker = build_worker(settings)
+    identity = worker.identity
     # Threads, not forked children: the task's thread is the torchrun launcher's parent,
     # so if this process dies, the kernel signals torchrun (PR_SET_PDEATHSIG). Celery's own
     # heartbeats stay off: liveness is the database heartbeat (worker/heartbeat.py). One
     # thread a job slot, and PREFLIGHT_THREADS more that jobs never hold.
-    celery_app.worker_main([
+    worker.celery_app.worker_main([
         "worker", "--loglevel", "INFO", "--pool", "threads",
         "--concurrency", str(identity.concurrency + PREFLIGHT_THREADS),
         "--queues", ",".join(broker_queues_of_worker(name=identity.name, host=identity.host,
@@ -34,7 +36,9 @@ def run_worker(*, concurrency: int | None = None) -> int:
 
 
 def run_web_and_worker(settings: Settings) -> int:
-    """Migrate, then run `tunedeck web` and `tunedeck worker`; stop both when either stops."""
+    """Migrate, then run `tunedeck web`, and once it listens (so it passed its open-access
+    check: nothing runs a job while it refuses) `tunedeck worker`; stop both when either
+    stops."""
     from tunedeck.migrate import upgrade_database
     from tunedeck.accounts.redaction import redact_url
 
@@ -42,26 +46,52 @@ def run_web_and_worker(settings: Settings) -> int:
     environment = {**os.environ, "TUNEDECK_HOME": str(settings.home_dir),
                    "GRADIO_ANALYTICS_ENABLED": "False"}
     command = [sys.executable, "-m", "tunedeck.cli"]
+    stopping = _stop_on_signals()
     web = subprocess.Popen([*command, "web", "--host", settings.host, "--port", str(settings.port)],
                            env=environment)
-    worker = subprocess.Popen([*command, "worker"], env=environment)
     print(f"TuneDeck is starting at http://{settings.host}:{settings.port} "
           f"(data in {settings.home_dir}; database {redact_url(settings.resolved_database_url)}; "
           f"broker {redact_url(settings.resolved_broker_url)})", flush=True)
-    return _wait_for_either(web, worker)
+    if not _wait_until_listening(web, settings, stopping=stopping):
+        return _stop_all([web], stopping=stopping)  # the web said why it stopped
+    worker = subprocess.Popen([*command, "worker"], env=environment)
+    return _wait_for_either(web, worker, stopping=stopping)
 
 
-def _wait_for_either(*processes: subprocess.Popen) -> int:
-    stopping = False
+def _stop_on_signals() -> threading.Event:
+    """Set by SIGTERM and SIGINT: the services are then stopped."""
+    stopping = threading.Event()
 
     def stop(_signal_number, _frame) -> None:
-        nonlocal stopping
-        stopping = True
+        stopping.set()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    while not stopping and all(process.poll() is None for process in processes):
+    return stopping
+
+
+def _wait_until_listening(web: subprocess.Popen, settings: Settings, *,
+                          stopping: threading.Event) -> bool:
+    """True once the web accepts connections; False when it exited (or we were told to
+    stop) first."""
+    address = {"0.0.0.0": "127.0.0.1", "::": "::1", "[::]": "::1"}.get(settings.host,
+                                                                      settings.host.strip("[]"))
+    while not stopping.is_set() and web.poll() is None:
+        try:
+            with socket.create_connection((address, settings.port), timeout=1):
+                return True
+        except OSError:
+            time.sleep(0.2)
+    return False
+
+
+def _wait_for_either(*processes: subprocess.Popen, stopping: threading.Event) -> int:
+    while not stopping.is_set() and all(process.poll() is None for process in processes):
         time.sleep(0.5)
+    return _stop_all(processes, stopping=stopping)
+
+
+def _stop_all(processes: Sequence[subprocess.Popen], *, stopping: threading.Event) -> int:
     for process in processes:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -70,4 +100,4 @@ def _wait_for_either(*processes: subprocess.Popen) -> int:
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             process.kill()
-    return 0 if stopping else 1
+    return 0 if stopping.is_set() else 1

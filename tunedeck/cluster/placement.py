@@ -11,20 +11,39 @@ the database and claims the row, or hands the id on to a worker that has room.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
+
+from tunedeck.job_spec import JobSpec
 
 DEFAULT_QUEUE = "default"
 
 
-def job_queue(spec: Mapping[str, Any]) -> str:
-    return spec.get("queue") or DEFAULT_QUEUE
+class Placement(Protocol):
+    """Where something runs: a queue or one host (a JobSpec, a PreflightRequest)."""
+
+    @property
+    def queue(self) -> str | None: ...
+
+    @property
+    def host(self) -> str | None: ...
 
 
-def broker_queue_for(spec: Mapping[str, Any]) -> str:
-    """The broker queue a job's id is sent to (`spec` as stored: a dict)."""
-    if spec.get("host"):
-        return host_broker_queue(spec["host"])
-    return f"tunedeck.queue.{job_queue(spec)}"
+def _queue_and_host(placement: Placement | Mapping[str, Any]) -> tuple[str | None, str | None]:
+    # A mapping: what callers outside the cluster package still pass (a stored spec dict,
+    # tunedeck.data.preflight_request.broker_spec); drop it once they pass the model.
+    if isinstance(placement, Mapping):
+        return placement.get("queue"), placement.get("host")
+    return placement.queue, placement.host
+
+
+def job_queue(placement: Placement | Mapping[str, Any]) -> str:
+    return _queue_and_host(placement)[0] or DEFAULT_QUEUE
+
+
+def broker_queue_for(placement: Placement | Mapping[str, Any]) -> str:
+    """The broker queue a job's (or a preflight's) id is sent to."""
+    host = _queue_and_host(placement)[1]
+    return host_broker_queue(host) if host else f"tunedeck.queue.{job_queue(placement)}"
 
 
 def host_broker_queue(host: str) -> str:
@@ -53,10 +72,9 @@ class WorkerView:
     concurrency: int
 
 
-def serves(worker: WorkerView, spec: Mapping[str, Any]) -> bool:
-    if spec.get("host"):
-        return worker.host == spec["host"]
-    return job_queue(spec) in worker.queues
+def serves(worker: WorkerView, placement: Placement | Mapping[str, Any]) -> bool:
+    host = _queue_and_host(placement)[1]
+    return worker.host == host if host else job_queue(placement) in worker.queues
 
 
 def free_gpus(worker: WorkerView, held: Iterable[Sequence[int] | None]) -> list[int] | None:
@@ -75,25 +93,24 @@ def choose_gpus(free: Sequence[int] | None, count: int) -> list[int] | None:
     return sorted(free)[:count] if len(free) >= count else None
 
 
-def can_ever_fit(worker: WorkerView, spec: Mapping[str, Any]) -> bool:
+def can_ever_fit(worker: WorkerView, spec: JobSpec) -> bool:
     """Whether the job would fit on this worker with every GPU free."""
-    return worker.gpu_indices is None or len(worker.gpu_indices) >= int(spec.get("num_gpus", 1))
+    return worker.gpu_indices is None or len(worker.gpu_indices) >= spec.num_gpus
 
 
-def room_for(worker: WorkerView, spec: Mapping[str, Any], *, running_jobs: int,
+def room_for(worker: WorkerView, spec: JobSpec, *, running_jobs: int,
              held: Iterable[Sequence[int] | None]) -> list[int] | None:
     """The GPUs this worker can give the job now, or None when it has no room (all its
     job slots busy, or too few GPUs free)."""
     if running_jobs >= worker.concurrency:
         return None
-    return choose_gpus(free_gpus(worker, held), int(spec.get("num_gpus", 1)))
+    return choose_gpus(free_gpus(worker, held), spec.num_gpus)
 
 
-def waiting_reason(spec: Mapping[str, Any], workers: Sequence[WorkerView]) -> str:
+def waiting_reason(spec: JobSpec, workers: Sequence[WorkerView]) -> str:
     """Why a queued job is not running yet, in words for its page."""
-    wanted = int(spec.get("num_gpus", 1))
-    nodes = int(spec.get("num_nodes", 1))
-    where = f"host {spec['host']}" if spec.get("host") else f"queue {job_queue(spec)!r}"
+    wanted, nodes = spec.num_gpus, spec.num_nodes
+    where = f"host {spec.host}" if spec.host else f"queue {job_queue(spec)!r}"
     serving = [worker for worker in workers if serves(worker, spec)]
     if not serving:
         return f"waiting: no live worker serves {where}"

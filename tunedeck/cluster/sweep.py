@@ -10,7 +10,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Callable
 
 from sqlalchemy.orm import Session
 
@@ -19,18 +19,19 @@ from tunedeck.cluster import workers as worker_registry
 from tunedeck.db.models import Job, utc_now
 from tunedeck.db.engine import Database
 from tunedeck.failure_kinds import WORKER_LOST
+from tunedeck.job_spec import JobSpec
 from tunedeck.settings import Settings
 
 log = logging.getLogger(__name__)
-Send = Callable[[int, dict[str, Any]], None]
+Send = Callable[[int, JobSpec], None]
 
 
 @dataclass
 class SweepResult:
     lost_workers: list[str] = field(default_factory=list)
     failed_jobs: list[int] = field(default_factory=list)
-    # (job id, spec as stored) to send to the broker once the transaction commits
-    to_send: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    # (job id, its spec) to send to the broker once the transaction commits
+    to_send: list[tuple[int, JobSpec]] = field(default_factory=list)
 
 
 def sweep_cluster(*, session: Session, worker_lost_seconds: float, redispatch_seconds: float,
@@ -40,7 +41,7 @@ def sweep_cluster(*, session: Session, worker_lost_seconds: float, redispatch_se
         settle_lost_workers(session=session, silent_seconds=worker_lost_seconds, result=result)
     for job in job_store.take_undispatched_queued_jobs(session=session,
                                                        older_than_seconds=redispatch_seconds):
-        result.to_send.append((job.id, job.spec))
+        result.to_send.append((job.id, job.spec_model))
     return result
 
 
@@ -120,12 +121,13 @@ def give_up_job(*, session: Session, job: Job, why: str, result: SweepResult) ->
     """A running job nothing supervises any more: queued again from its latest checkpoint
     while its spec's `max_restarts` allows, else failed with `why`."""
     restarts_used = max(0, job.attempts - 1)
-    allowed = int(job.spec.get("max_restarts", 0))
+    spec = job.spec_model
+    allowed = spec.max_restarts
     if restarts_used < allowed:
         job_store.requeue_lost_job(
             session=session, job_id=job.id,
             reason=f"{why}; restart {restarts_used + 1} of {allowed}, from the latest checkpoint")
-        result.to_send.append((job.id, job.spec))
+        result.to_send.append((job.id, spec))
     else:
         detail = (f"; its {allowed} restart(s) are used up" if allowed else
                   "; set max_restarts in the spec to have such a job restarted")

@@ -12,6 +12,8 @@ from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Index, Integ
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from tunedeck.job_spec import JobSpec
+from tunedeck.metrics.events import EVAL, MEMORY, STEP
+from tunedeck.metrics.figures import columns_of
 
 
 def utc_now() -> datetime:
@@ -112,10 +114,9 @@ class MetricPoint(Base):
         # order it needs (a step series by step then line, memory by time then rank),
         # never touching the rows' JSON. The memory one also serves (job, kind, time).
         Index("ix_metric_points_series_figures", "job_id", "kind", "rank", "step", "seq", "id",
-              "loss", "tokens_per_second", "learning_rate", "grad_norm", "step_seconds",
-              "eval_loss"),
+              *columns_of(STEP), *columns_of(EVAL)),
         Index("ix_metric_points_memory_figures", "job_id", "kind", "time", "rank", "id",
-              "allocated_mb", "rss_mb", "peak_reserved_mb"),
+              *columns_of(MEMORY)),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -127,7 +128,8 @@ class MetricPoint(Base):
     time: Mapped[float] = mapped_column(Float)
     values: Mapped[dict[str, Any]] = mapped_column(JSON)
     # The charted figures, copied out of `values` on insert (null when absent or not a
-    # finite number), so a 100,000-step chart is downsampled without parsing its JSON.
+    # finite number), so a 100,000-step chart is downsampled without parsing its JSON:
+    # tunedeck.metrics.figures.FIGURE_COLUMNS, one a figure (a test checks they agree).
     loss: Mapped[float | None] = mapped_column(Float, nullable=True)
     tokens_per_second: Mapped[float | None] = mapped_column(Float, nullable=True)
     learning_rate: Mapped[float | None] = mapped_column(Float, nullable=True)

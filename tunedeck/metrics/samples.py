@@ -9,10 +9,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tunedeck.db.models import JobSample
+from tunedeck.metrics import figures
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS, downsample_tuples
 
-GPU = "gpu"
-PROCESS = "process"
+GPU = figures.GPU_SAMPLE
+PROCESS = figures.PROCESS_SAMPLE
 SOURCES = (GPU, PROCESS)
 # The figures of each source, in MiB like the ranks' own memory readings.
 GPU_FIELDS = ("used_mb", "total_mb", "utilization_percent", "power_w", "temperature_c")
@@ -20,7 +21,9 @@ PROCESS_FIELDS = ("pid", "rss_mb", "cpu_percent")
 # What each source's line is called in the API's rows.
 INDEX_NAMES = {GPU: "gpu", PROCESS: "rank"}
 FIELDS = {GPU: GPU_FIELDS, PROCESS: PROCESS_FIELDS}
-CHARTED_FIELDS = {GPU: ("used_mb", "utilization_percent"), PROCESS: ("rss_mb", "cpu_percent")}
+# The figures of each source whose extremes survive downsampling (tunedeck.metrics.figures).
+CHARTED_FIELDS = {source: tuple(figure.field for figure in figures.figures_of(source))
+                  for source in SOURCES}
 IDS_PER_QUERY = 5000  # within every database's limit on bound parameters
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
-from tunedeck.metrics import chart_cache
+from tunedeck.metrics import chart_cache, figures
 from tunedeck.metrics import events as metrics_event
 from tunedeck.db.models import Job, MetricPoint
 from tunedeck.metrics.downsample import keep_positions
@@ -63,9 +63,10 @@ def chart_figure_columns(values: dict[str, Any]) -> dict[str, float | None]:
     """The figure columns of a point with these (sanitised) values, for whoever writes
     `metric_points` rows: each number as a float; null for anything else (missing, null, a
     string, a bool), as migration 0005 backfilled the rows written before it."""
-    return {figure: float(value) if isinstance(value, (int, float))
+    return {figure.column: float(value) if isinstance(value, (int, float))
             and not isinstance(value, bool) else None
-            for figure in CHART_FIGURES for value in (values.get(figure),)}
+            for figure in figures.FIGURES if figure.column is not None
+            for value in (values.get(figure.field),)}
 
 
 def read_job_metrics(*, session: Session, job_id: int) -> dict[str, list[dict[str, Any]]]:
@@ -73,12 +74,11 @@ def read_job_metrics(*, session: Session, job_id: int) -> dict[str, list[dict[st
     return read_chart_metrics(session=session, job_id=job_id, max_points=ALL_POINTS)
 
 
-# The figures whose extremes survive downsampling, per series.
-TRAIN_CHART_KEYS = ("loss", "tokens_per_second", "learning_rate", "grad_norm", "step_seconds")
-EVAL_CHART_KEYS = ("eval_loss",)
-MEMORY_CHART_KEYS = ("allocated_mb", "rss_mb", "peak_reserved_mb")
-# Each is also a Float column of MetricPoint (filled on insert), read from a covering index.
-CHART_FIGURES = TRAIN_CHART_KEYS + EVAL_CHART_KEYS + MEMORY_CHART_KEYS
+# The figure columns of each series (tunedeck.metrics.figures): read from a covering index,
+# their extremes survive downsampling.
+TRAIN_CHART_COLUMNS = figures.columns_of(metrics_event.STEP)
+EVAL_CHART_COLUMNS = figures.columns_of(metrics_event.EVAL)
+MEMORY_CHART_COLUMNS = figures.columns_of(metrics_event.MEMORY)
 IDS_PER_QUERY = 5000  # within every database's limit on bound parameters
 ALL_POINTS = 2**62  # a max_points no series reaches
 
@@ -92,25 +92,25 @@ def read_chart_metrics(*, session: Session, job_id: int,
     a 100,000-step job costs little more than a 2,000-step one."""
     job = session.get(Job, job_id)
     # One node, one writer of its points: their ids become visible in order (chart_cache).
-    single_writer = job is not None and int((job.spec or {}).get("num_nodes", 1)) == 1
+    single_writer = job is not None and job.spec_model.num_nodes == 1
     return {
-        "train": _downsampled_step_series(session, job_id, metrics_event.STEP, TRAIN_CHART_KEYS,
+        "train": _downsampled_step_series(session, job_id, metrics_event.STEP, TRAIN_CHART_COLUMNS,
                                           metrics_event.STEP_FIELDS, max_points, single_writer),
-        "eval": _downsampled_step_series(session, job_id, metrics_event.EVAL, EVAL_CHART_KEYS,
+        "eval": _downsampled_step_series(session, job_id, metrics_event.EVAL, EVAL_CHART_COLUMNS,
                                          metrics_event.EVAL_FIELDS, max_points, single_writer),
         "memory": _downsampled_memory(session, job_id, max_points, single_writer),
         "footprint": _latest_footprint_per_rank(session, job_id),
     }
 
 
-def _downsampled_step_series(session: Session, job_id: int, kind: str, keys: tuple[str, ...],
+def _downsampled_step_series(session: Session, job_id: int, kind: str, columns: tuple[str, ...],
                              fields: tuple[str, ...], max_points: int,
                              single_writer: bool) -> list[dict[str, Any]]:
     line_set = chart_cache.read_line_set(
         session, key=(job_id, kind), order_width=2, fetch_table=_float_table,
         single_writer=single_writer,
         columns=(MetricPoint.id, MetricPoint.rank, MetricPoint.step, MetricPoint.seq,
-                 *_figure_columns(keys)),
+                 *_figure_columns(columns)),
         where=(MetricPoint.job_id == job_id, MetricPoint.kind == kind,
                MetricPoint.rank == TRAIN_SERIES_RANK, MetricPoint.step.is_not(None)))
     line = line_set.lines.get(TRAIN_SERIES_RANK)
@@ -134,7 +134,7 @@ def _downsampled_memory(session: Session, job_id: int, max_points: int,
         session, key=(job_id, metrics_event.MEMORY), order_width=1, fetch_table=_float_table,
         single_writer=single_writer,
         columns=(MetricPoint.id, MetricPoint.rank, MetricPoint.time,
-                 *_figure_columns(MEMORY_CHART_KEYS)),
+                 *_figure_columns(MEMORY_CHART_COLUMNS)),
         where=(MetricPoint.job_id == job_id, MetricPoint.kind == metrics_event.MEMORY))
     kept = [line[keep_positions(np.ascontiguousarray(line[:, 3:].T), max_points)]
             for line in line_set.lines.values()]
@@ -162,8 +162,8 @@ def _answer_rows(session: Session, line_set: chart_cache.LineSet, ids: list[int]
     return [dict(known[point_id]) for point_id in ids]
 
 
-def _figure_columns(keys: tuple[str, ...]) -> list:
-    return [MetricPoint.__table__.c[key] for key in keys]
+def _figure_columns(columns: tuple[str, ...]) -> list:
+    return [MetricPoint.__table__.c[column] for column in columns]
 
 
 def _float_table(session: Session, statement: Select) -> np.ndarray:
@@ -254,7 +254,7 @@ def job_table_summaries(*, session: Session, job_ids: list[int]) -> dict[int, di
         summaries[job_id].update(values)
     peaks = session.execute(
         select(MetricPoint.job_id, func.max(MetricPoint.values["peak_mb"].as_float()),
-               func.max(MetricPoint.values["rss_mb"].as_float()))
+               func.max(MetricPoint.values[figures.RSS_MB.field].as_float()))
         .where(MetricPoint.job_id.in_(job_ids), MetricPoint.kind == metrics_event.MEMORY)
         .group_by(MetricPoint.job_id))
     for job_id, peak_mb, rss_mb in peaks:

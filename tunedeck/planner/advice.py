@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.gpu_cards import GpuSet
-from tunedeck.planner.memory_plan import (GB, STRATEGIES, StrategyPlan, model_states,
-                                          napkin_ddp_bytes, plan_strategies)
+from tunedeck.planner.memory_plan import (STRATEGIES, StrategyPlan, model_states, napkin_ddp_bytes,
+                                          plan_strategies)
 from tunedeck.planner.model_shapes import ModelShape
 from tunedeck.planner.reasons import advice_reasons, cost_words, setup_reason
 from tunedeck.planner.setups import OFFLOADED, ON_GPUS, OTHER_JOB, Setup, all_setups
-from tunedeck.units import format_count
+from tunedeck.units import GB, format_count
 
 FITS, TIGHT, DOES_NOT_FIT, NOT_SUPPORTED = "fits", "tight", "does not fit", "not supported"
 # CUDA context, NCCL and allocator slack no tensor accounts for.

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.gpu_cards import GpuSet
 from tunedeck.planner.model_shapes import ModelShape
+from tunedeck.units import GB
 
-GB = 10**9
 STRATEGIES = ("ddp", "zero2", "zero2_offload", "fsdp", "fsdp_offload")
 ADAM_STATE_BYTES = 8  # fp32 momentum + variance per trainable parameter
 FP32_BYTES = 4

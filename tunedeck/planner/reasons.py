@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.gpu_cards import GpuSet
-from tunedeck.planner.memory_plan import GB
 from tunedeck.planner.setups import OFFLOADED, ON_GPUS, Setup
 from tunedeck.planner.step_cost import REFERENCE_MFU
-from tunedeck.units import format_size
+from tunedeck.units import GB, format_size
 
 # A share of the step below this is not worth naming as a cost.
 NOTABLE_SHARE = 0.05

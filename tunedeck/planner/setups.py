@@ -14,9 +14,10 @@ from itertools import product
 
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.gpu_cards import GpuSet
-from tunedeck.planner.memory_plan import GB, plan_strategies
+from tunedeck.planner.memory_plan import plan_strategies
 from tunedeck.planner.model_shapes import ModelShape
 from tunedeck.planner.step_cost import StepCost, step_cost
+from tunedeck.units import GB
 
 ON_GPUS, OFFLOADED, OTHER_JOB = 0, 1, 2
 RUNNABLE = ("zero2", "fsdp", "zero2_offload", "fsdp_offload")

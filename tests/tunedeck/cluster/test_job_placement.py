@@ -2,6 +2,7 @@
 from tunedeck.cluster.placement import (WorkerView, broker_queue_for, broker_queues_of_worker,
                                     can_ever_fit, choose_gpus, free_gpus, room_for, serves,
                                     waiting_reason)
+from tunedeck.job_spec import JobSpec
 
 EIGHT_GPUS = WorkerView(name="default@gpu-1", host="gpu-1", queues=("default",),
                         gpu_indices=tuple(range(8)), concurrency=8)
@@ -9,43 +10,47 @@ CPU_ONLY = WorkerView(name="cpu@box", host="box", queues=("cpu",), gpu_indices=N
                       concurrency=1)
 
 
+def spec(**fields) -> JobSpec:
+    return JobSpec(max_steps=1, **fields)
+
+
 def test_a_job_goes_to_its_host_or_its_queue_and_the_worker_consumes_both():
-    assert broker_queue_for({}) == "tunedeck.queue.default"
-    assert broker_queue_for({"queue": "a100"}) == "tunedeck.queue.a100"
-    assert broker_queue_for({"queue": "a100", "host": "gpu-7"}) == "tunedeck.host.gpu-7"
+    assert broker_queue_for(spec()) == "tunedeck.queue.default"
+    assert broker_queue_for(spec(queue="a100")) == "tunedeck.queue.a100"
+    assert broker_queue_for(spec(queue="a100", host="gpu-7")) == "tunedeck.host.gpu-7"
     consumed = broker_queues_of_worker(name="w1", host="gpu-7", queues=["a100", "default"])
     assert consumed == ["tunedeck.queue.a100", "tunedeck.queue.default", "tunedeck.host.gpu-7",
                         "tunedeck.worker.w1"]
 
 
 def test_serves_by_host_when_named_else_by_queue():
-    assert serves(EIGHT_GPUS, {}) and not serves(CPU_ONLY, {})
-    assert serves(CPU_ONLY, {"queue": "cpu"}) and not serves(EIGHT_GPUS, {"queue": "cpu"})
-    assert serves(CPU_ONLY, {"host": "box", "queue": "other"})
-    assert not serves(EIGHT_GPUS, {"host": "box"})
+    assert serves(EIGHT_GPUS, spec()) and not serves(CPU_ONLY, spec())
+    assert serves(CPU_ONLY, spec(queue="cpu")) and not serves(EIGHT_GPUS, spec(queue="cpu"))
+    assert serves(CPU_ONLY, spec(host="box", queue="other"))
+    assert not serves(EIGHT_GPUS, spec(host="box"))
 
 
 def test_two_four_gpu_jobs_get_disjoint_gpus_and_a_third_waits():
-    first = room_for(EIGHT_GPUS, {"num_gpus": 4}, running_jobs=0, held=[])
-    second = room_for(EIGHT_GPUS, {"num_gpus": 4}, running_jobs=1, held=[first])
+    first = room_for(EIGHT_GPUS, spec(num_gpus=4), running_jobs=0, held=[])
+    second = room_for(EIGHT_GPUS, spec(num_gpus=4), running_jobs=1, held=[first])
     assert first == [0, 1, 2, 3] and second == [4, 5, 6, 7]
-    assert room_for(EIGHT_GPUS, {"num_gpus": 1}, running_jobs=2, held=[first, second]) is None
+    assert room_for(EIGHT_GPUS, spec(num_gpus=1), running_jobs=2, held=[first, second]) is None
     # A freed GPU in the middle is reused: the lowest free ones go first.
-    assert room_for(EIGHT_GPUS, {"num_gpus": 2}, running_jobs=1, held=[[0, 1, 4, 5]]) == [2, 3]
+    assert room_for(EIGHT_GPUS, spec(num_gpus=2), running_jobs=1, held=[[0, 1, 4, 5]]) == [2, 3]
 
 
 def test_a_host_without_gpus_is_limited_by_its_job_slots_only():
     assert free_gpus(CPU_ONLY, [[0]]) is None
     assert choose_gpus(None, 4) == []
-    assert room_for(CPU_ONLY, {"num_gpus": 4}, running_jobs=0, held=[]) == []
-    assert room_for(CPU_ONLY, {"num_gpus": 1}, running_jobs=1, held=[]) is None
+    assert room_for(CPU_ONLY, spec(num_gpus=4), running_jobs=0, held=[]) == []
+    assert room_for(CPU_ONLY, spec(num_gpus=1), running_jobs=1, held=[]) is None
 
 
 def test_waiting_reason_says_what_is_missing():
-    assert waiting_reason({"queue": "h100"}, [EIGHT_GPUS]) == \
+    assert waiting_reason(spec(queue="h100"), [EIGHT_GPUS]) == \
         "waiting: no live worker serves queue 'h100'"
-    assert not can_ever_fit(EIGHT_GPUS, {"num_gpus": 16})
+    assert not can_ever_fit(EIGHT_GPUS, spec(num_gpus=16))
     assert "needs 16 GPUs on one host, and the largest worker of queue 'default' has 8" in \
-        waiting_reason({"num_gpus": 16}, [EIGHT_GPUS])
-    assert waiting_reason({"num_gpus": 4}, [EIGHT_GPUS]) == \
+        waiting_reason(spec(num_gpus=16), [EIGHT_GPUS])
+    assert waiting_reason(spec(num_gpus=4), [EIGHT_GPUS]) == \
         "waiting for 4 free GPU(s) on a worker of queue 'default'"

@@ -1,0 +1,83 @@
+"""The charted figures, each declared once: one row a figure.
+
+A figure is a number that a rank's metric events (`tunedeck.metrics.events`, the one
+spelling of their fields) or the worker's samples (`tunedeck.metrics.samples`) carry, and
+a chart draws. What derives from this table: the Float columns of `metric_points` that the
+store fills on insert and the charts read from covering indexes (their ORM declarations in
+`tunedeck.db.models` are checked against it by a test), the figures whose extremes survive
+downsampling, and the job page's step charts. Pure (no imports beyond the event schema):
+the trainer may import it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tunedeck.metrics.events import EVAL, MEMORY, STEP
+
+# The worker's sample sources (`tunedeck.metrics.samples` calls them GPU and PROCESS).
+GPU_SAMPLE, PROCESS_SAMPLE = "gpu", "process"
+
+
+@dataclass(frozen=True)
+class Figure:
+    field: str  # its key in the event (or sample) and in the API's rows
+    kind: str  # the event kind (or sample source) that carries it
+    title: str  # what its chart is called, and its value axis
+    unit: str = ""  # what the number counts in ("" for a plain number)
+    # Its Float column of metric_points (null when absent), or None: not copied out of
+    # the row's JSON, so not read from a covering index, and its extremes are not kept.
+    column: str | None = None
+    # Drawn by step as a chart of its own in the job page's live panel.
+    live_chart: bool = False
+
+
+LOSS = Figure("loss", STEP, "Loss", column="loss")
+TOKENS_PER_SECOND = Figure("tokens_per_second", STEP, "Throughput", unit="tokens/s",
+                           column="tokens_per_second")
+LEARNING_RATE = Figure("learning_rate", STEP, "Learning rate", column="learning_rate",
+                       live_chart=True)
+GRAD_NORM = Figure("grad_norm", STEP, "Gradient norm", column="grad_norm", live_chart=True)
+STEP_SECONDS = Figure("step_seconds", STEP, "Step time (s)", unit="s", column="step_seconds",
+                      live_chart=True)
+MFU = Figure("mfu", STEP, "MFU (model FLOPs utilisation)", unit="fraction of peak",
+             live_chart=True)
+EVAL_LOSS = Figure("eval_loss", EVAL, "Eval loss", column="eval_loss")
+ALLOCATED_MB = Figure("allocated_mb", MEMORY, "Accelerator memory allocated", unit="MiB",
+                      column="allocated_mb")
+RSS_MB = Figure("rss_mb", MEMORY, "Process RSS", unit="MiB", column="rss_mb")
+PEAK_RESERVED_MB = Figure("peak_reserved_mb", MEMORY, "Peak reserved memory", unit="MiB",
+                          column="peak_reserved_mb")
+GPU_USED_MB = Figure("used_mb", GPU_SAMPLE, "Memory per GPU", unit="MiB")
+GPU_UTILIZATION_PERCENT = Figure("utilization_percent", GPU_SAMPLE, "GPU utilisation", unit="%")
+PROCESS_RSS_MB = Figure("rss_mb", PROCESS_SAMPLE, "Memory per rank process (RSS)", unit="MiB")
+PROCESS_CPU_PERCENT = Figure("cpu_percent", PROCESS_SAMPLE, "CPU per rank process", unit="%")
+
+# In this order: the columns of each kind are read (and indexed) in it.
+FIGURES: tuple[Figure, ...] = (
+    LOSS, TOKENS_PER_SECOND, LEARNING_RATE, GRAD_NORM, STEP_SECONDS, MFU, EVAL_LOSS,
+    ALLOCATED_MB, RSS_MB, PEAK_RESERVED_MB,
+    GPU_USED_MB, GPU_UTILIZATION_PERCENT, PROCESS_RSS_MB, PROCESS_CPU_PERCENT,
+)
+LIVE_STEP_FIGURES: tuple[Figure, ...] = tuple(figure for figure in FIGURES if figure.live_chart)
+
+
+def figures_of(kind: str) -> tuple[Figure, ...]:
+    return tuple(figure for figure in FIGURES if figure.kind == kind)
+
+
+def columns_of(kind: str) -> tuple[str, ...]:
+    """The metric_points Float columns of an event kind's figures, in table order."""
+    return tuple(figure.column for figure in figures_of(kind) if figure.column is not None)
+
+
+# Every Float column of metric_points, as the store fills them and migration 0005 made them.
+FIGURE_COLUMNS: tuple[str, ...] = tuple(figure.column for figure in FIGURES
+                                        if figure.column is not None)
+
+
+def rank_memory_mb(row: dict[str, Any]) -> float | None:
+    """What a memory chart draws for a rank's reading: the accelerator memory allocated,
+    else (a CPU rank) the process RSS."""
+    allocated = row.get(ALLOCATED_MB.field)
+    return allocated if allocated is not None else row.get(RSS_MB.field)
