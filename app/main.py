@@ -15,10 +15,10 @@ from fastapi.exceptions import RequestValidationError  # noqa: E402
 from fastapi.responses import JSONResponse  # noqa: E402
 
 from app.api.accounts import account_router  # noqa: E402
-from app.auth.middleware import AccessMiddleware, check_open_access_allowed  # noqa: E402
 from app.api.jobs import router  # noqa: E402
-from app.api.uploads import upload_router  # noqa: E402
 from app.api.preflight import preflight_router  # noqa: E402
+from app.api.uploads import upload_router  # noqa: E402
+from app.auth.middleware import AccessMiddleware, check_open_access_allowed  # noqa: E402
 from app.auth.sign_in import sign_in_router  # noqa: E402
 from tunedeck.broker import enqueue_job, make_celery  # noqa: E402
 from tunedeck.cluster.sweep import Sweeper  # noqa: E402

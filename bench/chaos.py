@@ -32,9 +32,8 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from ingest import postgres_database  # noqa: E402
 
-from harness.chaos_scenarios import (ChaosReport, database_unreachable,  # noqa: E402
-                                       killed_worker, longer_than_visibility_timeout,
-                                       redis_restarted, web_restarted)
+from harness.chaos_scenarios import (ChaosReport, database_unreachable, killed_worker,  # noqa: E402
+                                     longer_than_visibility_timeout, redis_restarted, web_restarted)
 from tunedeck.migrate import upgrade_database  # noqa: E402
 
 DETECT_LIMIT_SECONDS = 30.0

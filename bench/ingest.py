@@ -30,9 +30,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tunedeck import job_store  # noqa: E402
-from tunedeck.metrics import store as metric_store
 from tunedeck.db.engine import Database  # noqa: E402
 from tunedeck.job_spec import JobSpec  # noqa: E402
+from tunedeck.metrics import store as metric_store
 from tunedeck.metrics.events import encode_event  # noqa: E402
 from tunedeck.migrate import upgrade_database  # noqa: E402
 from tunedeck.run_folder import RunFolder  # noqa: E402

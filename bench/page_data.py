@@ -32,15 +32,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ingest import postgres_database  # noqa: E402
-
 from fastapi.testclient import TestClient  # noqa: E402
+from ingest import postgres_database  # noqa: E402
 
 from app.main import create_app  # noqa: E402
 from tunedeck import job_store  # noqa: E402
-from tunedeck.metrics import store as metric_store
 from tunedeck.db.engine import Database  # noqa: E402
 from tunedeck.job_spec import JobSpec  # noqa: E402
+from tunedeck.metrics import store as metric_store
 from tunedeck.migrate import upgrade_database  # noqa: E402
 from tunedeck.settings import Settings  # noqa: E402
 

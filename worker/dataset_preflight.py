@@ -11,11 +11,11 @@ import sys
 from pydantic import ValidationError
 
 from tunedeck.data import preflight_store
-from tunedeck.db.engine import Database
 from tunedeck.data.input_paths import spec_path_problems
+from tunedeck.data.preflight_request import DONE, FAILED, PreflightRequest
+from tunedeck.db.engine import Database
 from tunedeck.job_spec import format_validation_error
 from tunedeck.line_server import LineServer, LineServerError
-from tunedeck.data.preflight_request import DONE, FAILED, PreflightRequest
 from tunedeck.settings import Settings
 from worker.input_check import _model_problem, worker_input_roots
 

@@ -6,14 +6,13 @@ import functools
 from pathlib import Path
 from typing import Sequence
 
-from tunedeck.data.records import eval_split_problem
-from tunedeck.data.sources import count_source_records, load_source_examples, spec_source
-from tunedeck.data.input_paths import spec_path_problems
-from tunedeck.job_spec import JobSpec
-from tunedeck.settings import Settings
-
 from trainer.builtin_dataset import ARITHMETIC_SIZE
 from trainer.target_preview import model_family_problem
+from tunedeck.data.input_paths import spec_path_problems
+from tunedeck.data.records import eval_split_problem
+from tunedeck.data.sources import count_source_records, load_source_examples, spec_source
+from tunedeck.job_spec import JobSpec
+from tunedeck.settings import Settings
 
 BUILTIN_MODELS = ("builtin:tiny-llama",)
 BUILTIN_DATASETS = ("builtin:arithmetic",)

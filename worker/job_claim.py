@@ -17,8 +17,8 @@ from sqlalchemy.orm import Session
 
 from tunedeck import job_store
 from tunedeck.cluster import workers as worker_registry
-from tunedeck.db.engine import Database
 from tunedeck.cluster.placement import WorkerView, room_for, serves, waiting_reason
+from tunedeck.db.engine import Database
 from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import QUEUED, InvalidTransition
 from worker.worker_identity import WorkerIdentity

@@ -14,10 +14,9 @@ from typing import Any, Callable, Iterable
 
 import psutil
 
+from trainer.warm_rank import RANK_PROCESS_NAME_PREFIX
 from tunedeck.metrics.samples import GPU, PROCESS
 from tunedeck.units import MIB
-
-from trainer.warm_rank import RANK_PROCESS_NAME_PREFIX
 
 log = logging.getLogger(__name__)
 SAMPLE_SECONDS = 1.0

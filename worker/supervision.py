@@ -15,10 +15,8 @@ from typing import Callable
 from sqlalchemy.exc import DBAPIError
 
 from tunedeck import job_store
-from tunedeck.metrics import store as metric_store
-from tunedeck.metrics import events as metrics_event
-from tunedeck.metrics import samples as sample_store
 from tunedeck.db.engine import Database
+from tunedeck.metrics import events as metrics_event, samples as sample_store, store as metric_store
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
 from worker.metrics_tail import MetricsTail

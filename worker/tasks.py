@@ -13,8 +13,8 @@ from pathlib import Path
 
 from celery.signals import worker_ready, worker_shutting_down
 
-from tunedeck.broker import (PREFLIGHT_DATASET_TASK, RUN_JOB_NODE_TASK, RUN_JOB_TASK,
-                             enqueue_job, make_celery, send_node_to_worker, send_to_worker)
+from tunedeck.broker import (PREFLIGHT_DATASET_TASK, RUN_JOB_NODE_TASK, RUN_JOB_TASK, enqueue_job,
+                             make_celery, send_node_to_worker, send_to_worker)
 from tunedeck.db.engine import Database
 from tunedeck.settings import Settings
 from worker.dataset_preflight import run_dataset_preflight

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from app.actions.errors import Conflict, Forbidden, NotFound
 from app.auth.principal import Principal
-from tunedeck.accounts import audit
-from tunedeck.accounts import users as accounts
+from tunedeck.accounts import audit, users as accounts
 from tunedeck.db.engine import Database
 from tunedeck.db.models import AuditEvent, Credential, User
 

@@ -12,8 +12,7 @@ from app.actions.errors import ActionError
 from app.api.errors import http_error
 from app.auth.principal import principal_of
 from app.views.jobs import MAX_JOB_ID
-from tunedeck.accounts import audit
-from tunedeck.accounts import users as accounts
+from tunedeck.accounts import audit, users as accounts
 from tunedeck.db.models import Credential
 
 account_router = APIRouter()

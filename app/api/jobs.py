@@ -9,9 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.actions import checkpoints, compare_backends, submit
-from app.actions import plan as planning
-from app.actions import retry as retrying
+from app.actions import checkpoints, compare_backends, plan as planning, retry as retrying, submit
 from app.actions.errors import ActionError
 from app.actions.lora_preview import preview_lora_targets
 from app.api.errors import http_error

@@ -10,8 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.auth.middleware import SESSION_COOKIE
-from tunedeck.accounts import audit
-from tunedeck.accounts import users as accounts
+from tunedeck.accounts import audit, users as accounts
 
 sign_in_router = APIRouter(include_in_schema=False)
 

@@ -10,7 +10,6 @@ import html  # noqa: E402
 import gradio as gr  # noqa: E402
 
 from app.auth.principal import principal_of  # noqa: E402
-
 from app.ui.tabs.cluster import build_cluster_tab  # noqa: E402
 from app.ui.tabs.compare import build_compare_tab  # noqa: E402
 from app.ui.tabs.job_page import build_job_page_tab  # noqa: E402

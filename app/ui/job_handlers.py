@@ -11,22 +11,22 @@ from typing import Any
 import pandas as pd
 from pydantic import ValidationError
 
-from app.views.artifacts import ARTIFACT_KINDS, artifact_summary, summary_text
-from app.views.failure import FailureView, failure_view
-from app.ui.job_actions import checkpoints_frame, is_resumable
-from app.ui.live_charts import LiveCharts, live_charts
-from app.ui.planned_memory import memory_comparison_markdown
-from app.ui.job_ids import job_id_from_row, parse_job_id  # noqa: F401 (the tabs use them from here)
-from app.views.jobs import job_config, job_run_folder, read_job_log_tail
 from app.auth.job_access import visible_job, visible_jobs
 from app.auth.principal import Principal
+from app.ui.job_actions import checkpoints_frame, is_resumable
+from app.ui.job_ids import job_id_from_row, parse_job_id  # noqa: F401 (the tabs use them from here)
+from app.ui.live_charts import LiveCharts, live_charts
+from app.ui.planned_memory import memory_comparison_markdown
+from app.views.artifacts import ARTIFACT_KINDS, artifact_summary, summary_text
+from app.views.failure import FailureView, failure_view
+from app.views.jobs import job_config, job_run_folder, read_job_log_tail
 from tunedeck import job_store
-from tunedeck.metrics import store as metric_store
 from tunedeck.db.models import Job
 from tunedeck.failure_kinds import failure_label
+from tunedeck.job_states import FAILED, FINISHED_STATUSES, QUEUED, RUNNING, SUCCEEDED
+from tunedeck.metrics import store as metric_store
 from tunedeck.metrics.figures import EVAL_LOSS, LOSS, TOKENS_PER_SECOND, rank_memory_mb
 from tunedeck.metrics.series import read_job_series
-from tunedeck.job_states import FAILED, FINISHED_STATUSES, QUEUED, RUNNING, SUCCEEDED
 
 JOBS_TABLE_COLUMNS = ["id", "name", "method", "backend", "status", "reason", "step / max steps",
                       "latest loss", "tokens/s", "peak memory MB", "created", "error"]

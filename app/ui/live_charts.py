@@ -17,8 +17,8 @@ import pandas as pd
 
 from tunedeck.job_spec import JobSpec
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
-from tunedeck.metrics.figures import (GPU_USED_MB, GRAD_NORM, LEARNING_RATE, LIVE_STEP_FIGURES,
-                                      MFU, PROCESS_RSS_MB, STEP_SECONDS)
+from tunedeck.metrics.figures import (GPU_USED_MB, GRAD_NORM, LEARNING_RATE, LIVE_STEP_FIGURES, MFU,
+                                      PROCESS_RSS_MB, STEP_SECONDS)
 from tunedeck.planner.memory_plan import GpuSet, plan_strategies, spec_strategy
 from tunedeck.planner.shape_source import resolve_model_shape
 from tunedeck.units import GB, MIB

@@ -10,9 +10,9 @@ from sqlalchemy import select
 
 from tunedeck import job_store
 from tunedeck.cluster import workers as worker_registry
+from tunedeck.cluster.placement import WorkerView, job_queue, waiting_reason
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job, JobNode, Worker, utc_now
-from tunedeck.cluster.placement import WorkerView, job_queue, waiting_reason
 
 
 def cluster_overview(*, database: Database, worker_lost_seconds: float) -> dict[str, Any]:

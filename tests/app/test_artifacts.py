@@ -7,10 +7,10 @@ import zipfile
 import torch
 from safetensors.torch import save_file
 
+from app.auth.principal import OPEN_PRINCIPAL
+from app.ui import job_handlers
 from app.views import artifacts
 from app.views.artifacts import artifact_summary, artifact_zip, readable_bytes, summary_text
-from app.ui import job_handlers
-from app.auth.principal import OPEN_PRINCIPAL
 from tunedeck import job_store
 from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder

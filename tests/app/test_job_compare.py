@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from app.actions.compare_backends import ComparisonRefused, backend_variants
-from app.views.job_compare import BadJobIds, compare_jobs, parse_job_ids, spec_diff
+from app.auth.principal import OPEN_PRINCIPAL
 from app.ui import compare_handlers
+from app.views.job_compare import BadJobIds, compare_jobs, parse_job_ids, spec_diff
 from tunedeck import job_store
-from tunedeck.metrics import store as metric_store
 from tunedeck.db.engine import Database
 from tunedeck.job_spec import JobSpec
-from app.auth.principal import OPEN_PRINCIPAL
+from tunedeck.metrics import store as metric_store
 
 
 class RecordingCelery:

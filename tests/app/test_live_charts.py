@@ -6,11 +6,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from app.auth.principal import OPEN_PRINCIPAL
 from app.ui import job_handlers, live_charts
 from tunedeck import job_store
-from tunedeck.metrics import store as metric_store
 from tunedeck.job_spec import JobSpec
-from app.auth.principal import OPEN_PRINCIPAL
+from tunedeck.metrics import store as metric_store
 
 SPEC = JobSpec(model="builtin:tiny-llama", method="lora", backend="zero2", num_gpus=2,
                max_steps=100)

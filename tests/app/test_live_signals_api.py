@@ -1,8 +1,7 @@
 """GET /api/jobs/{id}/metrics: the worker's GPU and process samples, and server-side
 downsampling (`max_points`) that keeps a 100,000-point job's page small."""
-from tunedeck.metrics import store as metric_store
-from tunedeck.metrics import samples as sample_store
 from app.auth.principal import OPEN_PRINCIPAL
+from tunedeck.metrics import samples as sample_store, store as metric_store
 
 SPEC = {"name": "live", "model": "builtin:tiny-llama", "dataset": "builtin:arithmetic",
         "method": "lora", "backend": "zero2", "num_gpus": 2, "max_steps": 100_000}

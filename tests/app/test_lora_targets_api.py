@@ -2,13 +2,12 @@
 run in a subprocess (the web process never imports torch)."""
 import pytest
 
-from tunedeck.lora_targets_text import preview_as_markdown
 from app.auth.principal import Principal
 from app.ui import form_handlers
 from app.ui.target_handlers import lora_targets_view
-from tunedeck.settings import Settings
-
 from tests.trainer.model_families import family_config
+from tunedeck.lora_targets_text import preview_as_markdown
+from tunedeck.settings import Settings
 
 
 @pytest.fixture

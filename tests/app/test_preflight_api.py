@@ -11,10 +11,9 @@ import time
 import pytest
 
 from tests.trainer.conftest import builtin_model_dir, tunedeck_home  # noqa: F401 (fixtures)
-from tunedeck.accounts import users as accounts
-from tunedeck.accounts import audit
-from tunedeck.data import preflight_store
+from tunedeck.accounts import audit, users as accounts
 from tunedeck.cluster import workers as worker_registry
+from tunedeck.data import preflight_store
 from tunedeck.db.models import DatasetPreflight, utc_now
 from worker.dataset_preflight import run_dataset_preflight
 

@@ -1,12 +1,11 @@
 """Failure reasons in the API and on the pages, and "Retry with…": a real SQLite database and
 the real server-less broker (no worker runs), job rows failed through the store."""
-from tunedeck import job_store
-from tunedeck.run_folder import RunFolder
-
-from app.views.failure import failure_markdown, failure_view, rank_log_tail
+from app.auth.principal import OPEN_PRINCIPAL
 from app.ui import job_actions
 from app.ui.job_handlers import jobs_table, load_job_page
-from app.auth.principal import OPEN_PRINCIPAL
+from app.views.failure import failure_markdown, failure_view, rank_log_tail
+from tunedeck import job_store
+from tunedeck.run_folder import RunFolder
 
 SPEC = {"name": "oom-job", "num_gpus": 2, "max_steps": 10, "micro_batch_size": 8,
         "backend": "fsdp", "learning_rate": 1e-3, "precision": "fp16"}

@@ -4,17 +4,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
+from app.auth.principal import OPEN_PRINCIPAL
 from app.ui import form_handlers, job_actions, job_handlers
 from app.ui.build_ui import build_ui
 from tunedeck import job_store
-from tunedeck.metrics import store as metric_store
 from tunedeck.broker import RUN_JOB_TASK
 from tunedeck.db.engine import Database
 from tunedeck.job_spec import JobSpec
+from tunedeck.metrics import store as metric_store
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
-from app.auth.principal import OPEN_PRINCIPAL
 
 
 class RecordingCelery:

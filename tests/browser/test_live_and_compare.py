@@ -15,10 +15,10 @@ from typing import Callable, TypeVar
 
 import pytest
 
+from harness.servers import RunningServer
 from tests.browser.conftest import signed_in_page
 from tests.browser.tables import table_rows
 from tests.browser.vega import legend_labels, line_colours, line_points
-from harness.servers import RunningServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.torchrun]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import REDIS_URL
 from harness.chaos_scenarios import database_unreachable, redis_restarted, web_restarted
+from tests.conftest import REDIS_URL
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.postgres, pytest.mark.redis]
 

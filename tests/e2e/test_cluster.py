@@ -10,10 +10,10 @@ from contextlib import ExitStack
 
 import pytest
 
-from tests.conftest import REDIS_URL
 from harness.chaos_scenarios import (FINISHED, SMALL_JOB, killed_worker, start_worker,
-                                       wait_for_workers, wait_until)
+                                     wait_for_workers, wait_until)
 from harness.servers import running_tunedeck, running_web
+from tests.conftest import REDIS_URL
 
 pytestmark = [pytest.mark.torchrun]
 

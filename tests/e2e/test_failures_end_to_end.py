@@ -11,8 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.e2e.test_up_end_to_end import _job_processes, _wait_for_first_step
 from harness.servers import running_tunedeck
+from tests.e2e.test_up_end_to_end import _job_processes, _wait_for_first_step
 from tunedeck.job_spec import JobSpec
 from tunedeck.retry_changes import memory_retry
 from tunedeck.run_folder import RunFolder

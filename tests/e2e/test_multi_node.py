@@ -12,10 +12,10 @@ from contextlib import ExitStack, contextmanager
 
 import pytest
 
-from tests.conftest import REDIS_URL
 from harness.chaos_scenarios import (FINISHED, SMALL_JOB, alive, job_processes, start_worker,
-                                       wait_for_workers, wait_until)
+                                     wait_for_workers, wait_until)
 from harness.servers import running_web
+from tests.conftest import REDIS_URL
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.db.engine import Database
 from tunedeck.db.models import utc_now

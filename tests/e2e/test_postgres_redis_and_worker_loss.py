@@ -8,9 +8,9 @@ import psutil
 import pytest
 from sqlalchemy import create_engine, text
 
+from harness.servers import running_tunedeck
 from tests.conftest import REDIS_URL
 from tests.e2e.test_up_end_to_end import LORA_JOB, _job_processes, _wait_for_first_step
-from harness.servers import running_tunedeck
 
 pytestmark = [pytest.mark.torchrun]
 

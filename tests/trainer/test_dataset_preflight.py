@@ -8,8 +8,8 @@ import pytest
 
 from trainer.dataset_preflight import preflight_report
 from trainer.datasets import IGNORE_INDEX, load_examples, tokenize_examples
-from tunedeck.job_spec import JobSpec
 from tunedeck.data.preflight_text import marked_text, summary_lines
+from tunedeck.job_spec import JobSpec
 
 SEQ_LEN = 64
 

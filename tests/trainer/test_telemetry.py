@@ -1,7 +1,8 @@
 import torch
 
-from tunedeck.metrics.events import EVAL_FIELDS, MEMORY_FIELDS, NOTICE_FIELDS, STEP_FIELDS, decode_event
 from trainer.telemetry import FileTelemetry, NullTelemetry, open_telemetry
+from tunedeck.metrics.events import (EVAL_FIELDS, MEMORY_FIELDS, NOTICE_FIELDS, STEP_FIELDS,
+                                     decode_event)
 
 
 def test_file_telemetry_writes_schema_events(tmp_path):

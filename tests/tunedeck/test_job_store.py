@@ -2,9 +2,9 @@
 import pytest
 
 from tunedeck import job_store
-from tunedeck.metrics import store as metric_store
 from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import ALLOWED_TRANSITIONS, FINISHED_STATUSES, InvalidTransition
+from tunedeck.metrics import store as metric_store
 
 SPEC = JobSpec(name="store-test", max_steps=3)
 

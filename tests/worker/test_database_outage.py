@@ -11,15 +11,15 @@ from sqlalchemy.engine import make_url
 
 from harness.db_outage_proxy import OutageProxy
 from tunedeck import job_store
-from tunedeck.metrics import store as metric_store
 from tunedeck.db.engine import Database
 from tunedeck.job_spec import JobSpec
+from tunedeck.metrics import store as metric_store
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
 from worker.job_runner import RunResult, _record_outcome
 from worker.outcome import Outcome
-from worker.supervision import supervise
 from worker.process_group import JobProcesses, start_process_group
+from worker.supervision import supervise
 
 pytestmark = pytest.mark.postgres
 LINES = 60

@@ -3,16 +3,16 @@ starts two rank processes (RANK in their environment), as torchrun does, and exi
 import socket
 import sys
 
+from tests.worker.test_sampler import FakeNvml
 from tunedeck import job_store
-from tunedeck.metrics import samples as sample_store
 from tunedeck.job_spec import JobSpec
+from tunedeck.metrics import samples as sample_store
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
 from worker import supervision
-from worker.supervision import supervise
 from worker.process_group import JobProcesses, start_process_group
 from worker.sampler import JobSampler
-from tests.worker.test_sampler import FakeNvml
+from worker.supervision import supervise
 
 LAUNCHER = """
 import os, subprocess, sys, time

@@ -70,8 +70,7 @@ def _database():
 
 def _account_change(change, *, action: str, detail: str) -> None:
     """`change(session)` and its audit record, in one transaction; a refusal exits naming it."""
-    from tunedeck.accounts import users as accounts
-    from tunedeck.accounts import audit
+    from tunedeck.accounts import audit, users as accounts
 
     try:
         with _database().transaction() as session:
@@ -82,8 +81,7 @@ def _account_change(change, *, action: str, detail: str) -> None:
 
 
 def _add_user(arguments: argparse.Namespace) -> int:
-    from tunedeck.accounts import users as accounts
-    from tunedeck.accounts import audit
+    from tunedeck.accounts import audit, users as accounts
 
     try:  # before asking for a password
         accounts.check_user_name(arguments.name)
@@ -110,8 +108,7 @@ def _list_users(_arguments: argparse.Namespace) -> int:
 
 
 def _change_password(arguments: argparse.Namespace) -> int:
-    from tunedeck.accounts import users as accounts
-    from tunedeck.accounts import audit
+    from tunedeck.accounts import audit, users as accounts
 
     password = _read_password(arguments)
 
@@ -123,8 +120,7 @@ def _change_password(arguments: argparse.Namespace) -> int:
 
 
 def _set_disabled(arguments: argparse.Namespace) -> int:
-    from tunedeck.accounts import users as accounts
-    from tunedeck.accounts import audit
+    from tunedeck.accounts import audit, users as accounts
 
     state = "disabled" if arguments.disabled else "enabled"
     _account_change(lambda session: accounts.set_disabled(
@@ -135,8 +131,7 @@ def _set_disabled(arguments: argparse.Namespace) -> int:
 
 
 def _create_token(arguments: argparse.Namespace) -> int:
-    from tunedeck.accounts import users as accounts
-    from tunedeck.accounts import audit
+    from tunedeck.accounts import audit, users as accounts
 
     secrets: list[str] = []
 
@@ -162,8 +157,7 @@ def _list_tokens(arguments: argparse.Namespace) -> int:
 
 
 def _revoke_token(arguments: argparse.Namespace) -> int:
-    from tunedeck.accounts import users as accounts
-    from tunedeck.accounts import audit
+    from tunedeck.accounts import audit, users as accounts
 
     with _database().transaction() as session:
         revoked = accounts.revoke_api_token(session=session, token_id=arguments.token_id)

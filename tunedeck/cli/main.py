@@ -129,10 +129,9 @@ def _run_worker(arguments: argparse.Namespace) -> int:
 
 
 def _run_migrate(_arguments: argparse.Namespace) -> int:
+    from tunedeck.accounts.redaction import redact_url
     from tunedeck.migrate import upgrade_database
     from tunedeck.settings import load_settings
-
-    from tunedeck.accounts.redaction import redact_url
 
     settings = load_settings()
     database_url = settings.resolved_database_url
@@ -144,8 +143,7 @@ def _run_migrate(_arguments: argparse.Namespace) -> int:
 
 
 def _create_initial_admin(settings) -> None:
-    from tunedeck.accounts import users as accounts
-    from tunedeck.accounts import audit
+    from tunedeck.accounts import audit, users as accounts
     from tunedeck.db.engine import Database
 
     database = Database(settings.resolved_database_url)

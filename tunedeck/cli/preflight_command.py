@@ -51,8 +51,8 @@ def _load_request_or_exit(path: Path):
     import yaml
     from pydantic import ValidationError
 
-    from tunedeck.job_spec import format_validation_error
     from tunedeck.data.preflight_request import PreflightRequest
+    from tunedeck.job_spec import format_validation_error
 
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))

@@ -39,8 +39,8 @@ def run_web_and_worker(settings: Settings) -> int:
     """Migrate, then run `tunedeck web`, and once it listens (so it passed its open-access
     check: nothing runs a job while it refuses) `tunedeck worker`; stop both when either
     stops."""
-    from tunedeck.migrate import upgrade_database
     from tunedeck.accounts.redaction import redact_url
+    from tunedeck.migrate import upgrade_database
 
     upgrade_database(settings.resolved_database_url)
     environment = {**os.environ, "TUNEDECK_HOME": str(settings.home_dir),

@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 
 from tunedeck import job_store
 from tunedeck.cluster import workers as worker_registry
-from tunedeck.db.models import Job, utc_now
 from tunedeck.db.engine import Database
+from tunedeck.db.models import Job, utc_now
 from tunedeck.failure_kinds import WORKER_LOST
 from tunedeck.job_spec import JobSpec
 from tunedeck.settings import Settings

@@ -9,8 +9,8 @@ from typing import Any, Sequence
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from tunedeck.db.models import Worker, utc_now
 from tunedeck.cluster.placement import WorkerView
+from tunedeck.db.models import Worker, utc_now
 
 ONLINE = "online"
 STOPPED = "stopped"

@@ -11,8 +11,8 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from tunedeck.db.models import DatasetPreflight, utc_now
 from tunedeck.data.preflight_request import DONE, FAILED, PENDING, RUNNING, PreflightRequest
+from tunedeck.db.models import DatasetPreflight, utc_now
 
 ERROR_CHARS = 4000
 

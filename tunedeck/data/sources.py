@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tunedeck.data.records import (NO_COLUMNS, Example, columns_problem, count_file_records,
-                                      examples_from_records, is_record_file, load_file_examples)
 from tunedeck.data.input_paths import HUB_ID_PATTERN, is_local_reference
+from tunedeck.data.records import (NO_COLUMNS, Example, columns_problem, count_file_records,
+                                   examples_from_records, is_record_file, load_file_examples)
 from tunedeck.job_spec import ColumnMapping
 
 LIBRARY_FILE_FORMATS = {".parquet": "parquet", ".csv": "csv"}

@@ -6,8 +6,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from tunedeck.metrics import store as metric_store
-from tunedeck.metrics import samples as sample_store
+from tunedeck.metrics import samples as sample_store, store as metric_store
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
 
 

@@ -8,9 +8,8 @@ import numpy as np
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
-from tunedeck.metrics import chart_cache, figures
-from tunedeck.metrics import events as metrics_event
 from tunedeck.db.models import Job, MetricPoint
+from tunedeck.metrics import chart_cache, events as metrics_event, figures
 from tunedeck.metrics.downsample import keep_positions
 
 TRAIN_SERIES_RANK = 0  # step and eval events carry all-rank figures; rank 0's row is the job's

@@ -1,7 +1,7 @@
 """Placement as pure functions: broker routing, who serves a job, which GPUs it gets."""
 from tunedeck.cluster.placement import (WorkerView, broker_queue_for, broker_queues_of_worker,
-                                    can_ever_fit, choose_gpus, free_gpus, room_for, serves,
-                                    waiting_reason)
+                                        can_ever_fit, choose_gpus, free_gpus, room_for, serves,
+                                        waiting_reason)
 from tunedeck.job_spec import JobSpec
 
 EIGHT_GPUS = WorkerView(name="default@gpu-1", host="gpu-1", queues=("default",),

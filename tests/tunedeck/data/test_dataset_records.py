@@ -1,8 +1,7 @@
 import pytest
 
-from tunedeck.data.records import (
-    Example, count_file_records, eval_split_problem, held_out_count, single_turn, split_eval_examples,
-)
+from tunedeck.data.records import (Example, count_file_records, eval_split_problem, held_out_count,
+                                   single_turn, split_eval_examples)
 
 
 def examples(count: int) -> list[Example]:

@@ -4,8 +4,8 @@ import random
 
 import numpy as np
 
-from tunedeck.metrics.downsample import (downsample_groups, downsample_rows, downsample_tuples, keep_indices,
-                                 keep_line_positions)
+from tunedeck.metrics.downsample import (downsample_groups, downsample_rows, downsample_tuples,
+                                         keep_indices, keep_line_positions)
 
 
 def _rows(count, spike_at=None):

@@ -4,8 +4,7 @@ import ast
 from pathlib import Path
 
 from tunedeck.db.models import MetricPoint
-from tunedeck.metrics import events, figures, samples
-from tunedeck.metrics import store as metric_store
+from tunedeck.metrics import events, figures, samples, store as metric_store
 
 REPO = Path(__file__).resolve().parents[3]
 EVENT_FIELDS = {events.STEP: events.STEP_FIELDS, events.MEMORY: events.MEMORY_FIELDS,

@@ -2,8 +2,8 @@
 import pytest
 
 from tunedeck import job_store
-from tunedeck.metrics import store as metric_store
 from tunedeck.job_spec import JobSpec
+from tunedeck.metrics import store as metric_store
 from tunedeck.metrics.events import decode_event, encode_event
 
 
@@ -148,8 +148,8 @@ def test_a_point_committed_after_a_newer_one_is_not_missed(database, nodes, monk
     # nodes) can commit out of id order: a row below the highest id already read still
     # reaches the chart. A job on one node has one writer, so its count is only checked
     # every VERIFY_SECONDS: made 0 here, the same row is found the same way.
-    from tunedeck.metrics import chart_cache
     from tunedeck.db.models import MetricPoint
+    from tunedeck.metrics import chart_cache
 
     if database.url.startswith("sqlite"):
         pytest.skip("SQLite makes its ids visible in order: one writer holds the lock to commit")

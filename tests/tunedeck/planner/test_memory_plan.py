@@ -9,8 +9,8 @@ import pytest
 
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.advice import plan_memory
-from tunedeck.planner.memory_plan import GB, GpuSet, deepspeed_zero2_estimate, plan_strategies
 from tunedeck.planner.architectures import shape_from_config
+from tunedeck.planner.memory_plan import GB, GpuSet, deepspeed_zero2_estimate, plan_strategies
 from tunedeck.planner.model_shapes import BUILTIN_TINY_LLAMA, ModelShape
 from tunedeck.planner.shape_source import KNOWN_SHAPES, known_shape, resolve_model_shape
 

@@ -124,8 +124,8 @@ def test_a_set_up_planned_for_other_gpus_than_the_specs_says_so_in_its_changes()
 
 
 def test_every_divisor_of_the_micro_batch_is_tried_and_qlora_never_meets_fsdp():
-    from tunedeck.planner.setups import all_setups
     from tunedeck.planner.advice import verdict
+    from tunedeck.planner.setups import all_setups
 
     job = JobSpec(max_steps=1, model="meta-llama/Llama-2-7b-hf", micro_batch_size=12)
     setups = all_setups(job, GpuSet(2, 80), known_shape(job.model), verdict)
