@@ -7,7 +7,7 @@ from typing import Callable
 
 import torch
 
-BYTES_PER_GB = 1e9
+from tunedeck.units import GB
 
 MemoryReading = Callable[[], "tuple[float, float] | None"]
 
@@ -19,8 +19,8 @@ def error_notice(error: BaseException, *, rank: int, memory_reading: MemoryReadi
     if not is_out_of_memory(error):
         return text
     reading = memory_reading()
-    figures = (f" (allocated {reading[0] / BYTES_PER_GB:.2f} GB, "
-               f"reserved {reading[1] / BYTES_PER_GB:.2f} GB)") if reading else ""
+    figures = (f" (allocated {reading[0] / GB:.2f} GB, "
+               f"reserved {reading[1] / GB:.2f} GB)") if reading else ""
     return f"out of memory on rank {rank}{figures}: {text}"
 
 

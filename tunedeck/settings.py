@@ -11,6 +11,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tunedeck.torch_extensions import DEFAULT_EXTENSIONS_ROOT
+from tunedeck.units import MIB
 
 
 class Settings(BaseSettings):
@@ -128,7 +129,7 @@ class Settings(BaseSettings):
 
     @property
     def max_upload_bytes(self) -> int:
-        return self.max_upload_mb * 1024 * 1024
+        return self.max_upload_mb * MIB
 
     @property
     def runs_dir(self) -> Path:

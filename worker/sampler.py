@@ -20,7 +20,6 @@ from tunedeck.units import MIB
 
 log = logging.getLogger(__name__)
 SAMPLE_SECONDS = 1.0
-BYTES_PER_MB = MIB  # the `*_mb` figures are MiB, as the ranks' own memory readings
 MILLIWATTS_PER_WATT = 1000
 _NOT_LOADED = object()
 _nvml_module: Any = _NOT_LOADED
@@ -99,7 +98,7 @@ class JobSampler:
                     if process.status() == psutil.STATUS_ZOMBIE:
                         continue  # it has exited: its memory reads 0, which is no reading
                     values = {"pid": process.pid,
-                              "rss_mb": process.memory_info().rss / BYTES_PER_MB,
+                              "rss_mb": process.memory_info().rss / MIB,
                               "cpu_percent": process.cpu_percent(interval=None)}
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
@@ -131,8 +130,8 @@ class JobSampler:
         memory = _or_none(lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
         power_mw = _or_none(lambda: nvml.nvmlDeviceGetPowerUsage(handle))
         return {
-            "used_mb": memory.used / BYTES_PER_MB if memory is not None else None,
-            "total_mb": memory.total / BYTES_PER_MB if memory is not None else None,
+            "used_mb": memory.used / MIB if memory is not None else None,
+            "total_mb": memory.total / MIB if memory is not None else None,
             "utilization_percent": _or_none(lambda: nvml.nvmlDeviceGetUtilizationRates(handle).gpu),
             "power_w": power_mw / MILLIWATTS_PER_WATT if power_mw is not None else None,
             "temperature_c": _or_none(lambda: nvml.nvmlDeviceGetTemperature(

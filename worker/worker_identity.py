@@ -16,7 +16,8 @@ import psutil
 
 from tunedeck.cluster.placement import WorkerView
 from tunedeck.settings import Settings
-from worker.sampler import BYTES_PER_MB, JobSampler, load_nvml, visible_gpu_ids
+from tunedeck.units import MIB
+from worker.sampler import JobSampler, load_nvml, visible_gpu_ids
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,8 @@ class HostResources:
         memory = psutil.virtual_memory()
         described: dict[str, Any] = {
             "cpu_count": os.cpu_count(),
-            "memory_total_mb": memory.total / BYTES_PER_MB,
-            "memory_available_mb": memory.available / BYTES_PER_MB,
+            "memory_total_mb": memory.total / MIB,
+            "memory_available_mb": memory.available / MIB,
             "gpus": None,
         }
         if self._identity.gpu_ids is not None:

@@ -24,6 +24,7 @@ from tunedeck.accounts.users import USER_NAME_PATTERN
 from tunedeck.data.records import DATASET_SUFFIXES, example_from_record, iter_records
 from tunedeck.db.engine import Database
 from tunedeck.settings import Settings
+from tunedeck.units import MIB
 
 UPLOAD_FILENAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 # The account name rule, checked again here because the name becomes a folder.
@@ -129,5 +130,5 @@ def _count_checked_records(path: Path, name: str) -> int:
 
 
 def too_large_message(max_bytes: int) -> str:
-    return (f"upload larger than {max_bytes // (1024 * 1024)} MB "
+    return (f"upload larger than {max_bytes // MIB} MB "
             "(an admin changes the limit with TUNEDECK_MAX_UPLOAD_MB)")

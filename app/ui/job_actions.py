@@ -14,9 +14,9 @@ from app.auth.principal import Principal
 from app.ui.job_ids import parse_job_id
 from tunedeck.db.models import Job
 from tunedeck.job_states import CANCELLED, FAILED, RUNNING
+from tunedeck.units import MIB
 
 CHECKPOINT_COLUMNS = ["step", "saved (UTC)", "size (MB)", "folder"]
-BYTES_PER_MB = 1024 * 1024
 
 
 def checkpoints_frame(job: Job | None) -> pd.DataFrame:
@@ -24,7 +24,7 @@ def checkpoints_frame(job: Job | None) -> pd.DataFrame:
     if job is None:
         return pd.DataFrame(columns=CHECKPOINT_COLUMNS)
     rows = [[checkpoint["step"], checkpoint["saved_at"][:19].replace("T", " "),
-             round(checkpoint["bytes"] / BYTES_PER_MB, 1), checkpoint["path"]]
+             round(checkpoint["bytes"] / MIB, 1), checkpoint["path"]]
             for checkpoint in list_checkpoints(job)]
     return pd.DataFrame(rows, columns=CHECKPOINT_COLUMNS)
 

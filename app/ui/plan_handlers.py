@@ -14,12 +14,13 @@ from tunedeck.job_spec import JobSpec
 from tunedeck.planner.memory_plan import STRATEGIES, spec_strategy
 from tunedeck.planner.plan_request import GpuRequest, plan_json
 from tunedeck.planner.plan_text import PART_NAMES, plan_as_html, setups
+from tunedeck.units import GB, MB
 
 PLAN_PARTS = ("params", "grads", "optimizer", "activations", "other")
 # "size" whatever the unit, so the chart's y stays one column; PlanView.unit says which.
 PLAN_FRAME_COLUMNS = ["backend", "part", "size"]
 DEFAULT_GPU_MEMORY_GB = 80.0
-MB_PER_GB = 1000  # the plan's GB are 10^9 bytes
+MB_PER_GB = GB // MB  # the plan's GB are 10^9 bytes
 
 
 @dataclass(frozen=True)

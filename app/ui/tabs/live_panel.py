@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import gradio as gr
 
 from app.ui.live_charts import LiveCharts
+from tunedeck.metrics.figures import (GPU_USED_MB, GRAD_NORM, LEARNING_RATE, MFU, STEP_SECONDS,
+                                      Figure)
 
 PLOT_HEIGHT = 240
 
@@ -32,19 +34,20 @@ def build_progress() -> gr.HTML:
 
 def build_live_panel(progress: gr.HTML) -> LivePanel:
     sampled_memory = gr.LinePlot(x="seconds", y="memory_mb", color="series",
-                                 title="Memory per GPU", x_title="seconds since first sample",
+                                 title=GPU_USED_MB.title, x_title="seconds since first sample",
                                  y_title="MB", height=PLOT_HEIGHT, elem_id="job-gpu-memory-plot")
     with gr.Row():
-        learning_rate = _step_plot("learning_rate", "Learning rate", "job-lr-plot")
-        grad_norm = _step_plot("grad_norm", "Gradient norm", "job-grad-norm-plot")
+        learning_rate = _step_plot(LEARNING_RATE, "job-lr-plot")
+        grad_norm = _step_plot(GRAD_NORM, "job-grad-norm-plot")
     with gr.Row():
-        step_time = _step_plot("step_seconds", "Step time (s)", "job-step-time-plot")
-        mfu = _step_plot("mfu", "MFU (model FLOPs utilisation)", "job-mfu-plot", visible=False)
+        step_time = _step_plot(STEP_SECONDS, "job-step-time-plot")
+        mfu = _step_plot(MFU, "job-mfu-plot", visible=False)
     return LivePanel(progress, sampled_memory, learning_rate, grad_norm, step_time, mfu)
 
 
-def _step_plot(y: str, title: str, elem_id: str, *, visible: bool = True) -> gr.LinePlot:
-    return gr.LinePlot(x="step", y=y, title=title, x_title="step", y_title=title,
+def _step_plot(figure: Figure, elem_id: str, *, visible: bool = True) -> gr.LinePlot:
+    return gr.LinePlot(x="step", y=figure.field, title=figure.title, x_title="step",
+                       y_title=figure.title,
                        height=PLOT_HEIGHT, elem_id=elem_id, visible=visible)
 
 
