@@ -238,8 +238,10 @@ def _label_fields(problems: str) -> str:
     return "\n".join(lines)
 
 
-def preview_form(form: dict[str, Any]) -> FormPreview:
-    """What the job would run: the backend config and the torchrun command, or the errors."""
+def preview_form(form: dict[str, Any], *, principal: Principal,
+                 settings: Settings) -> FormPreview:
+    """What the job would run: the backend config and the torchrun command, or the errors,
+    and its memory plan as `principal` may see it."""
     spec, problems = form_to_spec(form)
     if spec is None:
         return FormPreview("Generated config (fix the form to see it)", "", "", "",
@@ -249,7 +251,7 @@ def preview_form(form: dict[str, Any]) -> FormPreview:
     config_json = json.dumps(backend_config(spec), indent=2)
     trainer_json = json.dumps(trainer_settings(spec), indent=2)
     command_line = shlex.join(build_torchrun_argv(spec, PREVIEW_RUN_DIR))
-    plan = plan_view(spec, form)
+    plan = plan_view(spec, form, principal=principal, settings=settings)
     return FormPreview(title, config_json, trainer_json, command_line, plan.warning, plan)
 
 
@@ -270,7 +272,7 @@ def submit_form(form: dict[str, Any], *, database, celery_app, principal: Princi
                             settings=settings)
     except Invalid as refused:
         return None, "Not submitted. " + _problems_markdown(str(refused))
-    warning = plan_view(spec, form).warning
+    warning = plan_view(spec, form, principal=principal, settings=settings).warning
     return job.id, (f"Submitted job **{job.id}** ({job.name}): status `{job.status}`."
                     + (f"\n\n{warning}" if warning else ""))
 

@@ -10,10 +10,14 @@ from typing import Any
 
 import pandas as pd
 
+from app.actions import plan as plan_action
+from app.actions.errors import Invalid
+from app.auth.principal import Principal
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.memory_plan import STRATEGIES, spec_strategy
-from tunedeck.planner.plan_request import GpuRequest, plan_json
+from tunedeck.planner.plan_request import GpuRequest, PlanRequest
 from tunedeck.planner.plan_text import PART_NAMES, plan_as_html, setups
+from tunedeck.settings import Settings
 from tunedeck.units import GB, MB
 
 PLAN_PARTS = ("params", "grads", "optimizer", "activations", "other")
@@ -36,14 +40,17 @@ class PlanView:
     plan: dict | None = None  # the plan's JSON, as POST /api/plan answers for the same spec
 
 
-def plan_view(spec: JobSpec, form: Mapping[str, Any]) -> PlanView:
-    """The plan for the spec's own GPU count on cards of the form's GPU memory."""
+def plan_view(spec: JobSpec, form: Mapping[str, Any], *, principal: Principal,
+              settings: Settings) -> PlanView:
+    """The plan for the spec's own GPU count on cards of the form's GPU memory, by the same
+    action as POST /api/plan (so a model the principal may not read is never read)."""
     gpu_memory_gb = form.get("gpu_memory_gb")
     if not gpu_memory_gb or gpu_memory_gb <= 0:
         return PlanView(html="<p>Set the GPU memory to see the memory plan.</p>")
     try:
-        plan = plan_json(spec, GpuRequest(memory_gb=gpu_memory_gb))
-    except ValueError as error:
+        plan = plan_action.plan(principal, PlanRequest(spec=spec, gpus=GpuRequest(
+            memory_gb=gpu_memory_gb)), settings=settings)
+    except Invalid as error:
         return PlanView(html=f"<p>No memory plan: {html.escape(str(error))}</p>")
     offered = tuple(setups(plan))
     notes = [_form_cannot(form, setup) for setup in offered]

@@ -11,12 +11,14 @@ import sys
 import gradio as gr
 import pytest
 
+from app.auth.principal import OPEN_PRINCIPAL, Principal
 from app.ui import form_handlers
 from app.ui.plan_handlers import apply_setup, fit_warning, missing_fields, plan_frame
 from app.ui.tabs.plan_panel import MAX_SETUPS, apply_clicked, plan_updates
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.plan_request import GpuRequest, plan_json
 from tunedeck.planner.plan_text import format_size, plan_as_html, plan_as_text
+from tunedeck.settings import Settings
 
 
 def _row(params, grads, optimizer, activations, other, fits, host=0.0):
@@ -173,8 +175,8 @@ def test_apply_maps_spec_changes_to_form_fields_and_needs_every_one():
 
 
 def test_the_panel_offers_apply_buttons_only_for_what_the_form_can_make(monkeypatch):
-    monkeypatch.setattr("app.ui.plan_handlers.plan_json", lambda spec, gpus: PLAN)
-    view = form_handlers.preview_form(make_form(**FORM_13B)).plan
+    monkeypatch.setattr("app.actions.plan.plan_json", lambda spec, gpus: PLAN)
+    view = form_handlers.preview_form(make_form(**FORM_13B), principal=OPEN_PRINCIPAL, settings=Settings()).plan
     assert [setup["label"] for setup in view.setups] == [
         "fsdp + activation checkpointing", "zero2_offload", "fsdp on 2 nodes"]
     assert view.apply_labels == ("Apply: fsdp + activation checkpointing", "Apply: zero2_offload",
@@ -191,7 +193,7 @@ def test_the_panel_offers_apply_buttons_only_for_what_the_form_can_make(monkeypa
     assert written["model"] == gr.skip() and written["num_gpus"] == gr.skip()
     # A set-up the form already has needs no button.
     applied = make_form(**FORM_13B, fsdp_activation_checkpointing=True)
-    assert form_handlers.preview_form(applied).plan.apply_labels[0] == ""
+    assert form_handlers.preview_form(applied, principal=OPEN_PRINCIPAL, settings=Settings()).plan.apply_labels[0] == ""
 
 
 def test_the_warning_names_the_recommended_set_up():
@@ -207,16 +209,30 @@ def test_the_warning_names_the_recommended_set_up():
 
 
 def test_the_tiny_model_shows_mb_not_zeros():
-    view = form_handlers.preview_form(make_form()).plan
+    view = form_handlers.preview_form(make_form(), principal=OPEN_PRINCIPAL, settings=Settings()).plan
     assert view.plan["model"] == "builtin:tiny-llama"
     assert "0.00" not in view.html and " MB<" in view.html
     assert view.unit == "MB" and view.frame["size"].max() > 1
     assert list(dict.fromkeys(view.frame["backend"])) == view.plan["strategies"]
 
 
+def test_the_form_plans_only_a_model_its_user_may_read(tmp_path):
+    """The form's plan goes through the same action as POST /api/plan: a user's local model
+    outside the allowed folders is refused by name, and its config.json is never read."""
+    model = tmp_path / "elsewhere" / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{not json")  # reading it would fail differently
+    settings = Settings(home=tmp_path / "home", allowed_roots=str(tmp_path / "allowed"))
+    user = Principal(name="alice", is_admin=False)
+    view = form_handlers.preview_form(make_form(model=str(model)), principal=user,
+                                      settings=settings).plan
+    assert view.plan is None
+    assert view.html.startswith(f"<p>No memory plan: model {model}: outside the allowed folders")
+
+
 def test_the_form_shows_the_plan_the_api_and_the_cli_give(client, tmp_path):
     form = make_form(**FORM_13B)
-    view = form_handlers.preview_form(form).plan
+    view = form_handlers.preview_form(form, principal=OPEN_PRINCIPAL, settings=Settings()).plan
     spec, problems = form_handlers.form_to_spec(form)
     assert problems == ""
     assert view.plan == plan_json(spec, GpuRequest(memory_gb=80))

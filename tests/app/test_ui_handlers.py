@@ -69,7 +69,7 @@ def test_training_and_zero2_knobs_reach_the_spec_and_the_preview():
     assert problems == ""
     assert (spec.lr_schedule, spec.warmup_steps, spec.weight_decay, spec.max_grad_norm) == (
         "linear", 5, 0.01, 0.5)
-    config = json.loads(form_handlers.preview_form(form).config_json)
+    config = json.loads(form_handlers.preview_form(form, principal=OPEN_PRINCIPAL, settings=Settings()).config_json)
     assert config["gradient_clipping"] == 0.5
     assert config["optimizer"]["params"]["weight_decay"] == 0.01
     assert config["zero_optimization"]["reduce_bucket_size"] == 200_000_000
@@ -78,7 +78,7 @@ def test_training_and_zero2_knobs_reach_the_spec_and_the_preview():
                                                    zero2_activation_checkpointing=True))
     assert spec.fsdp.sharding_strategy == "shard_grad_op" and spec.zero2.activation_checkpointing
     fsdp_preview = json.loads(form_handlers.preview_form(make_form(
-        backend="fsdp", fsdp_sharding_strategy="shard_grad_op")).config_json)
+        backend="fsdp", fsdp_sharding_strategy="shard_grad_op"), principal=OPEN_PRINCIPAL, settings=Settings()).config_json)
     assert fsdp_preview["reshard_after_forward"] is False
     _spec, problems = form_handlers.form_to_spec(make_form(backend="fsdp",
                                                            fsdp_sharding_strategy="hybrid_shard"))
@@ -96,7 +96,7 @@ def test_epochs_eval_packing_and_checkpoints_reach_the_spec_and_the_trainer_prev
     assert (spec.max_steps, spec.epochs, spec.seed) == (None, 2, 7)
     assert (spec.eval_split, spec.eval_every_steps, spec.packing) == (0.1, 5, True)
     assert (spec.checkpoint_every_steps, spec.keep_checkpoints) == (10, 3)
-    trainer = json.loads(form_handlers.preview_form(form).trainer_json)
+    trainer = json.loads(form_handlers.preview_form(form, principal=OPEN_PRINCIPAL, settings=Settings()).trainer_json)
     # ZeRO-2's activation checkpointing is the trainer's, so the preview shows it there.
     assert trainer["activation_checkpointing"] is True
     assert trainer["eval"] == {"split": 0.1, "dataset": None, "every_steps": 5}
@@ -115,12 +115,12 @@ def test_fsdp_dtypes_prefetch_and_compile_reach_the_spec_and_the_preview():
     assert spec.fsdp.param_dtype is None  # "same as precision"
     assert (spec.fsdp.reduce_dtype, spec.fsdp.forward_prefetch, spec.fsdp.backward_prefetch,
             spec.fsdp.compile) == ("bf16", True, False, True)
-    config = json.loads(form_handlers.preview_form(form).config_json)
+    config = json.loads(form_handlers.preview_form(form, principal=OPEN_PRINCIPAL, settings=Settings()).config_json)
     assert config["mixed_precision"]["param_dtype"] == "bfloat16"
     assert config["mixed_precision"]["reduce_dtype"] == "bfloat16"
     assert (config["forward_prefetch"], config["backward_prefetch"], config["compile"]) == (
         True, False, True)
-    fp16 = json.loads(form_handlers.preview_form({**form, "fsdp_param_dtype": "fp16"}).config_json)
+    fp16 = json.loads(form_handlers.preview_form({**form, "fsdp_param_dtype": "fp16"}, principal=OPEN_PRINCIPAL, settings=Settings()).config_json)
     assert fp16["mixed_precision"]["param_dtype"] == "float16" and fp16["loss_scaling"] == "dynamic"
     _spec, problems = form_handlers.form_to_spec(make_form(method="qlora", backend="fsdp"))
     assert "Backend (backend): qlora under fsdp" in problems
@@ -148,7 +148,7 @@ def test_hidden_lora_fields_do_not_block_a_full_fine_tune():
 
 
 def test_zero2_preview_shows_the_deepspeed_json_and_the_torchrun_command():
-    preview = form_handlers.preview_form(make_form(zero2_offload_optimizer=True, precision="fp16"))
+    preview = form_handlers.preview_form(make_form(zero2_offload_optimizer=True, precision="fp16"), principal=OPEN_PRINCIPAL, settings=Settings())
     config = json.loads(preview.config_json)
     assert "DeepSpeed" in preview.config_title and preview.message == ""
     assert config["zero_optimization"]["stage"] == 2
@@ -163,7 +163,7 @@ def test_zero2_preview_shows_the_deepspeed_json_and_the_torchrun_command():
 
 def test_fsdp_preview_shows_the_fsdp_settings():
     preview = form_handlers.preview_form(make_form(backend="fsdp", fsdp_cpu_offload=True,
-                                                   num_gpus=3))
+                                                   num_gpus=3), principal=OPEN_PRINCIPAL, settings=Settings())
     config = json.loads(preview.config_json)
     assert "FSDP" in preview.config_title
     assert config["cpu_offload"] is True
@@ -173,7 +173,7 @@ def test_fsdp_preview_shows_the_fsdp_settings():
 
 
 def test_invalid_preview_shows_the_problems_and_no_config():
-    preview = form_handlers.preview_form(make_form(lora_r=0))
+    preview = form_handlers.preview_form(make_form(lora_r=0), principal=OPEN_PRINCIPAL, settings=Settings())
     assert preview.config_json == "" and preview.command_line == ""
     assert "LoRA rank (lora.r)" in preview.message
 
@@ -391,7 +391,7 @@ def test_a_job_without_eval_draws_one_loss_line():
 
 
 def test_preview_carries_the_memory_plan_for_the_forms_gpus():
-    preview = form_handlers.preview_form(make_form(gpu_memory_gb=80))
+    preview = form_handlers.preview_form(make_form(gpu_memory_gb=80), principal=OPEN_PRINCIPAL, settings=Settings())
     assert "Recommended: <strong>zero2</strong>" in preview.plan.html
     assert 'data-strategy="fsdp_offload"' in preview.plan.html
     frame = preview.plan.frame
@@ -403,13 +403,13 @@ def test_preview_carries_the_memory_plan_for_the_forms_gpus():
 def test_a_job_that_will_not_fit_is_warned_about_before_and_at_submit(database):
     form = make_form(model="meta-llama/Llama-2-13b-hf", method="full", gpu_memory_gb=24,
                      num_gpus=2)
-    preview = form_handlers.preview_form(form)
+    preview = form_handlers.preview_form(form, principal=OPEN_PRINCIPAL, settings=Settings())
     assert preview.plan.warning.startswith("⚠ zero2 will not fit: it needs about")
     assert preview.message == preview.plan.warning
     job_id, message = form_handlers.submit_form(form, database=database, celery_app=RecordingCelery(),
                                                 principal=OPEN_PRINCIPAL, settings=Settings())
     assert job_id is not None and "⚠ zero2 will not fit" in message
-    unknown = form_handlers.preview_form(make_form(model="/nowhere/model"))
+    unknown = form_handlers.preview_form(make_form(model="/nowhere/model"), principal=OPEN_PRINCIPAL, settings=Settings())
     assert unknown.plan.html.startswith("<p>No memory plan: model /nowhere/model")
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import pytest
 
+from app.auth.principal import OPEN_PRINCIPAL
 from app.ui import form_handlers
 from app.ui.plan_handlers import apply_setup
 from tests.browser.conftest import signed_in_page
 from tunedeck.planner.plan_text import strategy_cells
+from tunedeck.settings import Settings
 
 pytestmark = pytest.mark.browser
 
@@ -103,7 +105,7 @@ def test_the_plan_panel_reads_on_one_line_per_backend_and_applies_a_set_up(wide_
                                                                            tmp_path):
     page, expect = wide_page, _expect()
     form = {**form_handlers.default_form(), **FORM}
-    view = form_handlers.preview_form(form).plan
+    view = form_handlers.preview_form(form, principal=OPEN_PRINCIPAL, settings=Settings()).plan
     assert view.plan and view.plan["model"] == FORM["model"]
     # The form opens on the tiny built-in model: its figures are MB, not a table of 0.00.
     expect(page.locator("#new-job-plan")).to_contain_text("builtin:tiny-llama")
@@ -151,7 +153,7 @@ def test_the_plan_panel_reads_on_one_line_per_backend_and_applies_a_set_up(wide_
     assert first is not None, f"no set-up the form can apply: {view.setups}"
     updates = apply_setup(form, view.setups[first])
     page.locator(f"#new-job-plan-apply-{first}").click()
-    applied = form_handlers.preview_form({**form, **updates}).plan
+    applied = form_handlers.preview_form({**form, **updates}, principal=OPEN_PRINCIPAL, settings=Settings()).plan
     _wait_for_rows(page, _expected_rows(applied))  # the preview re-ran on the applied form
     for name, value in updates.items():
         if isinstance(value, bool):  # the option group may still be appearing: wait for it

@@ -6,7 +6,7 @@ from typing import Any
 
 import gradio as gr
 
-from app.auth.principal import principal_of
+from app.auth.principal import OPEN_PRINCIPAL, principal_of
 from app.ui import (column_handlers, form_handlers, preflight_handlers, target_handlers,
                     upload_handlers)
 from app.ui.form_handlers import (COLUMN_ROLES, FORM_FIELDS, FORM_LABELS as LABELS,
@@ -25,7 +25,9 @@ class NewJobTab:
 
 def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
     defaults = form_handlers.default_form()
-    initial = form_handlers.preview_form(defaults)
+    # The defaults name the built-in model, so nothing local is read: the first preview is
+    # the same whoever opens the page, before any request says who.
+    initial = form_handlers.preview_form(defaults, principal=OPEN_PRINCIPAL, settings=settings)
     gr.Markdown("Describe a fine-tune. The preview beside the form is exactly the config and "
                 "command the worker will write and run.")
     with gr.Row():
@@ -54,8 +56,9 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
     preflight_pending = gr.State(None)  # a data check still running: the next click waits on it
     inputs = [fields[name] for name in FORM_FIELDS]
 
-    def preview(*values):
-        shown = form_handlers.preview_form(form_values(values))
+    def preview(request: gr.Request, *values):
+        shown = form_handlers.preview_form(form_values(values), principal=principal_of(request),
+                                           settings=settings)
         return (f"#### {shown.config_title}", shown.config_json, shown.trainer_json,
                 shown.command_line, shown.message, *plan_updates(shown.plan))
 
