@@ -11,6 +11,12 @@ import math
 MB = 10**6  # bytes in a megabyte
 GB = 10**9  # bytes in a gigabyte
 MIB = 2**20  # bytes in a mebibyte
+FP32_BYTES = 4  # bytes of one fp32 element
+
+
+def compute_bytes(precision: str) -> int:
+    """Bytes of one element computed in `precision` (fp32; else bf16 or fp16)."""
+    return FP32_BYTES if precision == "fp32" else 2
 
 
 def format_size(gb: float) -> str:

@@ -19,8 +19,8 @@ the loss, and the loss keeps an fp32 log-softmax (c + 8 bytes per vocabulary ent
 from __future__ import annotations
 
 from tunedeck.job_spec import JobSpec
-from tunedeck.planner.memory_plan import FP32_BYTES, compute_bytes
 from tunedeck.planner.model_shapes import ModelShape
+from tunedeck.units import FP32_BYTES, compute_bytes
 
 DROPOUT_MASK_BYTES = 1
 

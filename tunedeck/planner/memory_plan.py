@@ -27,13 +27,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tunedeck.job_spec import JobSpec
+from tunedeck.planner.activation_memory import activation_bytes, logits_bytes
 from tunedeck.planner.gpu_cards import GpuSet
 from tunedeck.planner.model_shapes import ModelShape
-from tunedeck.units import GB
+from tunedeck.units import FP32_BYTES, GB, compute_bytes
 
 STRATEGIES = ("ddp", "zero2", "zero2_offload", "fsdp", "fsdp_offload")
 ADAM_STATE_BYTES = 8  # fp32 momentum + variance per trainable parameter
-FP32_BYTES = 4
 # bitsandbytes NF4: half a byte per weight, plus one 8-bit absmax per 64-weight block and,
 # with double quantization, one fp32 scale per 256 of those blocks.
 NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
@@ -102,10 +102,6 @@ def spec_strategy(spec: JobSpec) -> str:
     return f"{spec.backend}_offload" if offloaded else spec.backend
 
 
-def compute_bytes(precision: str) -> int:
-    return FP32_BYTES if precision == "fp32" else 2
-
-
 def optimizer_bytes_per_parameter(precision: str) -> int:
     """K: Adam's two fp32 moments, and the fp32 master copy unless the weights are fp32."""
     master = 0 if precision == "fp32" else FP32_BYTES
@@ -123,7 +119,6 @@ def napkin_ddp_bytes(spec: JobSpec, shape: ModelShape) -> float:
 def plan_strategies(spec: JobSpec, gpus: GpuSet, shape: ModelShape) -> dict[str, StrategyPlan]:
     """Each strategy's bytes per GPU for this spec; the advice is tunedeck.planner.advice's."""
     # Imported here: activation_memory reads this module's byte sizes at import time.
-    from tunedeck.planner.activation_memory import activation_bytes, logits_bytes
 
     states = model_states(spec, shape)
     ranks, compute = gpus.world_size, compute_bytes(spec.precision)

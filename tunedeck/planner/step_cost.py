@@ -27,8 +27,9 @@ from dataclasses import dataclass
 
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.gpu_cards import INTER_NODE_BYTES_PER_S, PCIE_BYTES_PER_S, GpuSet
-from tunedeck.planner.memory_plan import FP32_BYTES, compute_bytes, model_states
+from tunedeck.planner.memory_plan import model_states
 from tunedeck.planner.model_shapes import ModelShape
+from tunedeck.units import FP32_BYTES, compute_bytes
 
 REFERENCE_MFU = 0.4
 SATURATING_TOKENS = 4096
