@@ -66,11 +66,11 @@ async def _sweeping_cluster(api: FastAPI) -> AsyncIterator[None]:
     """The web sweeps too: with one worker host, nobody else would see that worker die."""
     sweeper = Sweeper(database=api.state.database, settings=api.state.settings,
                       send=lambda job_id, spec: enqueue_job(api.state.celery_app, job_id, spec))
-    stop_sweeping = sweeper.start_thread()
+    sweeping = sweeper.start_thread()
     try:
         yield
     finally:
-        stop_sweeping.set()
+        sweeping.stop()
 
 
 async def json_safe_validation_error(request: Request, error: RequestValidationError) -> JSONResponse:

@@ -25,8 +25,9 @@ from gpu_throughput import add_model_arguments, build_model_from_arguments, writ
 from trainer_runs import run_plain_torchrun  # noqa: E402
 
 from tunedeck.job_spec import JobSpec  # noqa: E402
-from tunedeck.planner.memory_plan import GB, GpuSet, plan_strategies  # noqa: E402
+from tunedeck.planner.memory_plan import GpuSet, plan_strategies  # noqa: E402
 from tunedeck.planner.shape_source import resolve_model_shape  # noqa: E402
+from tunedeck.units import GB, MIB  # noqa: E402
 
 
 def cell_spec(folder: Path, *, method: str, backend: str, seq_len: int, checkpointing: bool,
@@ -72,7 +73,7 @@ def main() -> int:
             if measured is None:
                 print(f"{label:<32} {predicted:>13.2f} {'n/a':>12} {'':>8}")
                 continue
-            measured_gb = measured * 2**20 / GB
+            measured_gb = measured * MIB / GB
             error = measured_gb / predicted - 1
             worst = max(worst, abs(error))
             print(f"{label:<32} {predicted:>13.2f} {measured_gb:>12.2f} {error:>+8.1%}", flush=True)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tunedeck.units import MIB  # noqa: E402
+
 
 def weight_bytes(folder: Path) -> int:
     return sum(path.stat().st_size for path in folder.glob("*.safetensors"))
@@ -65,9 +67,9 @@ def main() -> None:
         sizes = {dtype: weight_bytes(export_with(base, Path(folder) / dtype, dtype))
                  for dtype in ("fp32", "auto", "bf16", "fp16")}
         base_bytes = weight_bytes(base)
-    print(f"bf16 base, {base_bytes / 2**20:.1f} MiB of weights; merged LoRA exports:")
+    print(f"bf16 base, {base_bytes / MIB:.1f} MiB of weights; merged LoRA exports:")
     for dtype, size in sizes.items():
-        print(f"  export_dtype {dtype:4}: {size / 2**20:7.1f} MiB, / base {size / base_bytes:.3f}, "
+        print(f"  export_dtype {dtype:4}: {size / MIB:7.1f} MiB, / base {size / base_bytes:.3f}, "
               f"/ fp32 export (reference) {size / sizes['fp32']:.3f}")
 
 

@@ -116,7 +116,7 @@ def measure(url: str, home: Path, arguments) -> None:
     database.dispose()
     print(f"  wrote {arguments.steps:,} + {arguments.reference_steps:,} steps "
           f"({1 + RANKS} points a step) in {time.perf_counter() - started:.0f} s", flush=True)
-    app = create_app(Settings(home=home, database_url=url), with_ui=False)
+    app = create_app(Settings(home=home, database_url=url), with_ui=False, with_sweeper=False)
     load_before = os.getloadavg()[0]
     with TestClient(app) as client:
         first, seconds = time_requests(client, [big, reference], arguments.requests)

@@ -14,9 +14,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tunedeck.job_spec import JobSpec  # noqa: E402
 from tunedeck.planner.advice import plan_memory  # noqa: E402
 from tunedeck.planner.gpu_cards import GpuSet  # noqa: E402
-from tunedeck.planner.memory_plan import GB, napkin_ddp_bytes, plan_strategies  # noqa: E402
+from tunedeck.planner.memory_plan import napkin_ddp_bytes, plan_strategies  # noqa: E402
 from tunedeck.planner.model_shapes import ModelShape  # noqa: E402
 from tunedeck.planner.shape_source import known_shape  # noqa: E402
+from tunedeck.units import GB  # noqa: E402
 
 PAPER_FIGURE_1_GB = {"ddp": 120.0, "zero2": 16.6, "fsdp": 1.9}  # 7.5B, 64 GPUs, K = 12
 PUBLISHED_BILLIONS = {"mistralai/Mixtral-8x7B-v0.1": 46.7, "Qwen/Qwen1.5-MoE-A2.7B": 14.3,

@@ -28,6 +28,7 @@ from trainer.builtin_model import _WORDS, ensure_builtin_model  # noqa: E402
 from trainer.model_source import load_tokenizer  # noqa: E402
 from trainer.tokenized_data import read_tokenized, tokenize_splits, write_tokenized  # noqa: E402
 from tunedeck.job_spec import JobSpec  # noqa: E402
+from tunedeck.units import MIB  # noqa: E402
 
 
 def write_records(path: Path, count: int) -> Path:
@@ -69,14 +70,14 @@ def main() -> None:
     every_rank = ranks * tokenize_seconds
     print(f"{arguments.records:,} records, {len(data.train_rows):,} rows, {ranks} ranks, seq_len 256:")
     print(f"  reference, one rank tokenizing: {tokenize_seconds:.2f} CPU s, its memory grew "
-          f"{rows_bytes / 2**20:.0f} MiB (records and rows as Python lists)")
+          f"{rows_bytes / MIB:.0f} MiB (records and rows as Python lists)")
     print(f"  once: tokenize + write {tokenize_seconds + write_seconds:.2f} s, open per rank "
           f"{open_seconds * 1000:.1f} ms, every row read back {read_all_seconds:.2f} s "
-          f"(spread over the epoch's steps); arrays {array_bytes / 2**20:.1f} MiB, shared")
+          f"(spread over the epoch's steps); arrays {array_bytes / MIB:.1f} MiB, shared")
     print(f"  data CPU per job: once {once:.2f} s, every rank {every_rank:.2f} s; "
           f"once / every rank {once / every_rank:.3f}")
-    print(f"  data memory per host: once {array_bytes / 2**20:.1f} MiB (page cache), every "
-          f"rank {ranks * rows_bytes / 2**20:.0f} MiB; ratio {array_bytes / (ranks * rows_bytes):.4f}")
+    print(f"  data memory per host: once {array_bytes / MIB:.1f} MiB (page cache), every "
+          f"rank {ranks * rows_bytes / MIB:.0f} MiB; ratio {array_bytes / (ranks * rows_bytes):.4f}")
     print(f"  (host has {os.cpu_count()} cores)")
 
 

@@ -1,7 +1,9 @@
-"""Starting and stopping a real `tunedeck up` for end-to-end and browser tests."""
+"""Starting and stopping real servers for end-to-end, browser and chaos tests: `tunedeck up`,
+its services (`web`, `worker`) one by one, a private redis-server; and the waits on them."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -155,3 +157,76 @@ def running_web(home: Path, *, env: dict[str, str],
         server = RunningServer(process, f"http://127.0.0.1:{port}", home)
         _wait_until_healthy(server, startup_seconds)
         yield server
+
+
+class RedisServer:
+    """A redis-server of the test's own on a free port, keeping nothing on disk: a restart
+    loses every message, the worst case for queued jobs."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        self._process = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        import redis
+
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                if redis.Redis.from_url(self.url).ping():
+                    return
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.1)
+        raise AssertionError("redis-server did not start")
+
+    def kill(self) -> None:
+        if self._process is not None:
+            self._process.send_signal(signal.SIGKILL)
+            self._process.wait()
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            self._process.wait(timeout=10)
+
+
+@contextmanager
+def private_redis() -> Iterator["RedisServer"]:
+    server = RedisServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def wait_for_workers(web: RunningServer, names: set[str], timeout_seconds: float = 90) -> dict:
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        workers = {worker["name"]: worker for worker in web.http.get("/api/workers").json()["workers"]
+                   if worker["state"] == "online"}
+        if names <= set(workers):
+            return workers
+        time.sleep(0.5)
+    raise AssertionError(f"workers {names} did not report: {web.http.get('/api/workers').json()}")
+
+
+def wait_until(condition, timeout_seconds: float, what: str):
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def wait_for_steps(web: RunningServer, job_id: int, steps: int, timeout_seconds: float = 180):
+    wait_until(lambda: len(web.http.get(f"/api/jobs/{job_id}/metrics",
+                                        params={"max_points": 100000}).json()["train"]) >= steps,
+               timeout_seconds, f"job {job_id} to log {steps} steps")

@@ -6,10 +6,10 @@ The broker only carries job ids; the database is the record of what must run.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING
 
 from tunedeck.cluster.placement import (DEFAULT_QUEUE, Placement, broker_queue_for,
-                                        worker_broker_queue)
+                                        queue_broker_queue, worker_broker_queue)
 from tunedeck.settings import Settings
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ PREFLIGHT_DATASET_TASK = "tunedeck.preflight_dataset"
 # this thread is always free of jobs: a preflight waits at most for run_job messages that
 # find no room (each returns at once) and for another preflight, never for a job.
 PREFLIGHT_THREADS = 1
-JOBS_QUEUE = broker_queue_for({"queue": DEFAULT_QUEUE})
+JOBS_QUEUE = queue_broker_queue(DEFAULT_QUEUE)
 
 
 def make_celery(settings: Settings) -> "Celery":
@@ -68,7 +68,7 @@ def _filesystem_transport_options(settings: Settings) -> dict:
     }
 
 
-def enqueue_job(celery_app: "Celery", job_id: int, spec: Placement | Mapping[str, Any]) -> None:
+def enqueue_job(celery_app: "Celery", job_id: int, spec: Placement) -> None:
     """Send the job id (never the spec) by task name, to the queue of the workers that may
     run it (its spec decides: its queue or host); call only after the row is committed."""
     celery_app.send_task(RUN_JOB_TASK, args=[job_id], queue=broker_queue_for(spec))
@@ -86,8 +86,7 @@ def send_to_worker(celery_app: "Celery", job_id: int, worker_name: str) -> None:
     celery_app.send_task(RUN_JOB_TASK, args=[job_id], queue=worker_broker_queue(worker_name))
 
 
-def send_preflight(celery_app: "Celery", preflight_id: int,
-                   spec: Placement | Mapping[str, Any]) -> None:
+def send_preflight(celery_app: "Celery", preflight_id: int, spec: Placement) -> None:
     """Send a stored preflight's id to the queue of the workers that would run a job of
     `spec` (its queue or host): they can read its data. Only after the row is committed."""
     celery_app.send_task(PREFLIGHT_DATASET_TASK, args=[preflight_id], queue=broker_queue_for(spec))

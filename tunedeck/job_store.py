@@ -16,6 +16,11 @@ from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import (CANCELLED, FAILED, FINISHED_STATUSES, QUEUED, RUNNING, SUCCEEDED,
                                  InvalidTransition, sources_of)
 
+# The largest id a job row can have: jobs.id is an Integer column, 32-bit on PostgreSQL
+# (SQLite's are 64-bit). A larger id makes the driver raise (psycopg "integer out of
+# range", SQLite OverflowError past 2^63), a 500, instead of finding no row.
+MAX_JOB_ID = 2**31 - 1
+
 
 class JobNotFound(Exception):
     def __init__(self, job_id: int):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from tunedeck.failure_kinds import INPUT_ERROR, NAN_LOSS, OUT_OF_MEMORY
 from tunedeck.job_spec import JobSpec
+from tunedeck.units import GB
 
 SAME_SPEC = "same spec"
 # What a retry leaves to the user: the job itself and the hardware it asked for.
@@ -76,7 +77,7 @@ def planner_setups(spec: JobSpec) -> list[dict]:
     """Every set-up that fits a card just as large as this job's planned need (the job did
     not fit, so the real card was no larger), best first, as plan JSON."""
     from tunedeck.planner.advice import RUNTIME_RESERVE_BYTES, ranked_setups, setup_json
-    from tunedeck.planner.memory_plan import GB, GpuSet, plan_strategies, spec_strategy
+    from tunedeck.planner.memory_plan import GpuSet, plan_strategies, spec_strategy
     from tunedeck.planner.shape_source import resolve_model_shape
 
     try:

@@ -14,8 +14,10 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from tunedeck.units import MIB
+
 # A 70B model's shard headers are a few hundred KB; a length past this is not a header.
-MAX_HEADER_BYTES = 100 * 1024 * 1024
+MAX_HEADER_BYTES = 100 * MIB
 HEADER_LENGTH_BYTES = 8
 METADATA_KEY = "__metadata__"
 # The floating dtypes safetensors names; integer and bool tensors (e.g. quantization

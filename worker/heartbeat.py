@@ -7,10 +7,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Callable
 
 from tunedeck.cluster import workers as worker_registry
-from tunedeck.cluster.sweep import Sweeper
+from tunedeck.cluster.sweep import Send, Sweeper
 from tunedeck.db.engine import Database
 from tunedeck.db.models import utc_now
 from tunedeck.settings import Settings
@@ -30,7 +29,7 @@ def beat(*, identity: WorkerIdentity, resources: HostResources, database: Databa
 
 class Heartbeat:
     def __init__(self, *, identity: WorkerIdentity, settings: Settings, database: Database,
-                 send: Callable[[int, dict[str, Any]], None]):
+                 send: Send):
         self._identity, self._settings, self._database, self._send = identity, settings, database, send
         self._resources = HostResources(identity)
         self._sweeper = Sweeper(database=database, settings=settings, send=send)

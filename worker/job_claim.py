@@ -19,6 +19,7 @@ from tunedeck import job_store
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.cluster.placement import WorkerView, room_for, serves, waiting_reason
 from tunedeck.db.engine import Database
+from tunedeck.db.models import Job, StoredSpecInvalid
 from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import QUEUED, InvalidTransition
 from worker.worker_identity import WorkerIdentity
@@ -136,4 +137,11 @@ def jobs_to_offer(*, identity: WorkerIdentity, database: Database, limit: int = 
     jobs ends and frees GPUs (waiting jobs get a turn without the sweep's delay)."""
     with database.transaction() as session:
         jobs = job_store.list_queued_jobs(session=session, limit=limit * 5)
-    return [job.id for job in jobs if serves(identity.view, job.spec_model)][:limit]
+    return [job.id for job in jobs if _serves(identity, job)][:limit]
+
+
+def _serves(identity: WorkerIdentity, job: Job) -> bool:
+    try:
+        return serves(identity.view, job.spec_model)
+    except StoredSpecInvalid:  # it can never run; the sweep fails it, saying why
+        return False

@@ -66,5 +66,5 @@ def resume(principal: Principal, job_id: int, *, database: Database, celery_app,
             raise NothingToResume(str(error)) from error
         audit.record(session=session, actor=principal.name, action=audit.RESUME, job_id=job_id,
                      client=client)
-    enqueue_job(celery_app, job_id, job.spec)
+    enqueue_job(celery_app, job_id, job.spec_model)
     return job

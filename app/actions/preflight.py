@@ -24,7 +24,7 @@ from tunedeck.broker import send_preflight
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.cluster.placement import job_queue, serves
 from tunedeck.data import preflight_store
-from tunedeck.data.preflight_request import FINISHED, PENDING, PreflightRequest, broker_spec
+from tunedeck.data.preflight_request import FINISHED, PENDING, PreflightRequest
 from tunedeck.db.engine import Database
 from tunedeck.db.models import DatasetPreflight
 from tunedeck.settings import Settings
@@ -69,7 +69,7 @@ def start_preflight(*, database: Database, celery_app, settings: Settings, princ
         audit.record(session=session, actor=principal.name, action=audit.PREFLIGHT,
                      detail=f"preflight {preflight.id}: dataset {request.dataset}", client=client)
     try:
-        send_preflight(celery_app, preflight.id, broker_spec(request))
+        send_preflight(celery_app, preflight.id, request)
     except Exception:  # noqa: BLE001 - the row says so; nothing else would ever run it
         log.exception("preflight %s stored but not sent", preflight.id)
         with database.transaction() as session:
@@ -117,9 +117,9 @@ def _waiting_reason(session: Session, preflight: DatasetPreflight, settings: Set
             return f"running on worker {preflight.worker_name}"
         return (f"{NO_WORKER} it: worker {preflight.worker_name} took it and has stopped "
                 "answering; check the data again")
-    spec = broker_spec(PreflightRequest.model_validate(preflight.request))
-    where = f"host {spec['host']}" if spec["host"] else f"queue {job_queue(spec)!r}"
-    if not any(serves(worker, spec) for worker in workers):
+    request = PreflightRequest.model_validate(preflight.request)
+    where = f"host {request.host}" if request.host else f"queue {job_queue(request)!r}"
+    if not any(serves(worker, request) for worker in workers):
         return (f"{NO_WORKER} {where}; the preflight runs when one starts (it reads the "
                 "data where a job would)")
     return f"waiting for a worker of {where}"

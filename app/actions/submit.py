@@ -46,7 +46,7 @@ def submit_job(*, database: Database, celery_app, spec: JobSpec, owner: str | No
 
 def enqueue_stored_job(celery_app, job: Job) -> None:
     try:
-        enqueue_job(celery_app, job.id, job.spec)
+        enqueue_job(celery_app, job.id, job.spec_model)
     except Exception:  # the row is the record; a worker's start-up sweep re-sends it
         log.exception("job %s stored but not enqueued; a worker will pick it up on start", job.id)
 

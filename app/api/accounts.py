@@ -9,11 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.actions import accounts as account_actions
 from app.actions.errors import ActionError
-from app.api.errors import http_error
+from app.api.errors import client_of, http_error
 from app.auth.principal import principal_of
-from app.views.jobs import MAX_JOB_ID
 from tunedeck.accounts import audit, users as accounts
 from tunedeck.db.models import Credential
+from tunedeck.job_store import MAX_JOB_ID
 
 account_router = APIRouter()
 
@@ -30,10 +30,6 @@ class UserRequest(BaseModel):
     password: str = Field(..., min_length=accounts.MIN_PASSWORD_LENGTH,
                           max_length=accounts.MAX_PASSWORD_LENGTH)
     admin: bool = False
-
-
-def _client(request: Request) -> str | None:
-    return request.client.host if request.client else None
 
 
 @account_router.get("/api/me")
@@ -60,7 +56,7 @@ def create_token(body: TokenRequest, request: Request) -> dict[str, Any]:
     try:
         secret = account_actions.create_token(
             principal_of(request), label=body.label, expires_in_days=body.expires_in_days,
-            database=request.app.state.database, client=_client(request))
+            database=request.app.state.database, client=client_of(request))
     except ActionError as error:
         raise http_error(error) from error
     return {"token": secret, "label": body.label}
@@ -70,7 +66,7 @@ def create_token(body: TokenRequest, request: Request) -> dict[str, Any]:
 def revoke_token(token_id: Annotated[int, Path(ge=1, le=MAX_JOB_ID)], request: Request) -> None:
     try:
         account_actions.revoke_token(principal_of(request), token_id,
-                                     database=request.app.state.database, client=_client(request))
+                                     database=request.app.state.database, client=client_of(request))
     except ActionError as error:
         raise http_error(error) from error
 
@@ -92,7 +88,7 @@ def create_user(body: UserRequest, request: Request) -> dict[str, Any]:
     try:
         account_actions.create_user(principal_of(request), name=body.name,
                                     password=body.password, is_admin=body.admin,
-                                    database=request.app.state.database, client=_client(request))
+                                    database=request.app.state.database, client=client_of(request))
     except ActionError as error:
         raise http_error(error) from error
     return {"name": body.name, "admin": body.admin}

@@ -1,7 +1,8 @@
-"""The one translation of app/actions/errors.py into HTTP, used by every router."""
+"""What every router shares: the one translation of app/actions/errors.py into HTTP, and
+the client address a route audits."""
 from __future__ import annotations
 
-from fastapi import HTTPException
+from fastapi import HTTPException, Request
 
 from app.actions.errors import (ActionError, Conflict, Forbidden, Invalid, Location, NotFound,
                                 Refused, TooLarge, Unavailable)
@@ -26,3 +27,8 @@ def http_error(error: ActionError, *, location: Location = ("body",)) -> HTTPExc
 def validation_detail(error: Invalid, location: Location = ("body",)) -> list[dict]:
     return [{"loc": [*location, *problem_location], "msg": message, "type": "value_error"}
             for problem_location, message in error.problems]
+
+
+def client_of(request: Request) -> str | None:
+    """The client's address, as the audit log records it (None when the server has none)."""
+    return request.client.host if request.client else None

@@ -12,15 +12,16 @@ from app.actions import artifacts
 from app.actions.checkpoints import list_checkpoints
 from app.actions.errors import ActionError, NotFound
 from app.actions.job_lookup import find_visible_job
-from app.api.errors import http_error
+from app.api.errors import client_of, http_error
 from app.auth.job_access import visible_jobs
 from app.auth.principal import principal_of
 from app.views.cluster import cluster_overview
 from app.views.job_compare import BadJobIds, compare_jobs, parse_job_ids
-from app.views.jobs import MAX_JOB_ID, job_artifacts, job_config, job_to_dict, read_job_log_tail
+from app.views.jobs import job_artifacts, job_config, job_to_dict, read_job_log_tail
 from tunedeck import job_store
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
+from tunedeck.job_store import MAX_JOB_ID
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
 from tunedeck.metrics.series import read_job_series
 
@@ -140,7 +141,7 @@ def download_artifact(job_id: JobId, kind: str, request: Request) -> FileRespons
     try:
         zip_path = artifacts.download_artifact(
             principal_of(request), job_id, kind, database=_database(request),
-            client=request.client.host if request.client else None)
+            client=client_of(request))
     except ActionError as error:
         raise http_error(error) from error
     return FileResponse(zip_path, media_type="application/zip",

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.actions import checkpoints, compare_backends, plan as planning, retry as retrying, submit
 from app.actions.errors import ActionError
 from app.actions.lora_preview import preview_lora_targets
-from app.api.errors import http_error
+from app.api.errors import client_of, http_error
 from app.api.job_reads import JobId, read_router
 from app.auth.principal import principal_of
 from app.views.jobs import job_to_dict
@@ -21,10 +21,6 @@ from tunedeck.planner.plan_request import PlanRequest
 
 router = APIRouter()
 router.include_router(read_router)
-
-
-def client_of(request: Request) -> str | None:
-    return request.client.host if request.client else None
 
 
 @router.get("/healthz")

@@ -9,10 +9,10 @@ from fastapi.responses import JSONResponse
 
 from app.actions.errors import ActionError
 from app.actions.preflight import await_preflight, start_preflight
-from app.api.errors import http_error
+from app.api.errors import client_of, http_error
 from app.auth.principal import principal_of
-from app.views.jobs import MAX_JOB_ID
 from tunedeck.data.preflight_request import PreflightRequest
+from tunedeck.job_store import MAX_JOB_ID
 
 preflight_router = APIRouter()
 
@@ -33,8 +33,7 @@ def preflight_dataset(body: PreflightRequest, request: Request) -> JSONResponse:
     try:
         preflight_id = start_preflight(database=state.database, celery_app=state.celery_app,
                                        settings=state.settings, principal=principal_of(request),
-                                       request=body,
-                                       client=request.client.host if request.client else None)
+                                       request=body, client=client_of(request))
     except ActionError as error:
         raise http_error(error) from error
     answer = await_preflight(database=state.database, settings=state.settings,

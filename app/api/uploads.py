@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.actions.errors import ActionError
 from app.actions.upload import DatasetRefused, DatasetUpload, checked_filename, too_large_message
-from app.api.errors import http_error
+from app.api.errors import client_of, http_error
 from app.auth.principal import principal_of
 
 upload_router = APIRouter()
@@ -34,7 +34,7 @@ async def upload_dataset(request: Request,
                 upload.write(chunk)
             kept = await run_in_threadpool(
                 upload.keep, database=request.app.state.database,
-                client=request.client.host if request.client else None)
+                client=client_of(request))
     except ActionError as error:
         raise http_error(error) from None
     return kept.to_json()

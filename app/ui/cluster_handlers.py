@@ -12,7 +12,7 @@ WORKER_COLUMNS = ["worker", "host", "queues", "state", "last heartbeat", "resour
                   "jobs running"]
 GPU_COLUMNS = ["worker", "GPU", "model", "free GB", "used / total GB", "utilisation %", "job"]
 QUEUED_COLUMNS = ["id", "name", "queue or host", "GPUs", "waiting for"]
-MB_PER_GB = GB / MIB  # the readings' MB are MiB; the page says GB (10^9 bytes), as the planner
+MIB_PER_GB = GB / MIB  # the readings' MB are MiB; the page says GB (10^9 bytes), as the planner
 
 
 def cluster_tables(*, database, worker_lost_seconds: float
@@ -61,7 +61,7 @@ def _gpu_row(worker_name: str, gpu: dict[str, Any]) -> list[Any]:
 
 
 def _gb(megabytes: float | None) -> str:
-    return "" if megabytes is None else f"{megabytes / MB_PER_GB:.1f}"
+    return "" if megabytes is None else f"{megabytes / MIB_PER_GB:.1f}"
 
 
 def _indices(indices: list[int]) -> str:

@@ -23,6 +23,7 @@ from app.views.jobs import job_config, job_run_folder, read_job_log_tail
 from tunedeck import job_store
 from tunedeck.db.models import Job
 from tunedeck.failure_kinds import failure_label
+from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import FAILED, FINISHED_STATUSES, QUEUED, RUNNING, SUCCEEDED
 from tunedeck.metrics import store as metric_store
 from tunedeck.metrics.figures import EVAL_LOSS, LOSS, TOKENS_PER_SECOND, rank_memory_mb
@@ -141,7 +142,8 @@ def load_job_page(job_id: Any, *, database, principal: Principal) -> JobPage:
     config_json, command_line = _config_texts(job)
     return JobPage(
         job_id=job.id, status=job.status,
-        headline=_headline(job, train[-1] if train else None, evaluations[-1] if evaluations else None),
+        headline=_headline(job, spec, train[-1] if train else None,
+                           evaluations[-1] if evaluations else None),
         error=job.error, loss=loss_frame(train, evaluations, with_eval=spec.has_eval),
         throughput=throughput_frame(train),
         memory=memory_frame(metrics["memory"], world_size=spec.world_size),
@@ -157,11 +159,11 @@ def load_job_page(job_id: Any, *, database, principal: Principal) -> JobPage:
     )
 
 
-def _headline(job: Job, latest_step: dict[str, Any] | None,
+def _headline(job: Job, spec: JobSpec, latest_step: dict[str, Any] | None,
               latest_eval: dict[str, Any] | None = None) -> str:
     latest_step = latest_step or {}
     loss, eval_loss, throughput = LOSS.field, EVAL_LOSS.field, TOKENS_PER_SECOND.field
-    figures = [f"step {_step_progress(latest_step.get('step'), job.spec_model.max_steps)}"]
+    figures = [f"step {_step_progress(latest_step.get('step'), spec.max_steps)}"]
     if latest_step.get(loss) is not None:
         figures.append(f"loss {_format_number(latest_step[loss], '{:.4f}')}")
     if latest_eval and latest_eval.get(eval_loss) is not None:

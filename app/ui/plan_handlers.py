@@ -50,7 +50,7 @@ def plan_view(spec: JobSpec, form: Mapping[str, Any], *, principal: Principal,
     try:
         plan = plan_action.plan(principal, PlanRequest(spec=spec, gpus=GpuRequest(
             memory_gb=gpu_memory_gb)), settings=settings)
-    except Invalid as error:
+    except (Invalid, ValueError) as error:  # ValueError: a GPU request out of range
         return PlanView(html=f"<p>No memory plan: {html.escape(str(error))}</p>")
     offered = tuple(setups(plan))
     notes = [_form_cannot(form, setup) for setup in offered]

@@ -8,8 +8,9 @@ from app.actions.errors import ActionError, TooLarge
 from app.actions.upload import DatasetUpload
 from app.auth.principal import Principal
 from tunedeck.settings import Settings
+from tunedeck.units import MIB
 
-COPY_CHUNK_BYTES = 1024 * 1024
+COPY_CHUNK_BYTES = MIB
 
 
 def upload_dataset_from_form(received: str | None, *, principal: Principal, settings: Settings,

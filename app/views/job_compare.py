@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.views.jobs import MAX_JOB_ID
 from tunedeck import job_store
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
+from tunedeck.job_store import MAX_JOB_ID
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
 from tunedeck.metrics.figures import EVAL_LOSS, LOSS, TOKENS_PER_SECOND, rank_memory_mb
 from tunedeck.metrics.store import read_chart_metrics

@@ -9,11 +9,6 @@ from tunedeck.backend_config import backend_config, build_torchrun_argv
 from tunedeck.db.models import Job
 from tunedeck.run_folder import RunFolder, read_json
 
-# The largest id a job row can have: jobs.id is an Integer column, 32-bit on PostgreSQL
-# (SQLite's are 64-bit). A larger id makes the driver raise (psycopg "integer out of
-# range", SQLite OverflowError past 2^63), a 500, instead of finding no row.
-MAX_JOB_ID = 2**31 - 1
-
 
 def job_to_dict(job: Job) -> dict[str, Any]:
     return {

@@ -13,7 +13,7 @@ from tunedeck.settings import Settings
 def client(tmp_path):
     settings = Settings(home=tmp_path)
     upgrade_database(settings.resolved_database_url)
-    app = create_app(settings, with_ui=False)
+    app = create_app(settings, with_ui=False, with_sweeper=False)
     with TestClient(app) as client:
         client.app_state = app.state  # for tests that set a job's state directly
         yield client

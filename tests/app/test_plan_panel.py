@@ -230,6 +230,12 @@ def test_the_form_plans_only_a_model_its_user_may_read(tmp_path):
     assert view.html.startswith(f"<p>No memory plan: model {model}: outside the allowed folders")
 
 
+def test_a_gpu_memory_out_of_range_is_said_not_raised():
+    view = form_handlers.preview_form(make_form(gpu_memory_gb=5000), principal=OPEN_PRINCIPAL,
+                                      settings=Settings()).plan
+    assert view.plan is None and view.html.startswith("<p>No memory plan: 1 validation error")
+
+
 def test_the_form_shows_the_plan_the_api_and_the_cli_give(client, tmp_path):
     form = make_form(**FORM_13B)
     view = form_handlers.preview_form(form, principal=OPEN_PRINCIPAL, settings=Settings()).plan

@@ -10,9 +10,8 @@ from contextlib import ExitStack
 
 import pytest
 
-from harness.chaos_scenarios import (FINISHED, SMALL_JOB, killed_worker, start_worker,
-                                     wait_for_workers, wait_until)
-from harness.servers import running_tunedeck, running_web
+from harness.chaos_scenarios import FINISHED, SMALL_JOB, killed_worker, start_worker
+from harness.servers import running_tunedeck, running_web, wait_for_workers, wait_until
 from tests.conftest import REDIS_URL
 
 pytestmark = [pytest.mark.torchrun]

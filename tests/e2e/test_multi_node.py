@@ -12,9 +12,8 @@ from contextlib import ExitStack, contextmanager
 
 import pytest
 
-from harness.chaos_scenarios import (FINISHED, SMALL_JOB, alive, job_processes, start_worker,
-                                     wait_for_workers, wait_until)
-from harness.servers import running_web
+from harness.chaos_scenarios import FINISHED, SMALL_JOB, alive, job_processes, start_worker
+from harness.servers import running_web, wait_for_workers, wait_until
 from tests.conftest import REDIS_URL
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.db.engine import Database

@@ -21,7 +21,7 @@ def hostile_app(request, tmp_path) -> FastAPI:
     settings = Settings(home=tmp_path / "home", database_url=database_url, broker_url=None)
     if database_url is None:
         upgrade_database(settings.resolved_database_url)
-    app = create_app(settings, with_ui=False)
+    app = create_app(settings, with_ui=False, with_sweeper=False)
     yield app
     app.state.database.dispose()
 

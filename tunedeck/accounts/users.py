@@ -18,6 +18,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from tunedeck.db.models import Credential, User, utc_now
+from tunedeck.units import MIB
 
 USER_ROLE, ADMIN_ROLE = "user", "admin"
 ROLES = (USER_ROLE, ADMIN_ROLE)
@@ -64,7 +65,7 @@ def password_matches(password: str, stored: str) -> bool:
 
 def _scrypt(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
     return hashlib.scrypt(password.encode("utf-8", "surrogatepass"), salt=salt, n=n, r=r, p=p,
-                          maxmem=64 * 1024 * 1024, dklen=32)
+                          maxmem=64 * MIB, dklen=32)
 
 
 def _b64(data: bytes) -> str:

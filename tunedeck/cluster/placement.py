@@ -11,7 +11,7 @@ the database and claims the row, or hands the id on to a worker that has room.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Protocol, Sequence
+from typing import Iterable, Protocol, Sequence
 
 from tunedeck.job_spec import JobSpec
 
@@ -28,22 +28,18 @@ class Placement(Protocol):
     def host(self) -> str | None: ...
 
 
-def _queue_and_host(placement: Placement | Mapping[str, Any]) -> tuple[str | None, str | None]:
-    # A mapping: what callers outside the cluster package still pass (a stored spec dict,
-    # tunedeck.data.preflight_request.broker_spec); drop it once they pass the model.
-    if isinstance(placement, Mapping):
-        return placement.get("queue"), placement.get("host")
-    return placement.queue, placement.host
+def job_queue(placement: Placement) -> str:
+    return placement.queue or DEFAULT_QUEUE
 
 
-def job_queue(placement: Placement | Mapping[str, Any]) -> str:
-    return _queue_and_host(placement)[0] or DEFAULT_QUEUE
-
-
-def broker_queue_for(placement: Placement | Mapping[str, Any]) -> str:
+def broker_queue_for(placement: Placement) -> str:
     """The broker queue a job's (or a preflight's) id is sent to."""
-    host = _queue_and_host(placement)[1]
-    return host_broker_queue(host) if host else f"tunedeck.queue.{job_queue(placement)}"
+    host = placement.host
+    return host_broker_queue(host) if host else queue_broker_queue(job_queue(placement))
+
+
+def queue_broker_queue(queue: str) -> str:
+    return f"tunedeck.queue.{queue}"
 
 
 def host_broker_queue(host: str) -> str:
@@ -56,7 +52,7 @@ def worker_broker_queue(worker_name: str) -> str:
 
 def broker_queues_of_worker(*, name: str, host: str, queues: Sequence[str]) -> list[str]:
     """Every broker queue a worker consumes."""
-    return [*(f"tunedeck.queue.{queue}" for queue in queues), host_broker_queue(host),
+    return [*(queue_broker_queue(queue) for queue in queues), host_broker_queue(host),
             worker_broker_queue(name)]
 
 
@@ -72,8 +68,8 @@ class WorkerView:
     concurrency: int
 
 
-def serves(worker: WorkerView, placement: Placement | Mapping[str, Any]) -> bool:
-    host = _queue_and_host(placement)[1]
+def serves(worker: WorkerView, placement: Placement) -> bool:
+    host = placement.host
     return worker.host == host if host else job_queue(placement) in worker.queues
 
 

@@ -17,8 +17,8 @@ from sqlalchemy.orm import Session
 from tunedeck import job_store
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.db.engine import Database
-from tunedeck.db.models import Job, utc_now
-from tunedeck.failure_kinds import WORKER_LOST
+from tunedeck.db.models import Job, StoredSpecInvalid, utc_now
+from tunedeck.failure_kinds import INPUT_ERROR, WORKER_LOST
 from tunedeck.job_spec import JobSpec
 from tunedeck.settings import Settings
 
@@ -41,8 +41,34 @@ def sweep_cluster(*, session: Session, worker_lost_seconds: float, redispatch_se
         settle_lost_workers(session=session, silent_seconds=worker_lost_seconds, result=result)
     for job in job_store.take_undispatched_queued_jobs(session=session,
                                                        older_than_seconds=redispatch_seconds):
-        result.to_send.append((job.id, job.spec_model))
+        if (spec := _spec_or_fail(session=session, job=job, result=result)) is not None:
+            result.to_send.append((job.id, spec))
     return result
+
+
+def _spec_or_fail(*, session: Session, job: Job, result: SweepResult) -> JobSpec | None:
+    """The job's spec; or, for a row whose stored spec no longer validates (it could never
+    run), None, with the job failed saying so: one such row must not stop the sweep of
+    every other job."""
+    try:
+        return job.spec_model
+    except StoredSpecInvalid as error:
+        log.warning("%s", error)
+        job_store.mark_job_failed(session=session, job_id=job.id, error=str(error),
+                                  failure_kind=INPUT_ERROR)
+        result.failed_jobs.append(job.id)
+        return None
+
+
+@dataclass(frozen=True)
+class RunningSweep:
+    stop_event: threading.Event
+    thread: threading.Thread
+
+    def stop(self, timeout_seconds: float = 30.0) -> None:
+        """Stop, and wait for a sweep under way to end (before its database goes away)."""
+        self.stop_event.set()
+        self.thread.join(timeout_seconds)
 
 
 class Sweeper:
@@ -79,9 +105,9 @@ class Sweeper:
             self._send(job_id, spec)
         return result
 
-    def start_thread(self) -> threading.Event:
+    def start_thread(self) -> RunningSweep:
         """Sweep every heartbeat interval in a daemon thread (the web runs one, so a lone
-        worker's death is noticed too); set the returned event to stop it."""
+        worker's death is noticed too); `stop()` the answer to end it."""
         stop = threading.Event()
 
         def loop() -> None:
@@ -91,8 +117,9 @@ class Sweeper:
                 except Exception:  # the database or broker is down for a moment: try again
                     log.exception("cluster sweep failed; retrying")
 
-        threading.Thread(target=loop, name="tunedeck-sweep", daemon=True).start()
-        return stop
+        thread = threading.Thread(target=loop, name="tunedeck-sweep", daemon=True)
+        thread.start()
+        return RunningSweep(stop, thread)
 
     def _trusts_silence(self, now: float) -> bool:
         return (self._reachable_since is not None
@@ -121,7 +148,8 @@ def give_up_job(*, session: Session, job: Job, why: str, result: SweepResult) ->
     """A running job nothing supervises any more: queued again from its latest checkpoint
     while its spec's `max_restarts` allows, else failed with `why`."""
     restarts_used = max(0, job.attempts - 1)
-    spec = job.spec_model
+    if (spec := _spec_or_fail(session=session, job=job, result=result)) is None:
+        return
     allowed = spec.max_restarts
     if restarts_used < allowed:
         job_store.requeue_lost_job(

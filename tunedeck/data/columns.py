@@ -16,7 +16,9 @@ import gzip
 import json
 from pathlib import Path
 
-MAX_JSON_BYTES = 16 * 1024 * 1024  # a .json file is parsed whole; larger ones are not peeked
+from tunedeck.units import MIB
+
+MAX_JSON_BYTES = 16 * MIB  # a .json file is parsed whole; larger ones are not peeked
 
 
 def peek_columns(reference: str, *, split: str = "train") -> list[str] | None:

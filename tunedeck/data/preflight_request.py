@@ -54,7 +54,3 @@ class PreflightRequest(_PreflightFields):
         return cls.model_validate({key: value for key, value in data.items()
                                    if key in PREFLIGHT_FIELDS})
 
-
-def broker_spec(request: PreflightRequest) -> dict[str, Any]:
-    """What routing reads (tunedeck.cluster.placement): the request's queue and host."""
-    return {"queue": request.queue, "host": request.host}

@@ -20,6 +20,10 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+class StoredSpecInvalid(ValueError):
+    """A job row whose stored spec this version's JobSpec rejects."""
+
+
 class Base(DeclarativeBase):
     pass
 
@@ -67,8 +71,13 @@ class Job(Base):
     @property
     def spec_model(self) -> JobSpec:
         """The stored spec as the typed model: every reader's one way in (no dict, no
-        defaults copied by hand). Stored specs were validated on the way in."""
-        return JobSpec.model_validate(self.spec)
+        defaults copied by hand). Stored specs were validated on the way in, so this fails
+        only for a row an older TuneDeck stored under rules the spec has since dropped."""
+        try:
+            return JobSpec.model_validate(self.spec)
+        except ValueError as error:
+            raise StoredSpecInvalid(f"job {self.id}: its stored spec is no longer valid: "
+                                    f"{error}") from error
 
 
 class Worker(Base):

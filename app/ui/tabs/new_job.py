@@ -11,6 +11,7 @@ from app.ui import (column_handlers, form_handlers, preflight_handlers, target_h
                     upload_handlers)
 from app.ui.form_handlers import (COLUMN_ROLES, FORM_FIELDS, FORM_LABELS as LABELS,
                                   SAME_AS_PRECISION, form_values)
+from app.ui.tabs.new_job_fields import _backend_groups, _checkbox, _dtype, _integer, _lora_group
 from app.ui.tabs.plan_panel import build_plan_panel, plan_updates, wire_apply_buttons
 from tunedeck.job_spec import (BACKENDS, DTYPES, EXPORT_DTYPES, LEARNING_RATE_SCHEDULES, METHODS,
                                PRECISIONS, SHARDING_STRATEGIES)
@@ -275,27 +276,3 @@ def _option_groups(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str
                 fields[name] = _checkbox(name, defaults)
     return groups
 
-
-def _dtype(name: str, defaults: dict[str, Any], choices: list[str],
-           info: str | None = None) -> gr.Dropdown:
-    return gr.Dropdown(choices, value=defaults[name], label=LABELS[name], info=info,
-                       elem_id=f"new-job-{name.replace('_', '-')}")
-
-
-def _integer(name: str, defaults: dict[str, Any], info: str | None = None) -> gr.Number:
-    return gr.Number(defaults[name], label=LABELS[name], info=info, precision=0,
-                     elem_id=f"new-job-{name.replace('_', '-')}")
-
-
-def _checkbox(name: str, defaults: dict[str, Any]) -> gr.Checkbox:
-    return gr.Checkbox(defaults[name], label=LABELS[name],
-                       elem_id=f"new-job-{name.replace('_', '-')}")
-
-
-def _backend_groups(backend: str):
-    zero2_visible, fsdp_visible = form_handlers.backend_options_visible(backend)
-    return gr.Group(visible=zero2_visible), gr.Group(visible=fsdp_visible)
-
-
-def _lora_group(method: str):
-    return gr.Group(visible=form_handlers.lora_options_visible(method))

@@ -116,3 +116,27 @@ def test_a_job_is_given_up_when_the_worker_of_any_of_its_nodes_is_lost(database)
     with database.transaction() as session:
         assert "worker follower@gpu-2 on gpu-2 sent no heartbeat" in \
             job_store.get_job(session=session, job_id=job_id).error
+
+
+def test_a_stored_spec_that_no_longer_validates_fails_its_job_and_the_sweep_goes_on(database):
+    """A row an older TuneDeck stored under rules the spec has since dropped could never
+    run: the sweep fails it, saying why, and still re-sends and settles every other job."""
+    with database.transaction() as session:
+        heartbeat(session, "lost@gpu-1")
+        stale = job_store.create_job(session=session, spec=JobSpec(max_steps=5)).id
+        good = job_store.create_job(session=session, spec=JobSpec(max_steps=5)).id
+        lost = running_job(session, "lost@gpu-1")
+        session.execute(update(Job).where(Job.id == stale)
+                        .values(spec={"max_steps": 5, "a_field_since_removed": 1}))
+        session.execute(update(Job).where(Job.id.in_([stale, good]))
+                        .values(updated_at=utc_now() - timedelta(seconds=120)))
+        silence(session, "lost@gpu-1", 25)
+    with database.transaction() as session:
+        result = sweep_cluster(session=session, worker_lost_seconds=20, redispatch_seconds=60)
+    assert [job_id for job_id, _spec in result.to_send] == [good]
+    assert sorted(result.failed_jobs) == sorted([stale, lost])
+    with database.transaction() as session:
+        failed = job_store.get_job(session=session, job_id=stale)
+        assert failed.status == "failed" and failed.failure_kind == "input_error"
+        assert "stored spec is no longer valid" in failed.error
+        assert "a_field_since_removed" in failed.error

@@ -10,9 +10,10 @@ import pytest
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.advice import plan_memory
 from tunedeck.planner.architectures import shape_from_config
-from tunedeck.planner.memory_plan import GB, GpuSet, deepspeed_zero2_estimate, plan_strategies
+from tunedeck.planner.memory_plan import GpuSet, deepspeed_zero2_estimate, plan_strategies
 from tunedeck.planner.model_shapes import BUILTIN_TINY_LLAMA, ModelShape
 from tunedeck.planner.shape_source import KNOWN_SHAPES, known_shape, resolve_model_shape
+from tunedeck.units import GB
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 LLAMA_13B = known_shape("meta-llama/Llama-2-13b-hf")
