@@ -14,7 +14,9 @@ from fastapi.encoders import jsonable_encoder  # noqa: E402
 from fastapi.exceptions import RequestValidationError  # noqa: E402
 from fastapi.responses import JSONResponse  # noqa: E402
 
+from app.actions.errors import ActionError  # noqa: E402
 from app.api.accounts import account_router  # noqa: E402
+from app.api.errors import action_error_response  # noqa: E402
 from app.api.jobs import router  # noqa: E402
 from app.api.preflight import preflight_router  # noqa: E402
 from app.api.uploads import upload_router  # noqa: E402
@@ -45,6 +47,7 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True,
     api.include_router(sign_in_router)
     api.include_router(account_router)
     api.add_exception_handler(RequestValidationError, json_safe_validation_error)
+    api.add_exception_handler(ActionError, action_error_response)
     if with_ui:
         import gradio as gr
 

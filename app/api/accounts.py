@@ -8,8 +8,7 @@ from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.actions import accounts as account_actions
-from app.actions.errors import ActionError
-from app.api.errors import client_of, http_error
+from app.api.errors import client_of
 from app.auth.principal import principal_of
 from tunedeck.accounts import audit, users as accounts
 from tunedeck.db.models import Credential
@@ -42,42 +41,30 @@ def me(request: Request) -> dict[str, Any]:
 @account_router.get("/api/tokens")
 def list_tokens(request: Request) -> list[dict[str, Any]]:
     """Your API tokens (never their secrets)."""
-    try:
-        tokens = account_actions.list_tokens(principal_of(request),
-                                             database=request.app.state.database)
-    except ActionError as error:
-        raise http_error(error) from error
+    tokens = account_actions.list_tokens(principal_of(request),
+                                         database=request.app.state.database)
     return [_token_to_dict(token) for token in tokens]
 
 
 @account_router.post("/api/tokens", status_code=201)
 def create_token(body: TokenRequest, request: Request) -> dict[str, Any]:
     """A new API token for yourself; its secret is in this answer only."""
-    try:
-        secret = account_actions.create_token(
-            principal_of(request), label=body.label, expires_in_days=body.expires_in_days,
-            database=request.app.state.database, client=client_of(request))
-    except ActionError as error:
-        raise http_error(error) from error
+    secret = account_actions.create_token(
+        principal_of(request), label=body.label, expires_in_days=body.expires_in_days,
+        database=request.app.state.database, client=client_of(request))
     return {"token": secret, "label": body.label}
 
 
 @account_router.delete("/api/tokens/{token_id}", status_code=204)
 def revoke_token(token_id: Annotated[int, Path(ge=1, le=MAX_JOB_ID)], request: Request) -> None:
-    try:
-        account_actions.revoke_token(principal_of(request), token_id,
-                                     database=request.app.state.database, client=client_of(request))
-    except ActionError as error:
-        raise http_error(error) from error
+    account_actions.revoke_token(principal_of(request), token_id,
+                                 database=request.app.state.database, client=client_of(request))
 
 
 @account_router.get("/api/users")
 def list_users(request: Request) -> list[dict[str, Any]]:
-    try:
-        users = account_actions.list_users(principal_of(request),
-                                           database=request.app.state.database)
-    except ActionError as error:
-        raise http_error(error) from error
+    users = account_actions.list_users(principal_of(request),
+                                       database=request.app.state.database)
     return [{"name": user.name, "admin": user.role == accounts.ADMIN_ROLE,
              "disabled": user.disabled, "created_at": user.created_at.isoformat()}
             for user in users]
@@ -85,12 +72,9 @@ def list_users(request: Request) -> list[dict[str, Any]]:
 
 @account_router.post("/api/users", status_code=201)
 def create_user(body: UserRequest, request: Request) -> dict[str, Any]:
-    try:
-        account_actions.create_user(principal_of(request), name=body.name,
-                                    password=body.password, is_admin=body.admin,
-                                    database=request.app.state.database, client=client_of(request))
-    except ActionError as error:
-        raise http_error(error) from error
+    account_actions.create_user(principal_of(request), name=body.name,
+                                password=body.password, is_admin=body.admin,
+                                database=request.app.state.database, client=client_of(request))
     return {"name": body.name, "admin": body.admin}
 
 
@@ -99,12 +83,9 @@ def list_audit(request: Request, limit: int = Query(200, ge=1, le=10_000),
                job_id: int | None = Query(None, ge=1, le=MAX_JOB_ID),
                actor: str | None = Query(None, max_length=64)) -> list[dict[str, Any]]:
     """The audit trail, newest first (admins only)."""
-    try:
-        events = account_actions.list_audit(principal_of(request),
-                                            database=request.app.state.database, limit=limit,
-                                            job_id=job_id, actor=actor)
-    except ActionError as error:
-        raise http_error(error) from error
+    events = account_actions.list_audit(principal_of(request),
+                                        database=request.app.state.database, limit=limit,
+                                        job_id=job_id, actor=actor)
     return [audit.event_to_dict(event) for event in events]
 
 

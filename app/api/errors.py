@@ -1,8 +1,10 @@
-"""What every router shares: the one translation of app/actions/errors.py into HTTP, and
-the client address a route audits."""
+"""What every router shares: the one translation of app/actions/errors.py into HTTP (the
+app's handler for an action's error, so a route just calls its action), and the client
+address a route audits."""
 from __future__ import annotations
 
 from fastapi import HTTPException, Request
+from fastapi.responses import JSONResponse
 
 from app.actions.errors import (ActionError, Conflict, Forbidden, Invalid, Location, NotFound,
                                 Refused, TooLarge, Unavailable)
@@ -32,3 +34,10 @@ def validation_detail(error: Invalid, location: Location = ("body",)) -> list[di
 def client_of(request: Request) -> str | None:
     """The client's address, as the audit log records it (None when the server has none)."""
     return request.client.host if request.client else None
+
+
+def action_error_response(_request: Request, error: ActionError) -> JSONResponse:
+    """What the app answers for an action's error a route let through: the body FastAPI
+    gives an HTTPException (`{"detail": ...}`), an Invalid's locations under "body"."""
+    http = http_error(error)
+    return JSONResponse(status_code=http.status_code, content={"detail": http.detail})

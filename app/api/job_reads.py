@@ -10,9 +10,8 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 
 from app.actions import artifacts
 from app.actions.checkpoints import list_checkpoints
-from app.actions.errors import ActionError, NotFound
 from app.actions.job_lookup import find_visible_job
-from app.api.errors import client_of, http_error
+from app.api.errors import client_of
 from app.auth.job_access import visible_jobs
 from app.auth.principal import principal_of
 from app.views.cluster import cluster_overview
@@ -38,12 +37,9 @@ def _database(request: Request) -> Database:
 
 def _load_job(request: Request, job_id: int) -> Job:
     """The job if the requester may see it (their own, or any for an admin); 404 otherwise."""
-    try:
-        with _database(request).transaction() as session:
-            return find_visible_job(session=session, principal=principal_of(request),
-                                    job_id=job_id)
-    except NotFound as error:
-        raise http_error(error) from error
+    with _database(request).transaction() as session:
+        return find_visible_job(session=session, principal=principal_of(request),
+                                job_id=job_id)
 
 
 @read_router.get("/api/workers")
@@ -138,11 +134,8 @@ def get_job_config(job_id: JobId, request: Request) -> dict[str, Any]:
 
 @read_router.get("/api/jobs/{job_id}/artifacts/{kind}")
 def download_artifact(job_id: JobId, kind: str, request: Request) -> FileResponse:
-    try:
-        zip_path = artifacts.download_artifact(
-            principal_of(request), job_id, kind, database=_database(request),
-            client=client_of(request))
-    except ActionError as error:
-        raise http_error(error) from error
+    zip_path = artifacts.download_artifact(
+        principal_of(request), job_id, kind, database=_database(request),
+        client=client_of(request))
     return FileResponse(zip_path, media_type="application/zip",
                         filename=f"job-{job_id}-{kind}.zip")

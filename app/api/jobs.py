@@ -10,9 +10,8 @@ from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.actions import checkpoints, compare_backends, plan as planning, retry as retrying, submit
-from app.actions.errors import ActionError
 from app.actions.lora_preview import preview_lora_targets
-from app.api.errors import client_of, http_error
+from app.api.errors import client_of
 from app.api.job_reads import JobId, read_router
 from app.auth.principal import principal_of
 from app.views.jobs import job_to_dict
@@ -31,33 +30,24 @@ def healthz() -> dict[str, str]:
 @router.post("/api/jobs", status_code=201)
 def create_job(spec: JobSpec, request: Request) -> dict[str, Any]:
     state = request.app.state
-    try:
-        job = submit.submit(principal_of(request), spec, database=state.database,
-                            celery_app=state.celery_app, settings=state.settings,
-                            client=client_of(request))
-    except ActionError as error:
-        raise http_error(error) from error
+    job = submit.submit(principal_of(request), spec, database=state.database,
+                        celery_app=state.celery_app, settings=state.settings,
+                        client=client_of(request))
     return job_to_dict(job)
 
 
 @router.post("/api/jobs/{job_id}/cancel", status_code=202)
 def cancel(job_id: JobId, request: Request) -> dict[str, Any]:
-    try:
-        job = submit.cancel(principal_of(request), job_id, database=request.app.state.database,
-                            client=client_of(request))
-    except ActionError as error:
-        raise http_error(error) from error
+    job = submit.cancel(principal_of(request), job_id, database=request.app.state.database,
+                        client=client_of(request))
     return job_to_dict(job)
 
 
 @router.post("/api/jobs/{job_id}/resume", status_code=202)
 def resume(job_id: JobId, request: Request) -> dict[str, Any]:
     state = request.app.state
-    try:
-        job = checkpoints.resume(principal_of(request), job_id, database=state.database,
-                                 celery_app=state.celery_app, client=client_of(request))
-    except ActionError as error:
-        raise http_error(error) from error
+    job = checkpoints.resume(principal_of(request), job_id, database=state.database,
+                             celery_app=state.celery_app, client=client_of(request))
     return job_to_dict(job)
 
 
@@ -65,11 +55,8 @@ def resume(job_id: JobId, request: Request) -> dict[str, Any]:
 def retry(job_id: JobId, request: Request) -> dict[str, Any]:
     """A new job with the failed job's spec and the change that would help."""
     state = request.app.state
-    try:
-        job, change = retrying.retry(principal_of(request), job_id, database=state.database,
-                                     celery_app=state.celery_app, client=client_of(request))
-    except ActionError as error:
-        raise http_error(error) from error
+    job, change = retrying.retry(principal_of(request), job_id, database=state.database,
+                                 celery_app=state.celery_app, client=client_of(request))
     return {**job_to_dict(job), "retry_of": job_id, "change": change.label}
 
 
@@ -83,12 +70,9 @@ def compare_job_backends(job_id: JobId, request: Request,
                          body: CompareBackendsRequest | None = Body(None)) -> dict[str, Any]:
     """The job's spec as a ZeRO-2 and an FSDP job with a short step budget, both queued."""
     state = request.app.state
-    try:
-        jobs = compare_backends.compare_backends(
-            principal_of(request), job_id, database=state.database, celery_app=state.celery_app,
-            max_steps=body.max_steps if body else None, client=client_of(request))
-    except ActionError as error:
-        raise http_error(error) from error
+    jobs = compare_backends.compare_backends(
+        principal_of(request), job_id, database=state.database, celery_app=state.celery_app,
+        max_steps=body.max_steps if body else None, client=client_of(request))
     return {"jobs": [job_to_dict(job) for job in jobs],
             "compare_url": compare_backends.compare_url(jobs)}
 
@@ -97,11 +81,8 @@ def compare_job_backends(job_id: JobId, request: Request,
 def plan(request_body: PlanRequest, request: Request) -> dict[str, Any]:
     """Bytes per GPU of the spec under ddp, zero2, zero2_offload, fsdp and fsdp_offload, a
     verdict for each, the recommended backend and why."""
-    try:
-        return planning.plan(principal_of(request), request_body,
-                             settings=request.app.state.settings)
-    except ActionError as error:
-        raise http_error(error) from error
+    return planning.plan(principal_of(request), request_body,
+                         settings=request.app.state.settings)
 
 
 @router.post("/api/lora-targets")
@@ -110,8 +91,5 @@ def lora_targets(spec: JobSpec, request: Request) -> dict[str, Any]:
     included): `linear_modules`, `expert_parameters`, `routers` and `router` (frozen or
     trained), `experts_left_out`, `trainable_parameters`, `total_parameters`; 422 naming the
     model when the trainer cannot adapt it, 503 when this host cannot build models."""
-    try:
-        return preview_lora_targets(principal_of(request), spec,
-                                    settings=request.app.state.settings)
-    except ActionError as error:
-        raise http_error(error) from error
+    return preview_lora_targets(principal_of(request), spec,
+                                settings=request.app.state.settings)

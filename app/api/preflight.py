@@ -7,9 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
 
-from app.actions.errors import ActionError
 from app.actions.preflight import await_preflight, start_preflight
-from app.api.errors import client_of, http_error
+from app.api.errors import client_of
 from app.auth.principal import principal_of
 from tunedeck.data.preflight_request import PreflightRequest
 from tunedeck.job_store import MAX_JOB_ID
@@ -30,12 +29,9 @@ def preflight_dataset(body: PreflightRequest, request: Request) -> JSONResponse:
     duplicates, and an example with the trained tokens marked. 200 when it finished within
     about 30 s (done, or failed with the error), else 202."""
     state = request.app.state
-    try:
-        preflight_id = start_preflight(database=state.database, celery_app=state.celery_app,
-                                       settings=state.settings, principal=principal_of(request),
-                                       request=body, client=client_of(request))
-    except ActionError as error:
-        raise http_error(error) from error
+    preflight_id = start_preflight(database=state.database, celery_app=state.celery_app,
+                                   settings=state.settings, principal=principal_of(request),
+                                   request=body, client=client_of(request))
     answer = await_preflight(database=state.database, settings=state.settings,
                              principal=principal_of(request), preflight_id=preflight_id)
     if answer.finished:
@@ -48,10 +44,7 @@ def preflight_dataset(body: PreflightRequest, request: Request) -> JSONResponse:
 def get_preflight(preflight_id: PreflightId, request: Request) -> JSONResponse:
     """A preflight as it stands now; 404 for one that is missing or another user's."""
     state = request.app.state
-    try:
-        answer = await_preflight(database=state.database, settings=state.settings,
-                                 principal=principal_of(request), preflight_id=preflight_id,
-                                 wait_seconds=0)
-    except ActionError as error:
-        raise http_error(error) from error
+    answer = await_preflight(database=state.database, settings=state.settings,
+                             principal=principal_of(request), preflight_id=preflight_id,
+                             wait_seconds=0)
     return JSONResponse(answer.to_json())

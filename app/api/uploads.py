@@ -8,7 +8,6 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from app.actions.errors import ActionError
 from app.actions.upload import DatasetRefused, DatasetUpload, checked_filename, too_large_message
 from app.api.errors import client_of, http_error
 from app.auth.principal import principal_of
@@ -28,15 +27,12 @@ async def upload_dataset(request: Request,
     except DatasetRefused as refused:
         raise http_error(refused, location=("query",)) from refused
     _refuse_declared_size(request, settings.max_upload_bytes)
-    try:
-        with DatasetUpload(principal_of(request), filename, settings=settings) as upload:
-            async for chunk in request.stream():
-                upload.write(chunk)
-            kept = await run_in_threadpool(
-                upload.keep, database=request.app.state.database,
-                client=client_of(request))
-    except ActionError as error:
-        raise http_error(error) from None
+    with DatasetUpload(principal_of(request), filename, settings=settings) as upload:
+        async for chunk in request.stream():
+            upload.write(chunk)
+        kept = await run_in_threadpool(
+            upload.keep, database=request.app.state.database,
+            client=client_of(request))
     return kept.to_json()
 
 
