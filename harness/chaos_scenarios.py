@@ -219,7 +219,9 @@ def web_restarted(home: Path, env: dict) -> ChaosReport:
         first_web = stack.enter_context(running_web(home, env=env))
         start_worker(stack, home, env, "only")
         wait_for_workers(first_web, {"only"})
-        job_id = first_web.submit({**SMALL_JOB, "name": "web-restart", "max_steps": 150})
+        # Long enough to outlast a web start (its imports take 6-15 s on a busy 2-core box):
+        # at 150 steps the job could finish before the second web answered.
+        job_id = first_web.submit({**SMALL_JOB, "name": "web-restart", "max_steps": 600})
         report.submitted += 1
         wait_for_steps(first_web, job_id, 1)
         first_web.process.send_signal(signal.SIGKILL)
