@@ -6,7 +6,7 @@ The caller owns the transaction.
 """
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
@@ -54,8 +54,11 @@ def list_queued_job_ids(*, session: Session) -> list[int]:
     return list(session.scalars(select(Job.id).where(Job.status == QUEUED).order_by(Job.id)))
 
 
-def list_running_jobs(*, session: Session, worker_host: str) -> list[Job]:
+def list_running_jobs(*, session: Session, worker_host: str,
+                      started_before: datetime | None = None) -> list[Job]:
     query = select(Job).where(Job.status == RUNNING, Job.worker_host == worker_host)
+    if started_before is not None:
+        query = query.where(Job.started_at < started_before)
     return list(session.scalars(query.order_by(Job.id)))
 
 

@@ -3,6 +3,7 @@ died. Their launcher is gone, so nothing will ever finish them: they are failed 
 "worker lost", or queued again where their spec allows restarts."""
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 import psutil
@@ -12,10 +13,15 @@ from tunedeck import job_store
 from tunedeck.cluster.sweep import SweepResult, give_up_job
 
 
-def settle_jobs_whose_launcher_is_gone(*, session: Session, worker_host: str) -> SweepResult:
-    """The caller sends `to_send` (the jobs queued again) once the transaction commits."""
+def settle_jobs_whose_launcher_is_gone(*, session: Session, worker_host: str,
+                                       worker_started_at: datetime) -> SweepResult:
+    """The caller sends `to_send` (the jobs queued again) once the transaction commits.
+    Only jobs claimed before this worker started count: Celery may hand this worker a job
+    before its start-up settling runs, and that job, claimed a moment ago, has no launcher
+    yet because it is about to get one."""
     result = SweepResult()
-    for job in job_store.list_running_jobs(session=session, worker_host=worker_host):
+    for job in job_store.list_running_jobs(session=session, worker_host=worker_host,
+                                           started_before=worker_started_at):
         if _launcher_alive(job.launcher_pid, job.run_dir):
             continue  # another worker on this host still runs it
         give_up_job(session=session, job=job, result=result,

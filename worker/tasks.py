@@ -16,6 +16,7 @@ from celery.signals import worker_ready, worker_shutting_down
 from tunedeck.broker import (PREFLIGHT_DATASET_TASK, RUN_JOB_NODE_TASK, RUN_JOB_TASK, enqueue_job,
                              make_celery, send_node_to_worker, send_to_worker)
 from tunedeck.db.engine import Database
+from tunedeck.db.models import utc_now
 from tunedeck.settings import Settings
 from worker.dataset_preflight import run_dataset_preflight
 from worker.heartbeat import Heartbeat
@@ -34,6 +35,7 @@ class WorkerProcess:
 
     def __init__(self, settings: Settings):
         self.settings = settings
+        self.started_at = utc_now()  # before Celery hands this process any job
         self.celery_app = make_celery(settings)
         # Set when the worker is told to stop: running jobs are stopped and marked failed
         # rather than left behind (they were acknowledged on receipt, so no other worker
@@ -84,8 +86,8 @@ class WorkerProcess:
         queued job this worker serves: a message lost with a dead worker or a broker restart
         must not strand a job. Duplicates are harmless: only one claim succeeds."""
         with self.database.transaction() as session:
-            settled = settle_jobs_whose_launcher_is_gone(session=session,
-                                                         worker_host=self.identity.host)
+            settled = settle_jobs_whose_launcher_is_gone(
+                session=session, worker_host=self.identity.host, worker_started_at=self.started_at)
         for job_id, spec in settled.to_send:
             enqueue_job(self.celery_app, job_id, spec)
         self.heartbeat.start()

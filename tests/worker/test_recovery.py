@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 from tunedeck import job_store
+from tunedeck.db.models import utc_now
 from tunedeck.job_spec import JobSpec
 from worker.recovery import settle_jobs_whose_launcher_is_gone
 
@@ -42,7 +43,8 @@ def test_jobs_of_a_dead_launcher_fail_and_live_or_foreign_ones_stay(database, tm
         elsewhere = running_job(database, host="gpu-2", run_dir=str(tmp_path / "job-2"),
                                 launcher_pid=dead.pid)
         with database.transaction() as session:
-            settled = settle_jobs_whose_launcher_is_gone(session=session, worker_host="gpu-1")
+            settled = settle_jobs_whose_launcher_is_gone(session=session, worker_host="gpu-1",
+                                                       worker_started_at=utc_now())
         assert sorted(settled.failed_jobs) == sorted([lost, never_launched, reused_pid])
         assert settled.to_send == []
         status, error = status_and_error(database, lost)
@@ -62,7 +64,8 @@ def test_a_job_with_restarts_left_is_queued_again_to_resume(database, tmp_path):
     job_id = running_job(database, host="gpu-1", run_dir=str(tmp_path / "job"),
                          launcher_pid=dead.pid, max_restarts=1)
     with database.transaction() as session:
-        settled = settle_jobs_whose_launcher_is_gone(session=session, worker_host="gpu-1")
+        settled = settle_jobs_whose_launcher_is_gone(session=session, worker_host="gpu-1",
+                                                       worker_started_at=utc_now())
     assert settled.failed_jobs == [] and [sent for sent, _spec in settled.to_send] == [job_id]
     with database.transaction() as session:
         job = job_store.get_job(session=session, job_id=job_id)
@@ -72,7 +75,21 @@ def test_a_job_with_restarts_left_is_queued_again_to_resume(database, tmp_path):
                                    worker_name="default@gpu-1", gpu_indices=[0])
         job_store.record_launcher_pid(session=session, job_id=job_id, launcher_pid=dead.pid)
     with database.transaction() as session:
-        settled = settle_jobs_whose_launcher_is_gone(session=session, worker_host="gpu-1")
+        settled = settle_jobs_whose_launcher_is_gone(session=session, worker_host="gpu-1",
+                                                       worker_started_at=utc_now())
     assert settled.failed_jobs == [job_id]
     status, error = status_and_error(database, job_id)
     assert status == "failed" and "its 1 restart(s) are used up" in error
+
+
+def test_a_job_this_worker_claimed_after_it_started_is_left_to_it(database, tmp_path):
+    """Celery may hand a starting worker a job before its settling runs: that job, claimed
+    a moment ago, has no launcher yet, and must not be failed as lost."""
+    worker_started_at = utc_now()
+    just_claimed = running_job(database, host="gpu-1", run_dir=str(tmp_path / "job"),
+                               launcher_pid=None)
+    with database.transaction() as session:
+        settled = settle_jobs_whose_launcher_is_gone(session=session, worker_host="gpu-1",
+                                                     worker_started_at=worker_started_at)
+    assert settled.failed_jobs == [] and settled.to_send == []
+    assert status_and_error(database, just_claimed)[0] == "running"
