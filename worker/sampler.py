@@ -97,10 +97,12 @@ class JobSampler:
                 with process.oneshot():
                     if process.status() == psutil.STATUS_ZOMBIE:
                         continue  # it has exited: its memory reads 0, which is no reading
-                    values = {"pid": process.pid,
-                              "rss_mb": process.memory_info().rss / MIB,
+                    rss = process.memory_info().rss
+                    values = {"pid": process.pid, "rss_mb": rss / MIB,
                               "cpu_percent": process.cpu_percent(interval=None)}
             except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            if rss == 0:  # exiting, its memory already freed, not yet a zombie: no reading
                 continue
             samples.append(self._sample(PROCESS, rank, values, wall_time))
         return samples

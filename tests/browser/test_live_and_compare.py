@@ -22,7 +22,7 @@ from tests.browser.vega import legend_labels, line_colours, line_points
 
 pytestmark = [pytest.mark.browser, pytest.mark.torchrun]
 
-MAX_STEPS = 32  # a few seconds of steps even on a warm start: several memory samples, a visible ETA
+MAX_STEPS = 64  # several seconds of steps even on a warm start: several memory samples, a visible ETA
 JOB_SECONDS = 300
 CHART_SECONDS = 30  # the job page refreshes every second, the Compare tab every two
 RANKS = ["rank 0", "rank 1"]
