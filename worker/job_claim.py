@@ -57,7 +57,7 @@ def claim_job(job_id: int, *, identity: WorkerIdentity, database: Database, run_
         gpus = None
         spec = job.spec_model
         if serves(identity.view, spec):
-            gpus = _room(session, identity.view, spec)
+            gpus = _room(session, identity.view, spec, behind=job_id)
         nodes = spec.num_nodes
         others = (_place_other_nodes(session, spec, identity, worker_lost_seconds)
                   if gpus is not None and nodes > 1 else [])
@@ -81,9 +81,32 @@ def claim_job(job_id: int, *, identity: WorkerIdentity, database: Database, run_
                      owner=job.owner)
 
 
-def _room(session: Session, worker: WorkerView, spec: JobSpec) -> list[int] | None:
+def _room(session: Session, worker: WorkerView, spec: JobSpec, *,
+          behind: int | None = None) -> list[int] | None:
+    """The GPUs the worker can give the job now. With `behind` (the job's id), what is left
+    once the older queued jobs it serves that fit are placed first: jobs start in the order
+    they were submitted, whichever of the worker's threads reads its message first. An older
+    job too big for what is free holds nothing back (a smaller one behind it runs now)."""
     held = job_store.worker_load(session=session, worker_name=worker.name)
+    if behind is not None:
+        for older in _older_queued_specs(session, behind):
+            if older.num_nodes == 1 and serves(worker, older):
+                gpus = room_for(worker, older, running_jobs=len(held), held=held)
+                if gpus is not None:
+                    held = [*held, gpus]
     return room_for(worker, spec, running_jobs=len(held), held=held)
+
+
+def _older_queued_specs(session: Session, job_id: int) -> list[JobSpec]:
+    specs = []
+    for job in job_store.list_queued_jobs(session=session):
+        if job.id >= job_id:
+            break
+        try:
+            specs.append(job.spec_model)
+        except StoredSpecInvalid:  # it can never run; the sweep fails it
+            continue
+    return specs
 
 
 def _place_other_nodes(session: Session, spec: JobSpec, identity: WorkerIdentity,
@@ -109,7 +132,7 @@ def _hand_on_or_wait(session: Session, job_id: int, spec: JobSpec,
     workers = worker_registry.live_worker_views(session=session, silent_seconds=worker_lost_seconds)
     for worker in workers:
         if worker.name != identity.name and serves(worker, spec) \
-                and _room(session, worker, spec) is not None:
+                and _room(session, worker, spec, behind=job_id) is not None:
             return Claim(QUEUED, hand_on_to=worker.name)
     return _wait(session, job_id, spec, identity, worker_lost_seconds, workers)
 

@@ -77,7 +77,7 @@ def launch_node(launch: NodeLaunch, *, settings: Settings, database: Database,
         supervision = supervise(launch.job_id, processes, launch.run, settings=settings,
                                 database=database, shutdown_requested=shutdown_requested,
                                 launch_env=env, worker_name=launch.worker_name,
-                                ranks=launch.own_ranks)
+                                ranks=launch.own_ranks, ranks_on_node=launch.spec.num_gpus)
     finally:
         processes.kill()  # nothing of the job outlives its supervision
     return process.returncode, supervision

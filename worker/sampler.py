@@ -107,6 +107,10 @@ class JobSampler:
             samples.append(self._sample(PROCESS, rank, values, wall_time))
         return samples
 
+    def ranks_seen(self) -> int:
+        """How many ranks have had a process found so far."""
+        return len(set(self._rank_of.values()))
+
     def _sample(self, source: str, index: int, values: dict, wall_time: float) -> dict[str, Any]:
         return {"time": wall_time, "host": self.host, "source": source, "index": index,
                 "values": values}

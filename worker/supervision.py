@@ -46,15 +46,20 @@ class Supervision:
     stored_lines: dict[int, int] = field(default_factory=dict)
 
 
-PROCESS_SCAN_SECONDS = 5.0  # ranks start once; scanning /proc every poll would cost a core's %
+# Ranks start once: scanning /proc every poll would cost a core's %. Until every rank of
+# the node is seen, though, it is scanned every poll: a short job's ranks may live only a few
+# seconds, and found 5 s late they would leave a sample or none.
+PROCESS_SCAN_SECONDS = 5.0
 
 
 def supervise(job_id: int, processes: JobProcesses, run: RunFolder, *, settings: Settings,
                database: Database, shutdown_requested: Callable[[], bool],
                sampler: JobSampler | None = None, launch_env: dict[str, str] | None = None,
-               worker_name: str | None = None, ranks: range | None = None) -> Supervision:
+               worker_name: str | None = None, ranks: range | None = None,
+               ranks_on_node: int | None = None) -> Supervision:
     """Watch the launch until its launcher exits, or stop it (cancel, shutdown, the job
-    no longer ours); the returned Supervision says which, and what the ranks reported."""
+    no longer ours); the returned Supervision says which, and what the ranks reported.
+    `ranks_on_node`: how many rank processes to look for (None: look every few seconds)."""
     tail = MetricsTail(run, ranks)
     # The job's own CUDA_VISIBLE_DEVICES: the GPUs it was given, not all of the worker's.
     sampler = sampler or JobSampler.for_launch(host=socket.gethostname(),
@@ -65,7 +70,8 @@ def supervise(job_id: int, processes: JobProcesses, run: RunFolder, *, settings:
     last_scan = time.monotonic()
     while True:
         finished = processes.launcher.poll() is not None
-        if time.monotonic() - last_scan > PROCESS_SCAN_SECONDS:
+        looking = ranks_on_node is not None and sampler.ranks_seen() < ranks_on_node
+        if looking or time.monotonic() - last_scan > PROCESS_SCAN_SECONDS:
             processes.refresh()
             last_scan = time.monotonic()
         samples = sampler.sample_if_due(processes.known_pids())  # at most once a second

@@ -58,6 +58,28 @@ def test_two_four_gpu_jobs_run_side_by_side_on_disjoint_gpus_and_a_third_waits(d
     assert EIGHT_GPUS.cuda_visible_devices(row.gpu_indices) in ("0,1,2,3", "4,5,6,7")
 
 
+def test_jobs_start_in_submission_order_whichever_message_is_read_first(database):
+    heartbeat(database, EIGHT_GPUS)
+    first, second, third = (submit(database, num_gpus=4) for _ in range(3))
+    # The third's message reaches a thread first: the two older jobs fill the 8 GPUs.
+    early = claim(database, third)
+    assert (early.status, early.spec, early.hand_on_to) == ("queued", None, None)
+    assert claim(database, second).gpus == [4, 5, 6, 7]  # the lowest kept for the first
+    assert claim(database, first).gpus == [0, 1, 2, 3]
+    with database.transaction() as session:
+        assert job_store.list_job_events(session=session, job_id=third)[-1].message == \
+            "waiting for 4 free GPU(s) on a worker of queue 'default'"
+
+
+def test_an_older_job_too_big_for_the_free_gpus_holds_no_room_back(database):
+    heartbeat(database, EIGHT_GPUS)
+    busy = submit(database, num_gpus=6)
+    assert claim(database, busy).gpus == [0, 1, 2, 3, 4, 5]
+    big, small = submit(database, num_gpus=4), submit(database, num_gpus=2)
+    assert claim(database, small).gpus == [6, 7]  # the 4-GPU job could not use them now
+    assert claim(database, big).status == "queued"
+
+
 def test_a_job_this_worker_has_no_room_for_is_handed_to_a_worker_that_has(database):
     heartbeat(database, EIGHT_GPUS)
     heartbeat(database, OTHER)
