@@ -44,9 +44,14 @@ def get_job(*, session: Session, job_id: int) -> Job:
     return job
 
 
-def list_jobs(*, session: Session, limit: int = 200, owner: str | None = None) -> list[Job]:
-    """The newest jobs first; only `owner`'s when given."""
-    query = select(Job) if owner is None else select(Job).where(Job.owner == owner)
+def list_jobs(*, session: Session, limit: int = 200, owner: str | None = None,
+              status: str | None = None) -> list[Job]:
+    """The newest jobs first; only `owner`'s, and only those in `status`, when given."""
+    query = select(Job)
+    if owner is not None:
+        query = query.where(Job.owner == owner)
+    if status is not None:
+        query = query.where(Job.status == status)
     return list(session.scalars(query.order_by(Job.id.desc()).limit(limit)))
 
 
@@ -144,6 +149,9 @@ def take_undispatched_queued_jobs(*, session: Session, older_than_seconds: float
     return jobs
 
 
+PLACEMENT_EVENT = "placement"  # a worker's word on why a queued job waits
+
+
 def note_job_waiting(*, session: Session, job_id: int, reason: str) -> None:
     """A worker saw the queued job but had no room: stamp it (so the sweep does not send it
     again at once) and say why on its page, once per distinct reason."""
@@ -153,7 +161,7 @@ def note_job_waiting(*, session: Session, job_id: int, reason: str) -> None:
     last = session.scalar(select(JobEvent.message).where(JobEvent.job_id == job_id)
                           .order_by(JobEvent.id.desc()).limit(1))
     if last != reason:
-        add_job_event(session=session, job_id=job_id, kind="placement", message=reason)
+        add_job_event(session=session, job_id=job_id, kind=PLACEMENT_EVENT, message=reason)
 
 
 def add_job_event(*, session: Session, job_id: int, kind: str, message: str) -> None:

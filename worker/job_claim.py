@@ -84,29 +84,33 @@ def claim_job(job_id: int, *, identity: WorkerIdentity, database: Database, run_
 def _room(session: Session, worker: WorkerView, spec: JobSpec, *,
           behind: int | None = None) -> list[int] | None:
     """The GPUs the worker can give the job now. With `behind` (the job's id), what is left
-    once the older queued jobs it serves that fit are placed first: jobs start in the order
-    they were submitted, whichever of the worker's threads reads its message first. An older
-    job too big for what is free holds nothing back (a smaller one behind it runs now)."""
+    once the older queued jobs it serves that fit are placed first (`_placed_first`)."""
     held = job_store.worker_load(session=session, worker_name=worker.name)
     if behind is not None:
-        for older in _older_queued_specs(session, behind):
-            if older.num_nodes == 1 and serves(worker, older):
-                gpus = room_for(worker, older, running_jobs=len(held), held=held)
-                if gpus is not None:
-                    held = [*held, gpus]
+        held = [*held, *(gpus for _job_id, gpus in _placed_first(session, worker, behind, held))]
     return room_for(worker, spec, running_jobs=len(held), held=held)
 
 
-def _older_queued_specs(session: Session, job_id: int) -> list[JobSpec]:
-    specs = []
+def _placed_first(session: Session, worker: WorkerView, job_id: int,
+                  held: list[list[int] | None]) -> list[tuple[int, list[int]]]:
+    """The older queued jobs the worker serves that fit now, in order, with the GPUs each
+    would take: jobs start in the order they were submitted, whichever of the worker's
+    threads reads its message first. An older job too big for what is free holds nothing
+    back (a smaller one behind it runs now)."""
+    placed: list[tuple[int, list[int]]] = []
     for job in job_store.list_queued_jobs(session=session):
         if job.id >= job_id:
             break
         try:
-            specs.append(job.spec_model)
+            older = job.spec_model
         except StoredSpecInvalid:  # it can never run; the sweep fails it
             continue
-    return specs
+        if older.num_nodes == 1 and serves(worker, older):
+            taken = [*held, *(gpus for _id, gpus in placed)]
+            gpus = room_for(worker, older, running_jobs=len(taken), held=taken)
+            if gpus is not None:
+                placed.append((job.id, gpus))
+    return placed
 
 
 def _place_other_nodes(session: Session, spec: JobSpec, identity: WorkerIdentity,
@@ -144,7 +148,12 @@ def _wait(session: Session, job_id: int, spec: JobSpec, identity: WorkerIdentity
                                                     silent_seconds=worker_lost_seconds)
     known = workers if any(worker.name == identity.name for worker in workers) \
         else [*workers, identity.view]
-    job_store.note_job_waiting(session=session, job_id=job_id, reason=waiting_reason(spec, known))
+    running = {worker.name: [job.id for job in job_store.list_running_jobs_of_worker(
+        session=session, worker_name=worker.name)] for worker in known}
+    held = job_store.worker_load(session=session, worker_name=identity.name)
+    ahead = [older for older, _gpus in _placed_first(session, identity.view, job_id, held)]
+    job_store.note_job_waiting(session=session, job_id=job_id,
+                               reason=waiting_reason(spec, known, running, ahead))
     return Claim(QUEUED)
 
 

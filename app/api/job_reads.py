@@ -2,7 +2,7 @@
 artifacts, the workers, and comparisons. Another user's job is a 404, as a missing one."""
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, HTTPException, Path, Query, Request
@@ -16,10 +16,12 @@ from app.auth.job_access import visible_jobs
 from app.auth.principal import principal_of
 from app.views.cluster import cluster_overview
 from app.views.job_compare import BadJobIds, compare_jobs, parse_job_ids
-from app.views.jobs import job_artifacts, job_config, job_to_dict, read_job_log_tail
+from app.views.jobs import (job_artifacts, job_config, job_log_file, job_to_dict,
+                             read_job_log_tail)
 from tunedeck import job_store
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
+from tunedeck.job_states import STATUSES
 from tunedeck.job_store import MAX_JOB_ID
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
 from tunedeck.metrics.series import read_job_series
@@ -50,12 +52,20 @@ def list_workers(request: Request) -> dict[str, Any]:
                             worker_lost_seconds=request.app.state.settings.worker_lost_seconds)
 
 
+JobStatus = Literal[STATUSES]  # type: ignore[valid-type]
+
+
 @read_router.get("/api/jobs")
-def list_jobs(request: Request, limit: int = Query(200, ge=1, le=1000)) -> list[dict[str, Any]]:
+def list_jobs(request: Request, limit: int = Query(200, ge=1, le=1000),
+              status: JobStatus | None = Query(None, description="only jobs in this status"),
+              owner: str | None = Query(None, max_length=64,
+                                        description="only this user's jobs (an admin's filter)")
+              ) -> list[dict[str, Any]]:
     """Your jobs, newest first (an admin's: everyone's)."""
     with _database(request).transaction() as session:
         return [job_to_dict(job) for job in visible_jobs(session=session, limit=limit,
-                                                         principal=principal_of(request))]
+                                                         principal=principal_of(request),
+                                                         status=status, owner=owner)]
 
 
 @read_router.get("/api/jobs/{job_id}")
@@ -100,6 +110,17 @@ def get_job_events(job_id: JobId, request: Request) -> list[dict[str, Any]]:
 def get_job_logs(job_id: JobId, request: Request,
                  lines: int = Query(100, ge=1, le=5000)) -> dict[str, list[str]]:
     return {"lines": read_job_log_tail(_load_job(request, job_id), lines)}
+
+
+@read_router.get("/api/jobs/{job_id}/logs/full", response_class=FileResponse,
+                 responses={200: {"content": {"text/plain": {}}}})
+def download_job_log(job_id: JobId, request: Request) -> FileResponse:
+    """The whole torchrun log (every rank's lines) as a text file; 404 before it exists."""
+    log_file = job_log_file(_load_job(request, job_id))
+    if log_file is None:
+        raise HTTPException(404, f"job {job_id} has no log yet")
+    return FileResponse(log_file, media_type="text/plain; charset=utf-8",
+                        filename=f"job-{job_id}-torchrun.log")
 
 
 @read_router.get("/api/jobs/{job_id}/checkpoints")

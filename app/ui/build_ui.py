@@ -10,6 +10,7 @@ import html  # noqa: E402
 import gradio as gr  # noqa: E402
 
 from app.auth.principal import principal_of  # noqa: E402
+from app.ui.page_chrome import NAME_JOB_IN_ADDRESS_JS, job_in_address  # noqa: E402
 from app.ui.tabs.cluster import build_cluster_tab  # noqa: E402
 from app.ui.tabs.compare import build_compare_tab  # noqa: E402
 from app.ui.tabs.job_page import build_job_page_tab  # noqa: E402
@@ -41,7 +42,7 @@ def build_ui(*, database, celery_app,
                 new_job = build_new_job_tab(database=database, celery_app=celery_app,
                                             settings=settings)
             with gr.Tab("Jobs", id=JOBS_TAB, elem_id="tab-jobs"):
-                jobs = build_jobs_tab(database=database)
+                jobs = build_jobs_tab(database=database, worker_lost_seconds=worker_lost_seconds)
             with gr.Tab("Job", id=JOB_TAB, elem_id="tab-job"):
                 job_page = build_job_page_tab(database=database, celery_app=celery_app)
             with gr.Tab("Compare", id=COMPARE_TAB, elem_id="tab-compare"):
@@ -53,6 +54,8 @@ def build_ui(*, database, celery_app,
         jobs.selected.then(open_job, jobs.selected_job_id, [job_page.job_id, tabs],
                            show_progress="hidden")
         blocks.load(account_line, None, account, show_progress="hidden")
+        blocks.load(open_job_in_address, None, [job_page.job_id, tabs], show_progress="hidden")
+        job_page.opened.then(None, job_page.job_id, None, js=NAME_JOB_IN_ADDRESS_JS)
         job_page.backends_compared.then(fill_compare_ids, job_page.compared_job_ids,
                                         compare.job_ids, show_progress="hidden")
     return blocks
@@ -76,6 +79,11 @@ def open_job(job_id: int | None):
     if job_id is None:
         return gr.skip(), gr.skip()
     return job_id, gr.Tabs(selected=JOB_TAB)
+
+
+def open_job_in_address(request: gr.Request):
+    """A page opened at `/?job=ID` shows that job's page."""
+    return open_job(job_in_address(request.query_params))
 
 
 def fill_compare_ids(job_ids: str | None):

@@ -1,6 +1,7 @@
 """The Cluster tab's tables, from `app.views.cluster.cluster_overview`: plain data out."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -15,17 +16,37 @@ QUEUED_COLUMNS = ["id", "name", "queue or host", "GPUs", "waiting for"]
 MIB_PER_GB = GB / MIB  # the readings' MB are MiB; the page says GB (10^9 bytes), as the planner
 
 
-def cluster_tables(*, database, worker_lost_seconds: float
-                   ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+@dataclass(frozen=True)
+class ClusterTables:
+    workers: pd.DataFrame
+    gpus: pd.DataFrame  # empty when no online worker has a GPU: `cpu_hosts` says so instead
+    queued: pd.DataFrame
+    cpu_hosts: str  # Markdown: each online worker without GPUs, and what that means
+
+
+def cluster_tables(*, database, worker_lost_seconds: float) -> ClusterTables:
     overview = cluster_overview(database=database, worker_lost_seconds=worker_lost_seconds)
     workers = [_worker_row(worker) for worker in overview["workers"]]
-    gpus = [_gpu_row(worker["name"], gpu) for worker in overview["workers"]
-            if worker["state"] == "online" for gpu in worker["gpus"] or ()]
+    online = [worker for worker in overview["workers"] if worker["state"] == "online"]
+    gpus = [_gpu_row(worker["name"], gpu) for worker in online for gpu in worker["gpus"] or ()]
     queued = [[job["id"], job["name"], f"host {job['host']}" if job["host"] else job["queue"],
                job["num_gpus"], job["waiting"]]
               for job in overview["queued"]]
-    return (pd.DataFrame(workers, columns=WORKER_COLUMNS), pd.DataFrame(gpus, columns=GPU_COLUMNS),
-            pd.DataFrame(queued, columns=QUEUED_COLUMNS))
+    return ClusterTables(pd.DataFrame(workers, columns=WORKER_COLUMNS),
+                         pd.DataFrame(gpus, columns=GPU_COLUMNS),
+                         pd.DataFrame(queued, columns=QUEUED_COLUMNS),
+                         _cpu_hosts([worker for worker in online if worker["gpus"] is None]))
+
+
+def _cpu_hosts(workers: list[dict[str, Any]]) -> str:
+    lines = []
+    for worker in workers:
+        slots = worker["concurrency"]
+        at_a_time = "one at a time" if slots == 1 else f"{slots} at a time"
+        lines.append(f"- **{worker['host']}** ({worker['name']}): CPU host, "
+                     f"{worker.get('cpu_count') or '?'} cores; jobs run on CPU ranks, "
+                     f"{at_a_time}")
+    return "\n".join(lines)
 
 
 def _worker_row(worker: dict[str, Any]) -> list[Any]:

@@ -4,9 +4,10 @@ The form is a dict keyed by FORM_FIELDS (the tab passes its components in that o
 """
 from __future__ import annotations
 
+import html
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -101,12 +102,18 @@ SPEC_FIELD_LABELS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class FormPreview:
+    """The preview beside the form. With a bad field, `valid` is False: the config, trainer
+    and command boxes keep what the last valid form showed, and `field_errors` names each
+    bad field's problem (shown under the field) while `message` lists every problem."""
+
     config_title: str
     config_json: str
     trainer_json: str
     command_line: str
     message: str
     plan: PlanView = PlanView()
+    valid: bool = True
+    field_errors: dict[str, str] = field(default_factory=dict)
 
 
 def form_values(values: tuple[Any, ...]) -> dict[str, Any]:
@@ -114,8 +121,29 @@ def form_values(values: tuple[Any, ...]) -> dict[str, Any]:
     return dict(zip(FORM_FIELDS, values, strict=True))
 
 
+# The built-in tiny model is random and small: at the spec's 2e-4 (right for LoRA on a real
+# model) its loss barely moves in a short run; at 5e-3 it visibly learns.
+REAL_MODEL_LEARNING_RATE = JobSpec.model_fields["learning_rate"].default
+BUILTIN_MODEL_LEARNING_RATE = 5e-3
+
+
+def default_learning_rate(model: str) -> float:
+    return BUILTIN_MODEL_LEARNING_RATE if model.strip().startswith("builtin:") \
+        else REAL_MODEL_LEARNING_RATE
+
+
+def learning_rate_for_model(model: str, learning_rate: Any) -> float | None:
+    """The learning rate to show once the model changes: the new model's default while the
+    box holds the other kind's default (a value the user typed is theirs); None: keep it."""
+    if learning_rate not in (REAL_MODEL_LEARNING_RATE, BUILTIN_MODEL_LEARNING_RATE):
+        return None
+    wanted = default_learning_rate(model or "")
+    return wanted if wanted != learning_rate else None
+
+
 def default_form() -> dict[str, Any]:
-    """The form's starting values: the spec's defaults, with a short run of 2 ranks."""
+    """The form's starting values: the spec's defaults, with a short run of 2 ranks (and a
+    learning rate the default model learns at)."""
     spec = JobSpec(num_gpus=2, max_steps=20)
     return {
         "name": "", "model": spec.model, "dataset": spec.dataset, "method": spec.method,
@@ -123,8 +151,8 @@ def default_form() -> dict[str, Any]:
         "eval_dataset_split": spec.eval_dataset_split,
         **{f"columns_{role}": "" for role in COLUMN_ROLES},
         "backend": spec.backend, "precision": spec.precision, "num_gpus": spec.num_gpus,
-        "gpu_memory_gb": DEFAULT_GPU_MEMORY_GB, "max_steps": spec.max_steps, "epochs": None,
-        "learning_rate": spec.learning_rate,
+        "gpu_memory_gb": DEFAULT_GPU_MEMORY_GB, "max_steps": spec.max_steps, "epochs": "",
+        "learning_rate": default_learning_rate(spec.model),
         "micro_batch_size": spec.micro_batch_size, "grad_accum": spec.grad_accum,
         "seq_len": spec.seq_len, "lr_schedule": spec.lr_schedule,
         "warmup_steps": spec.warmup_steps, "weight_decay": spec.weight_decay,
@@ -170,7 +198,7 @@ def form_to_spec_data(form: dict[str, Any]) -> dict[str, Any]:
         "num_gpus": form["num_gpus"],
         # An empty (or 0) length is unset, so the spec can say "set max_steps or epochs".
         "max_steps": form["max_steps"] or None,
-        "epochs": form["epochs"] or None,
+        "epochs": _number_or_none(form["epochs"]),
         "learning_rate": form["learning_rate"],
         "micro_batch_size": form["micro_batch_size"],
         "grad_accum": form["grad_accum"],
@@ -220,12 +248,49 @@ def _text_or_none(value: Any) -> str | None:
     return _text(value) or None
 
 
+def _number_or_none(value: Any) -> Any:
+    """A number typed in a text box: None when empty (or 0), else the number, or the text
+    as typed for the spec to refuse by name."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            return text
+    return value or None
+
+
 def form_to_spec(form: dict[str, Any]) -> tuple[JobSpec | None, str]:
     """(the validated spec, "") or (None, one readable line per bad field)."""
+    spec, problems = _validated(form)
+    return spec, _label_fields(problems)
+
+
+def _validated(form: dict[str, Any]) -> tuple[JobSpec | None, str]:
     try:
         return JobSpec.model_validate(form_to_spec_data(form)), ""
     except ValidationError as error:
-        return None, _label_fields(format_validation_error(error))
+        return None, format_validation_error(error)
+
+
+# A spec location (`lora.r`, `columns.prompt`, `learning_rate`) -> the form field showing it.
+_FORM_FIELD_AT = {**{name: name for name in FORM_LABELS},
+                  **{name.replace("_", ".", 1): name for name in FORM_LABELS
+                     if name.startswith(("lora_", "zero2_", "fsdp_", "columns_"))}}
+
+
+def field_errors(problems: str) -> dict[str, str]:
+    """Each form field a problem line names, with the problem (lines naming no field of the
+    form, e.g. "spec: set max_steps or epochs", are left to the form's message)."""
+    errors: dict[str, str] = {}
+    for line in problems.splitlines():
+        location, separator, message = line.partition(": ")
+        name = _FORM_FIELD_AT.get(location) if separator else None
+        if name is not None:
+            errors[name] = f"{errors[name]}; {message}" if name in errors else message
+    return errors
 
 
 def _label_fields(problems: str) -> str:
@@ -242,10 +307,11 @@ def preview_form(form: dict[str, Any], *, principal: Principal,
                  settings: Settings) -> FormPreview:
     """What the job would run: the backend config and the torchrun command, or the errors,
     and its memory plan as `principal` may see it."""
-    spec, problems = form_to_spec(form)
+    spec, raw_problems = _validated(form)
     if spec is None:
-        return FormPreview("Generated config (fix the form to see it)", "", "", "",
-                           _problems_markdown(problems))
+        return FormPreview("Generated config: the last valid form's (fix the fields marked in red)",
+                           "", "", "", _problems_markdown(_label_fields(raw_problems)),
+                           valid=False, field_errors=field_errors(raw_problems))
     title = ("DeepSpeed ZeRO-2 config (`deepspeed.json`)" if spec.backend == "zero2"
              else "FSDP settings (`fsdp.json`)")
     config_json = json.dumps(backend_config(spec), indent=2)
@@ -256,8 +322,9 @@ def preview_form(form: dict[str, Any], *, principal: Principal,
 
 
 def _problems_markdown(problems: str) -> str:
-    items = "\n".join(f"- {line}" for line in problems.splitlines())
-    return f"**Please fix:**\n{items}"
+    """The problems in the theme's error colour (HTML: Markdown has no colour)."""
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in problems.splitlines())
+    return f'<div class="field-error"><strong>Please fix:</strong><ul>{items}</ul></div>'
 
 
 def submit_form(form: dict[str, Any], *, database, celery_app, principal: Principal,
@@ -265,8 +332,9 @@ def submit_form(form: dict[str, Any], *, database, celery_app, principal: Princi
     """(new job id, confirmation) or (None, why it was refused). Nothing is stored on refusal.
     `principal` is who submits: their paths and trust_remote_code are checked like the API's."""
     spec, problems = form_to_spec(form)
-    if spec is None:
-        return None, "Not submitted. " + _problems_markdown(problems)
+    if spec is None:  # each problem is shown beside its field already: not again here
+        return None, ('<div class="field-error">Not submitted: fix what is marked in red '
+                      f"({html.escape(', '.join(_problem_fields(problems)))}).</div>")
     try:
         job = submit.submit(principal, spec, database=database, celery_app=celery_app,
                             settings=settings)
@@ -275,6 +343,11 @@ def submit_form(form: dict[str, Any], *, database, celery_app, principal: Princi
     warning = plan_view(spec, form, principal=principal, settings=settings).warning
     return job.id, (f"Submitted job **{job.id}** ({job.name}): status `{job.status}`."
                     + (f"\n\n{warning}" if warning else ""))
+
+
+def _problem_fields(problems: str) -> list[str]:
+    """The field names of the problem lines ("spec" for those naming no field)."""
+    return [line.partition(": ")[0] for line in problems.splitlines()]
 
 
 def backend_options_visible(backend: str) -> tuple[bool, bool]:

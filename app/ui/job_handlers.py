@@ -1,20 +1,20 @@
-"""The jobs table's and the job page's handlers: a job id (or nothing) in, plain data out."""
+"""The job page's handlers: a job id (or nothing) in, plain data out."""
 from __future__ import annotations
 
 import html
 import json
 import shlex
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import pandas as pd
 from pydantic import ValidationError
 
-from app.auth.job_access import visible_job, visible_jobs
+from app.auth.job_access import visible_job
 from app.auth.principal import Principal
+from app.ui.figure_text import format_number, format_time, step_progress
 from app.ui.job_actions import checkpoints_frame, is_resumable
-from app.ui.job_ids import job_id_from_row, parse_job_id  # noqa: F401 (the tabs use them from here)
+from app.ui.job_ids import parse_job_id
 from app.ui.live_charts import LiveCharts, live_charts
 from app.ui.planned_memory import memory_comparison_markdown
 from app.views.artifacts import ARTIFACT_KINDS, artifact_summary, summary_text
@@ -22,74 +22,18 @@ from app.views.failure import FailureView, failure_view
 from app.views.jobs import job_config, job_run_folder, read_job_log_tail
 from tunedeck import job_store
 from tunedeck.db.models import Job
-from tunedeck.failure_kinds import failure_label
 from tunedeck.job_spec import JobSpec
-from tunedeck.job_states import FAILED, FINISHED_STATUSES, QUEUED, RUNNING, SUCCEEDED
-from tunedeck.metrics import store as metric_store
-from tunedeck.metrics.figures import EVAL_LOSS, LOSS, TOKENS_PER_SECOND, rank_memory_mb
+from tunedeck.job_states import CANCELLED, FAILED, FINISHED_STATUSES, QUEUED, RUNNING, SUCCEEDED
+from tunedeck.metrics.figures import EVAL_LOSS, LOSS, TOKENS_PER_SECOND
 from tunedeck.metrics.series import read_job_series
 
-JOBS_TABLE_COLUMNS = ["id", "name", "method", "backend", "status", "reason", "step / max steps",
-                      "latest loss", "tokens/s", "peak memory MB", "created", "error"]
-JOBS_TABLE_LIMIT = 100
 LOG_TAIL_LINES = 200
 EVENT_COLUMNS = ["time", "kind", "message"]
 LOSS_COLUMNS = ["step", LOSS.field, "series"]
 TRAIN_SERIES, EVAL_SERIES = "train", "eval"
 THROUGHPUT_COLUMNS = ["step", TOKENS_PER_SECOND.field]
-MEMORY_COLUMNS = ["seconds", "memory_mb", "rank"]
-ERROR_PREVIEW_CHARS = 160
 MAX_POINTS_PER_LINE = 2000  # a week-long job must not ship 10^5 points a second to a browser
 NO_JOB_HEADLINE = "Pick a job: type its id, or click it in the Jobs tab."
-
-
-def jobs_table(*, database, principal: Principal, limit: int = JOBS_TABLE_LIMIT) -> pd.DataFrame:
-    """One row a job the principal may see, newest first, with its latest step's figures
-    and its peak memory."""
-    with database.transaction() as session:
-        jobs = visible_jobs(session=session, principal=principal, limit=limit)
-        # One summary query for the whole table, not one a job: it refreshes every 2 s.
-        summaries = metric_store.job_table_summaries(session=session,
-                                                     job_ids=[job.id for job in jobs])
-        rows = [_job_row(job, summaries.get(job.id)) for job in jobs]
-    return pd.DataFrame(rows, columns=JOBS_TABLE_COLUMNS)
-
-
-def empty_jobs_table() -> pd.DataFrame:
-    return pd.DataFrame([], columns=JOBS_TABLE_COLUMNS)
-
-
-def _job_row(job: Job, latest_step: dict[str, Any] | None) -> list[Any]:
-    latest_step = latest_step or {}
-    spec = job.spec_model
-    return [
-        job.id, job.name, spec.method, spec.backend, job.status,
-        failure_label(job.failure_kind, job.failed_rank) if job.status == FAILED else "",
-        _step_progress(latest_step.get("step"), spec.max_steps),
-        _format_number(latest_step.get(LOSS.field), "{:.4f}"),
-        _format_number(latest_step.get(TOKENS_PER_SECOND.field), "{:,.0f}"),
-        _format_number(latest_step.get("peak_mb"), "{:,.0f}"),
-        _format_time(job.created_at), _first_line(job.error),
-    ]
-
-
-def _step_progress(step: int | None, max_steps: int | None) -> str:
-    done = "0" if step is None else str(step)
-    return f"{done} / {max_steps}" if max_steps else done
-
-
-def _format_number(value: float | None, pattern: str) -> str:
-    return pattern.format(value) if isinstance(value, (int, float)) else ""
-
-
-def _format_time(value: datetime | None) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else ""
-
-
-def _first_line(text: str | None) -> str:
-    lines = (text or "").strip().splitlines()
-    line = lines[0] if lines else ""
-    return line if len(line) <= ERROR_PREVIEW_CHARS else line[:ERROR_PREVIEW_CHARS - 1] + "…"
 
 
 @dataclass(frozen=True)
@@ -102,14 +46,15 @@ class JobPage:
     error: str | None = None
     loss: pd.DataFrame = field(default_factory=lambda: loss_frame([]))
     throughput: pd.DataFrame = field(default_factory=lambda: throughput_frame([]))
-    memory: pd.DataFrame = field(default_factory=lambda: memory_frame([]))
     log_tail: str = ""
+    log_link_html: str = ""  # the whole log, once there is one
     events: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EVENT_COLUMNS))
     config_json: str = ""
     command_line: str = ""
     downloads_html: str = ""
     checkpoints: pd.DataFrame = field(default_factory=lambda: checkpoints_frame(None))
     memory_comparison: str = ""
+    resume_hint: str = ""
     failure: FailureView = field(default_factory=FailureView)
     live: LiveCharts = field(default_factory=LiveCharts)
 
@@ -140,18 +85,22 @@ def load_job_page(job_id: Any, *, database, principal: Principal) -> JobPage:
     train, evaluations = metrics["train"], metrics["eval"]
     spec = job.spec_model
     config_json, command_line = _config_texts(job)
+    checkpoints = checkpoints_frame(job)
+    log_lines = read_job_log_tail(job, LOG_TAIL_LINES)
     return JobPage(
         job_id=job.id, status=job.status,
         headline=_headline(job, spec, train[-1] if train else None,
                            evaluations[-1] if evaluations else None),
         error=job.error, loss=loss_frame(train, evaluations, with_eval=spec.has_eval),
         throughput=throughput_frame(train),
-        memory=memory_frame(metrics["memory"], world_size=spec.world_size),
-        log_tail="\n".join(read_job_log_tail(job, LOG_TAIL_LINES)),
-        events=pd.DataFrame([[_format_time(event.time), event.kind, event.message]
+        log_tail="\n".join(log_lines),
+        log_link_html=(f'<a href="/api/jobs/{job.id}/logs/full" download="job-{job.id}-torchrun.log" '
+                       f'id="job-log-download">Download the full log</a>' if log_lines else ""),
+        events=pd.DataFrame([[format_time(event.time), event.kind, event.message]
                              for event in events], columns=EVENT_COLUMNS),
         config_json=config_json, command_line=command_line, downloads_html=downloads_html(job),
-        checkpoints=checkpoints_frame(job),
+        checkpoints=checkpoints,
+        resume_hint=resume_hint(job.status, spec, checkpoints),
         memory_comparison=memory_comparison_markdown(spec, metrics),
         failure=failure_view(job),
         live=live_charts(spec=spec, series=metrics, status=job.status,
@@ -163,18 +112,39 @@ def _headline(job: Job, spec: JobSpec, latest_step: dict[str, Any] | None,
               latest_eval: dict[str, Any] | None = None) -> str:
     latest_step = latest_step or {}
     loss, eval_loss, throughput = LOSS.field, EVAL_LOSS.field, TOKENS_PER_SECOND.field
-    figures = [f"step {_step_progress(latest_step.get('step'), spec.max_steps)}"]
+    figures = [f"step {step_progress(latest_step.get('step'), spec.max_steps)}"]
     if latest_step.get(loss) is not None:
-        figures.append(f"loss {_format_number(latest_step[loss], '{:.4f}')}")
+        figures.append(f"loss {format_number(latest_step[loss], '{:.4f}')}")
     if latest_eval and latest_eval.get(eval_loss) is not None:
-        figures.append(f"eval loss {_format_number(latest_eval[eval_loss], '{:.4f}')} "
+        figures.append(f"eval loss {format_number(latest_eval[eval_loss], '{:.4f}')} "
                        f"(step {latest_eval.get('step')})")
     if latest_step.get(throughput) is not None:
-        figures.append(f"{_format_number(latest_step[throughput], '{:,.0f}')} "
+        figures.append(f"{format_number(latest_step[throughput], '{:,.0f}')} "
                        f"{TOKENS_PER_SECOND.unit}")
     cancel_note = " (cancel requested)" if job.cancel_requested and job.status == RUNNING else ""
     return (f"### Job {job.id} · {html.escape(job.name)}\n"
+            f"{_what_ran(job, spec)}\n\n"
             f"**Status:** `{job.status}`{cancel_note} · " + " · ".join(figures))
+
+
+def _what_ran(job: Job, spec: JobSpec) -> str:
+    """Model, dataset, method on backend, GPUs, who submitted it and when: one line."""
+    gpus = f"{spec.num_gpus} GPU(s)" + (f" x {spec.num_nodes} nodes" if spec.num_nodes > 1 else "")
+    who = f"by {html.escape(job.owner)}" if job.owner else "with open access"
+    return (f'<span id="job-what-ran">`{html.escape(spec.model)}` on '
+            f"`{html.escape(spec.dataset)}` · {spec.method} on {spec.backend} · {gpus} · "
+            f"submitted {who} at {format_time(job.created_at)} UTC</span>")
+
+
+def resume_hint(status: str | None, spec: JobSpec | None, checkpoints: pd.DataFrame) -> str:
+    """Why Resume is greyed out on a job that stopped, and what makes the next one resumable."""
+    if status not in (FAILED, CANCELLED) or not checkpoints.empty or spec is None:
+        return ""
+    if spec.checkpoint_every_steps == 0:
+        return ("Resume needs a checkpoint, and this job saved none: set **checkpoint every N "
+                "steps** (`checkpoint_every_steps`) for a job you may want to resume.")
+    return (f"Resume needs a checkpoint: this job saves one every {spec.checkpoint_every_steps} "
+            "steps and stopped before its first.")
 
 
 def _config_texts(job: Job) -> tuple[str, str]:
@@ -189,9 +159,9 @@ def loss_frame(train: list[dict[str, Any]], evaluations: list[dict[str, Any]] = 
                with_eval: bool = False) -> pd.DataFrame:
     """The training loss by step, and the eval loss as a second line ("series").
 
-    A line with no point yet is one empty (NaN) row: as in `memory_frame`, the chart picks
-    its colours from the series in its first data and keeps them, and the eval line comes
-    only after `eval_every_steps` steps. Plots skip the NaN rows.
+    A line with no point yet is one empty (NaN) row: the chart picks its colours from the
+    series in its first data and keeps them, and the eval line comes only after
+    `eval_every_steps` steps. Plots skip the NaN rows.
     """
     lines = {TRAIN_SERIES: _step_points(train, LOSS.field)}
     if with_eval or evaluations:
@@ -225,28 +195,6 @@ def _typed_frame(points: list[tuple], columns: list[str]) -> pd.DataFrame:
     frame = pd.DataFrame(points, columns=columns)
     return frame.astype({column: ("string" if column in ("rank", "series") else "float64")
                          for column in columns})
-
-
-def memory_frame(memory: list[dict[str, Any]], *, world_size: int = 0) -> pd.DataFrame:
-    """One line a rank: accelerator memory allocated, or the process RSS on a CPU host.
-
-    It starts with an empty (NaN) row for each of the job's ranks: the chart picks its
-    colours from the ranks in its first data and keeps them, so a rank that reported only
-    later would be drawn without a colour. Plots skip the NaN rows.
-    """
-    by_rank: dict[int, list[tuple[float, float]]] = {}
-    for row in memory:
-        if (mb := rank_memory_mb(row)) is not None:
-            by_rank.setdefault(row["rank"], []).append((row["time"], mb))
-    start = min((time for line in by_rank.values() for time, _mb in line), default=0.0)
-    placeholders = [(None, None, _rank_name(rank)) for rank in range(world_size)]
-    readings = [(round(time - start, 3), mb, _rank_name(rank))
-                for rank, line in sorted(by_rank.items()) for time, mb in thin_points(line)]
-    return _typed_frame(placeholders + readings, MEMORY_COLUMNS)
-
-
-def _rank_name(rank: int) -> str:
-    return f"rank {rank}"
 
 
 def downloads_html(job: Job) -> str:

@@ -1,7 +1,11 @@
-"""Job ids as the UI's widgets hand them over (a number box, a table row)."""
+"""Job ids as the UI's widgets hand them over (a number box, a table row, the address)."""
 from __future__ import annotations
 
+import re
 from typing import Any
+
+JOB_PARAMETER = "job"  # `/?job=ID` is the job's page
+_LINK = re.compile(r"^\[(\d+)\]\(")
 
 
 def parse_job_id(value: Any) -> int | None:
@@ -13,6 +17,15 @@ def parse_job_id(value: Any) -> int | None:
     return job_id if job_id > 0 else None
 
 
+def job_link(job_id: int) -> str:
+    """A table cell (Markdown) that links the job's own address."""
+    return f"[{job_id}](?{JOB_PARAMETER}={job_id})"
+
+
 def job_id_from_row(row_value: list[Any] | None) -> int | None:
-    """The job id in a jobs-table row (its first cell), or None for anything else."""
-    return parse_job_id(row_value[0]) if row_value else None
+    """The job id in a jobs-table row (its first cell, a number or a `job_link`), or None."""
+    if not row_value:
+        return None
+    cell = row_value[0]
+    link = _LINK.match(cell) if isinstance(cell, str) else None
+    return parse_job_id(link.group(1) if link else cell)

@@ -27,7 +27,10 @@ LIVE_CHART_POINTS = DEFAULT_MAX_POINTS
 SAMPLED_MEMORY_COLUMNS = ["seconds", "memory_mb", "series"]
 CAPACITY_SERIES, PLANNED_SERIES = "card capacity", "planned peak"
 DEFAULT_CARD_GB = 80.0
-ETA_RECENT_STEPS = 20  # the median of these many recent steps: robust to one slow eval step
+# The ETA's rate: the mean time a step over about this many recent steps, wall clock (evals
+# and checkpoints included, as they will recur). Not the median: with bimodal step times
+# (accumulation, an eval every few steps) the median is the fast mode, and the ETA too short.
+ETA_RECENT_STEPS = 50
 
 
 def step_frames(train: list[dict[str, Any]]) -> dict[str, pd.DataFrame]:
@@ -69,12 +72,17 @@ def live_charts(*, spec: JobSpec, series: dict[str, list[dict[str, Any]]],
                 now: datetime | None = None) -> LiveCharts:
     train = series.get("train") or []
     gpus = series.get("gpus") or []
+    # One memory chart, for the kind of device the job ran on, from the job's start: a line
+    # a GPU (NVML) with its capacity and the planned peak, or on a CPU host a line a rank.
+    origin = _as_utc(started_at).timestamp() if started_at is not None else None
     if gpus:
-        memory = gpu_memory_frame(gpus, planned_peak_mb(spec, gpus))
+        memory = gpu_memory_frame(gpus, planned_peak_mb(spec, gpus), origin=origin)
         title = f"{GPU_USED_MB.title} (NVML)"
     else:
-        memory = rank_rss_frame(series.get("processes") or [], world_size=spec.world_size)
-        title = f"{PROCESS_RSS_MB.title} (RSS, sampled by the worker)"
+        # The worker's samples; a job run before the worker sampled has the ranks' own.
+        processes = series.get("processes") or _rank_rss_readings(series.get("memory") or [])
+        memory = rank_rss_frame(processes, world_size=spec.world_size, origin=origin)
+        title = PROCESS_RSS_MB.title
     return LiveCharts(
         sampled_memory=memory, sampled_memory_title=title, step_charts=step_frames(train),
         progress_html=progress_html(train, max_steps=spec.max_steps, status=status,
@@ -88,10 +96,12 @@ def step_frame(train: list[dict[str, Any]], key: str) -> pd.DataFrame:
     return _frame(points, ["step", key])
 
 
-def gpu_memory_frame(gpus: list[dict[str, Any]], planned_mb: float | None) -> pd.DataFrame:
-    """One line a GPU (used MB over seconds since the first sample), the largest card's
-    capacity, and the planner's predicted peak, each reference drawn across the whole run."""
-    start = min(row["time"] for row in gpus)
+def gpu_memory_frame(gpus: list[dict[str, Any]], planned_mb: float | None, *,
+                     origin: float | None = None) -> pd.DataFrame:
+    """One line a GPU (used MB over seconds since `origin`, the job's start, else the first
+    sample), the largest card's capacity, and the planner's predicted peak, each reference
+    drawn across the whole run."""
+    start = origin if origin is not None else min(row["time"] for row in gpus)
     end = max(row["time"] for row in gpus)
     several_hosts = len({row["host"] for row in gpus}) > 1
     used = GPU_USED_MB.field
@@ -100,25 +110,34 @@ def gpu_memory_frame(gpus: list[dict[str, Any]], planned_mb: float | None) -> pd
     capacity = max((row["total_mb"] for row in gpus if row.get("total_mb")), default=None)
     for name, level in ((CAPACITY_SERIES, capacity), (PLANNED_SERIES, planned_mb)):
         if level is not None:
-            rows += [(0.0, level, name), (end - start, level, name)]
+            rows += [(0.0, level, name), (max(0.0, end - start), level, name)]
     return _frame(rows, SAMPLED_MEMORY_COLUMNS)
 
 
-def rank_rss_frame(processes: list[dict[str, Any]], *, world_size: int = 0) -> pd.DataFrame:
-    """One line a rank: its process's RSS, as the worker sampled it.
+def rank_rss_frame(processes: list[dict[str, Any]], *, world_size: int = 0,
+                   origin: float | None = None) -> pd.DataFrame:
+    """One line a rank: its process's RSS over seconds since `origin` (the job's start, else
+    the first reading), as the worker sampled it.
 
     A rank of the job with no reading yet is one empty (NaN) row, as in
-    `job_handlers.memory_frame`: the chart picks its colours and legend from the series in
+    `job_handlers.loss_frame`: the chart picks its colours and legend from the series in
     its first data and keeps them, so a page opened before the first sample would otherwise
     draw every rank's line without a colour and with no legend. Plots skip the NaN rows.
     """
     rss = PROCESS_RSS_MB.field
     readings = [row for row in processes if row.get(rss) is not None]
-    start = min((row["time"] for row in readings), default=0.0)
+    start = origin if origin is not None else min((row["time"] for row in readings), default=0.0)
     rows = [(row["time"] - start, row[rss], f"rank {row['rank']}") for row in readings]
     sampled = {row["rank"] for row in readings}
     rows += [(None, None, f"rank {rank}") for rank in range(world_size) if rank not in sampled]
     return _frame(rows, SAMPLED_MEMORY_COLUMNS)
+
+
+def _rank_rss_readings(memory: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ranks' own memory lines as RSS readings of `rank_rss_frame`."""
+    rss = PROCESS_RSS_MB.field
+    return [{"time": row["time"], "rank": row["rank"], rss: row.get(rss)} for row in memory
+            if row.get(rss) is not None]
 
 
 def _gpu_name(row: dict[str, Any], with_host: bool) -> str:
@@ -143,7 +162,7 @@ def progress_html(train: list[dict[str, Any]], *, max_steps: int | None, status:
                   started_at: datetime | None, finished_at: datetime | None,
                   now: datetime | None = None) -> str:
     """Steps done of the total as a bar, the time elapsed, and (while running) the ETA:
-    the median step time of the recent steps times the steps left."""
+    the mean time a recent step took times the steps left."""
     if status is None:
         return ""
     done = train[-1]["step"] if train else 0
@@ -160,14 +179,22 @@ def progress_html(train: list[dict[str, Any]], *, max_steps: int | None, status:
 
 
 def eta_seconds(train: list[dict[str, Any]], max_steps: int | None) -> float | None:
+    """Seconds left at the recent mean step time: the wall clock between the rows of the
+    last `ETA_RECENT_STEPS` steps, or, with a single row, the mean of its step times."""
     if not train or not max_steps:
         return None
-    step_seconds = STEP_SECONDS.field
-    recent = [row[step_seconds] for row in train[-ETA_RECENT_STEPS:]
-              if row.get(step_seconds) is not None]
-    if not recent:
-        return None
-    return statistics.median(recent) * max(0, max_steps - train[-1]["step"])
+    last = train[-1]
+    recent = [row for row in train if row["step"] >= last["step"] - ETA_RECENT_STEPS]
+    first = recent[0]
+    if first is not last and last.get("time") is not None and first.get("time") is not None:
+        seconds_a_step = (last["time"] - first["time"]) / (last["step"] - first["step"])
+    else:
+        times = [row[STEP_SECONDS.field] for row in recent
+                 if row.get(STEP_SECONDS.field) is not None]
+        if not times:
+            return None
+        seconds_a_step = statistics.fmean(times)
+    return seconds_a_step * max(0, max_steps - last["step"])
 
 
 def format_duration(seconds: float) -> str:

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from tunedeck import job_store
 from tunedeck.cluster import workers as worker_registry
@@ -18,26 +19,53 @@ from tunedeck.db.models import Job, JobNode, Worker, utc_now
 def cluster_overview(*, database: Database, worker_lost_seconds: float) -> dict[str, Any]:
     with database.transaction() as session:
         workers = worker_registry.list_workers(session=session)
-        running = list(session.scalars(select(Job).where(Job.status == job_store.RUNNING)))
-        # Nodes 1.. of running jobs on several nodes, each on its own worker.
-        nodes = list(session.scalars(select(JobNode).join(Job, Job.id == JobNode.job_id).where(
-            Job.status == job_store.RUNNING, JobNode.state != job_store.NODE_EXITED)))
+        running, nodes = _running(session)
         queued = job_store.list_queued_jobs(session=session, limit=200)
         live = worker_registry.live_worker_views(session=session,
                                                  silent_seconds=worker_lost_seconds)
     now = utc_now()
+    by_worker = _running_by_worker(running, nodes)
     return {
         "workers": [_worker(worker, _placements(worker.name, running, nodes), now=now,
                             worker_lost_seconds=worker_lost_seconds)
                     for worker in workers],
-        "queued": [_queued(job, live) for job in queued],
+        "queued": [_queued(job, live, by_worker) for job in queued],
     }
 
 
-def _queued(job: Job, live: list[WorkerView]) -> dict[str, Any]:
+def waiting_reasons(*, session: Session, jobs: list[Job],
+                    worker_lost_seconds: float) -> dict[int, str]:
+    """What each queued job of `jobs` waits for now, by id, as the cluster page says it."""
+    queued = [job for job in jobs if job.status == job_store.QUEUED]
+    if not queued:
+        return {}
+    live = worker_registry.live_worker_views(session=session, silent_seconds=worker_lost_seconds)
+    by_worker = _running_by_worker(*_running(session))
+    return {job.id: _queued(job, live, by_worker)["waiting"] for job in queued}
+
+
+def _running(session: Session) -> tuple[list[Job], list[JobNode]]:
+    """The running jobs, and nodes 1.. of those on several nodes (each on its own worker)."""
+    running = list(session.scalars(select(Job).where(Job.status == job_store.RUNNING)))
+    nodes = list(session.scalars(select(JobNode).join(Job, Job.id == JobNode.job_id).where(
+        Job.status == job_store.RUNNING, JobNode.state != job_store.NODE_EXITED)))
+    return running, nodes
+
+
+def _running_by_worker(running: list[Job], nodes: list[JobNode]) -> dict[str, list[int]]:
+    """The running jobs each worker runs (a node of), by worker name."""
+    by_worker: dict[str, list[int]] = {}
+    for worker_name, job_id in [*((job.worker_name, job.id) for job in running),
+                                *((node.worker_name, node.job_id) for node in nodes)]:
+        if worker_name is not None:
+            by_worker.setdefault(worker_name, []).append(job_id)
+    return by_worker
+
+
+def _queued(job: Job, live: list[WorkerView], running: dict[str, list[int]]) -> dict[str, Any]:
     spec = job.spec_model
     return {"id": job.id, "name": job.name, "queue": job_queue(spec), "host": spec.host,
-            "num_gpus": spec.num_gpus, "waiting": waiting_reason(spec, live)}
+            "num_gpus": spec.num_gpus, "waiting": waiting_reason(spec, live, running)}
 
 
 def _placements(worker_name: str, running: list[Job], nodes: list[JobNode]) -> list[dict[str, Any]]:

@@ -69,11 +69,17 @@ def job_config(job: Job) -> dict[str, Any]:
             "source": "generated"}
 
 
-def read_job_log_tail(job: Job, lines: int) -> list[str]:
+def job_log_file(job: Job) -> Path | None:
+    """The job's torchrun log (node 0's), or None before it is written."""
     run = job_run_folder(job)
-    if run is None or not run.launcher_log_file.is_file():
+    return run.launcher_log_file if run is not None and run.launcher_log_file.is_file() else None
+
+
+def read_job_log_tail(job: Job, lines: int) -> list[str]:
+    log_file = job_log_file(job)
+    if log_file is None:
         return []
-    with run.launcher_log_file.open("rb") as file:
+    with log_file.open("rb") as file:
         file.seek(0, 2)
         size = file.tell()
         file.seek(max(0, size - 256 * 1024))  # the tail is all we show; don't read GBs

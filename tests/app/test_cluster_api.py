@@ -55,7 +55,8 @@ def test_workers_route_lists_gpus_with_free_memory_and_the_job_holding_each(clie
 
 def test_cluster_tab_tables(database):
     running, queued = populate(database)
-    workers, gpus, waiting = cluster_tables(database=database, worker_lost_seconds=20)
+    shown = cluster_tables(database=database, worker_lost_seconds=20)
+    workers, gpus, waiting = shown.workers, shown.gpus, shown.queued
     rows = workers.set_index("worker")
     assert rows.loc["default@gpu-1", "resources"] == "4 x NVIDIA H100 80GB HBM3, 2 free"
     assert rows.loc["default@gpu-1", "jobs running"] == f"job {running} (GPUs 0,1)"
@@ -64,3 +65,15 @@ def test_cluster_tab_tables(database):
     assert list(gpus["job"]) == [f"job {running}", f"job {running}", "free", "free"]
     assert list(gpus["free GB"])[2] == "82.4"  # (81559 - 3000) MiB
     assert list(waiting["id"]) == [queued]
+    assert shown.cpu_hosts == ""  # the CPU worker is silent: only online hosts are told
+
+
+def test_a_cpu_host_is_described_instead_of_an_empty_gpu_table(database):
+    with database.transaction() as session:
+        worker_registry.record_heartbeat(
+            session=session, name="default@laptop", host="laptop", queues=["default"], pid=7,
+            concurrency=1, resources={"gpus": None, "cpu_count": 2}, started_at=utc_now())
+    shown = cluster_tables(database=database, worker_lost_seconds=20)
+    assert shown.gpus.empty
+    assert shown.cpu_hosts == ("- **laptop** (default@laptop): CPU host, 2 cores; jobs run on "
+                               "CPU ranks, one at a time")

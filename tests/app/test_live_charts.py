@@ -7,7 +7,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from app.auth.principal import OPEN_PRINCIPAL
-from app.ui import job_handlers, live_charts
+from app.ui import job_handlers, jobs_table, live_charts
+from app.ui.job_ids import job_id_from_row
 from tunedeck import job_store
 from tunedeck.job_spec import JobSpec
 from tunedeck.metrics import store as metric_store
@@ -18,22 +19,33 @@ START = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
 
 
 def _steps(count, step_seconds=0.5):
-    return [{"step": step, "loss": 3.0 - step / 100, "learning_rate": 1e-4 * step,
-             "grad_norm": 1.5, "step_seconds": step_seconds, "tokens_per_second": 900.0}
-            for step in range(1, count + 1)]
+    return [{"step": step, "time": 1000.0 + step * step_seconds, "loss": 3.0 - step / 100,
+             "learning_rate": 1e-4 * step, "grad_norm": 1.5, "step_seconds": step_seconds,
+             "tokens_per_second": 900.0} for step in range(1, count + 1)]
 
 
 def _gpu(time, gpu, used_mb):
     return {"time": time, "host": "node-a", "gpu": gpu, "used_mb": used_mb, "total_mb": 81920.0}
 
 
-def test_progress_shows_steps_elapsed_and_eta_from_the_median_recent_step():
+def test_progress_shows_steps_elapsed_and_eta_from_the_recent_mean_step():
     train = _steps(40)
-    train[-1]["step_seconds"] = 30.0  # one slow step (an eval) does not move the median
     text = live_charts.progress_html(train, max_steps=100, status="running", started_at=START,
                                      finished_at=None, now=START + timedelta(seconds=125))
     assert 'value="40" max="100"' in text
     assert "step 40 / 100 · elapsed 2m 05s · ETA 30s" in text  # 60 steps x 0.5 s
+
+
+def test_bimodal_step_times_give_the_mean_not_the_fast_mode():
+    # Every fourth step is slow (an eval, a gradient sync): 3 x 0.2 s + 2.6 s = 0.8 s a step.
+    train, clock = [], 0.0
+    for step in range(1, 201):
+        seconds = 2.6 if step % 4 == 0 else 0.2
+        clock += seconds
+        train.append({"step": step, "time": clock, "step_seconds": seconds})
+    assert live_charts.eta_seconds(train, 400) == pytest.approx(200 * 0.8, rel=0.05)
+    # Without wall-clock times (a single row), the mean of its step times.
+    assert live_charts.eta_seconds([{"step": 4, "step_seconds": 2.0}], 10) == 12.0
 
 
 def test_a_finished_job_shows_no_eta_and_its_run_time():
@@ -58,6 +70,24 @@ def test_memory_per_gpu_has_a_line_a_gpu_the_capacity_and_the_planned_peak():
     assert lines == {"GPU 0": [(0.0, 1000.0), (1.5, 1200.0)], "GPU 1": [(0.0, 1100.0)],
                      "card capacity": [(0.0, 81920.0), (1.5, 81920.0)],
                      "planned peak": [(0.0, 5000.0), (1.5, 5000.0)]}
+
+
+def test_the_memory_chart_covers_the_job_from_its_start():
+    started = START.timestamp()
+    processes = [{"time": started + 12.0, "host": "h", "rank": 0, "rss_mb": 500.0},
+                 {"time": started + 14.0, "host": "h", "rank": 0, "rss_mb": 520.0}]
+    charts = live_charts.live_charts(spec=SPEC, series={"processes": processes},
+                                     status="running", started_at=START, finished_at=None)
+    points = charts.sampled_memory.dropna()
+    assert points["seconds"].tolist() == [12.0, 14.0]  # the model load before it is on the axis
+    # SQLite hands back naive UTC datetimes: the same origin.
+    naive = live_charts.live_charts(spec=SPEC, series={"processes": processes},
+                                    status="running", started_at=START.replace(tzinfo=None),
+                                    finished_at=None)
+    assert naive.sampled_memory.dropna()["seconds"].tolist() == [12.0, 14.0]
+    gpus = [_gpu(started + 3.0, 0, 1000.0)]
+    frame = live_charts.gpu_memory_frame(gpus, planned_mb=None, origin=started)
+    assert frame["seconds"].tolist() == [3.0, 0.0, 3.0]  # the GPU, then the capacity line
 
 
 def test_the_planned_peak_comes_from_the_memory_planner_for_the_jobs_strategy():
@@ -108,8 +138,9 @@ def test_jobs_table_shows_progress_loss_throughput_and_peak_memory(database):
         metric_store.add_metric_points(session=session, job_id=cpu_job, events=[
             (0, {"kind": "step", "rank": 0, "time": 1.0, "step": 7, "loss": 1.0}),
             (1, {"kind": "memory", "rank": 0, "time": 1.0, "rss_mb": 640.0})])
-    rows = {row["id"]: row for row in job_handlers.jobs_table(database=database, principal=OPEN_PRINCIPAL).to_dict("records")}
-    assert rows[gpu_job]["step / max steps"] == "2 / 20" and rows[gpu_job]["latest loss"] == "2.2500"
-    assert rows[gpu_job]["tokens/s"] == "1,200" and rows[gpu_job]["peak memory MB"] == "3,500"
-    assert rows[cpu_job]["step / max steps"] == "7 / 30" and rows[cpu_job]["peak memory MB"] == "640"
-    assert rows[idle_job]["step / max steps"] == "0 / 5" and rows[idle_job]["peak memory MB"] == ""
+    table = jobs_table.jobs_table(database=database, principal=OPEN_PRINCIPAL)
+    rows = {job_id_from_row([row["id"]]): row for row in table.to_dict("records")}
+    assert rows[gpu_job]["progress"] == "2 / 20 (10%)" and rows[gpu_job]["loss"] == "2.2500"
+    assert rows[gpu_job]["tokens/s"] == "1,200" and rows[gpu_job]["peak MB"] == "3,500"
+    assert rows[cpu_job]["progress"] == "7 / 30 (23%)" and rows[cpu_job]["peak MB"] == "640"
+    assert rows[idle_job]["progress"] == "0 / 5 (0%)" and rows[idle_job]["peak MB"] == ""

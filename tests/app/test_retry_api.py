@@ -2,7 +2,9 @@
 the real server-less broker (no worker runs), job rows failed through the store."""
 from app.auth.principal import OPEN_PRINCIPAL
 from app.ui import job_actions
-from app.ui.job_handlers import jobs_table, load_job_page
+from app.ui.job_handlers import load_job_page
+from app.ui.job_ids import job_link
+from app.ui.jobs_table import jobs_table
 from app.views.failure import failure_markdown, failure_view, rank_log_tail
 from tunedeck import job_store
 from tunedeck.run_folder import RunFolder
@@ -76,8 +78,8 @@ def test_the_jobs_table_and_the_page_show_the_reason_the_rank_log_and_the_retry(
     database = client.app_state.database
     job_id = failed_job(client, tmp_path, kind="out_of_memory", rank=1)
     write_rank_logs(tmp_path, job_id, rank=1, lines=50)
-    row = jobs_table(database=database, principal=OPEN_PRINCIPAL).set_index("id").loc[job_id]
-    assert row["reason"] == "out of memory (rank 1)"
+    row = jobs_table(database=database, principal=OPEN_PRINCIPAL).set_index("id").loc[job_link(job_id)]
+    assert ">out of memory \\(rank 1\\)" in row["reason"]
     page = load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL)
     assert page.failure.reason == "out of memory (rank 1)"
     assert page.failure.retry_label == "Retry with fsdp + micro-batch 4 x grad_accum 2"

@@ -5,7 +5,8 @@ import json
 from pathlib import Path
 
 from app.auth.principal import OPEN_PRINCIPAL
-from app.ui import form_handlers, job_actions, job_handlers
+from app.ui import form_handlers, job_actions, job_handlers, jobs_table
+from app.ui.job_ids import job_id_from_row, job_link
 from app.ui.build_ui import build_ui
 from tunedeck import job_store
 from tunedeck.broker import RUN_JOB_TASK
@@ -172,10 +173,39 @@ def test_fsdp_preview_shows_the_fsdp_settings():
     assert "--nproc_per_node 3" in preview.command_line
 
 
-def test_invalid_preview_shows_the_problems_and_no_config():
-    preview = form_handlers.preview_form(make_form(lora_r=0), principal=OPEN_PRINCIPAL, settings=Settings())
-    assert preview.config_json == "" and preview.command_line == ""
-    assert "LoRA rank (lora.r)" in preview.message
+def test_invalid_preview_names_each_bad_field_and_keeps_the_last_config():
+    preview = form_handlers.preview_form(make_form(lora_r=0, learning_rate=5, epochs="x"),
+                                         principal=OPEN_PRINCIPAL, settings=Settings())
+    assert not preview.valid  # the tab keeps the last valid config, command and plan
+    assert "LoRA rank (lora.r)" in preview.message and 'class="field-error"' in preview.message
+    assert preview.field_errors == {
+        "lora_r": "Input should be greater than or equal to 1",
+        "learning_rate": "Input should be less than or equal to 1",
+        "epochs": "Input should be a valid number, unable to parse string as a number"}
+    # A problem naming no single field stays in the message only.
+    unset = form_handlers.preview_form(make_form(max_steps=None), principal=OPEN_PRINCIPAL,
+                                       settings=Settings())
+    assert unset.field_errors == {} and "set max_steps or epochs" in unset.message
+    assert form_handlers.preview_form(make_form(), principal=OPEN_PRINCIPAL,
+                                      settings=Settings()).valid
+
+
+def test_a_refused_submit_points_at_the_marked_fields_without_repeating_them(database):
+    job_id, message = form_handlers.submit_form(
+        make_form(lora_r=0), database=database, celery_app=RecordingCelery(),
+        principal=OPEN_PRINCIPAL, settings=Settings())
+    assert job_id is None
+    assert "Not submitted: fix what is marked in red (LoRA rank (lora.r))" in message
+    assert "greater than or equal" not in message  # that is shown beside the field
+
+
+def test_the_learning_rate_follows_the_model_until_the_user_sets_one():
+    assert make_form()["model"] == "builtin:tiny-llama" and make_form()["learning_rate"] == 5e-3
+    assert make_form()["epochs"] == ""  # an empty box, not 0
+    assert form_handlers.learning_rate_for_model("/models/Qwen2.5-0.5B", 5e-3) == 2e-4
+    assert form_handlers.learning_rate_for_model("builtin:tiny-llama", 2e-4) == 5e-3
+    assert form_handlers.learning_rate_for_model("builtin:tiny-llama", 5e-3) is None
+    assert form_handlers.learning_rate_for_model("/models/Qwen2.5-0.5B", 3e-5) is None
 
 
 def test_option_groups_follow_the_choices():
@@ -236,22 +266,57 @@ def test_jobs_table_has_one_row_a_job_newest_first(database):
                                    worker_host="h")
         job_store.mark_job_failed(session=session, job_id=second,
                                   error="rank 1 failed: CUDA out of memory\ntraceback...")
-    table = job_handlers.jobs_table(database=database, principal=OPEN_PRINCIPAL)
-    assert list(table.columns) == job_handlers.JOBS_TABLE_COLUMNS
+    table = jobs_table.jobs_table(database=database, principal=OPEN_PRINCIPAL)
+    assert list(table.columns) == jobs_table.JOBS_TABLE_COLUMNS
     rows = table.to_dict("records")
-    assert [row["id"] for row in rows] == [second, first]
-    assert rows[0]["status"] == "failed" and rows[0]["backend"] == "fsdp"
-    assert rows[0]["error"] == "rank 1 failed: CUDA out of memory"
-    assert rows[1]["step / max steps"] == "2 / 20"
-    assert rows[1]["latest loss"] == "2.2500" and rows[1]["tokens/s"] == "501"
-    assert rows[1]["method"] == "lora" and rows[1]["error"] == ""
+    assert [row["id"] for row in rows] == [f"[{second}](?job={second})", f"[{first}](?job={first})"]
+    assert rows[0]["status"] == "failed" and rows[0]["method · backend"] == "full · fsdp"
+    # The failure's first line, as plain text with the whole of it on hover.
+    assert rows[0]["reason"].endswith(r": rank 1 failed: CUDA out of memory</span>")
+    assert rows[1]["progress"] == "2 / 20 (10%)"
+    assert rows[1]["loss"] == "2.2500" and rows[1]["tokens/s"] == "501"
+    assert rows[1]["method · backend"] == "lora · zero2"
+    # A queued job's reason, as the cluster page says it.
+    assert "waiting: no live worker serves queue 'default'" in rows[1]["reason"]
+
+
+def test_a_long_or_marked_up_reason_is_plain_text_cut_short_with_the_whole_on_hover():
+    text = "rank 0: <img src=x onerror=alert(1)> *not bold* " + "x" * 200
+    cell = jobs_table.hover_cell(text)
+    assert cell.startswith('<span title="rank 0: &lt;img src=x onerror=alert(1)&gt; *not bold* ')
+    assert r">rank 0: &lt;img src=x onerror=alert\(1\)&gt; \*not bold\* x" in cell
+    assert cell.endswith("…</span>") and len(cell) < len(text) * 2 + 60
+    assert jobs_table.hover_cell("") == ""
+
+
+def test_the_jobs_table_filters_by_status_owner_and_model(database):
+    with database.transaction() as session:
+        ada = job_store.create_job(session=session, owner="ada",
+                                   spec=JobSpec(model="builtin:tiny-llama", max_steps=5)).id
+        bob = job_store.create_job(session=session, owner="bob",
+                                   spec=JobSpec(model="/models/Qwen2.5-0.5B", max_steps=5)).id
+        job_store.mark_job_cancelled(session=session, job_id=bob)
+
+    def shown(**choice):
+        table = jobs_table.jobs_table(database=database, principal=OPEN_PRINCIPAL,
+                                      shown=jobs_table.JobsFilter.of(**choice))
+        return [job_id_from_row([cell]) for cell in table["id"]]
+
+    assert shown() == [bob, ada]
+    assert shown(status="cancelled") == [bob] and shown(status="any") == [bob, ada]
+    assert shown(owner="ada") == [ada] and shown(owner=" ") == [bob, ada]
+    assert shown(model="qwen2.5") == [bob] and shown(model="llama", status="queued") == [ada]
+    owners, models = jobs_table.filter_choices(database=database, principal=OPEN_PRINCIPAL)
+    assert owners == ["any", "ada", "bob"]
+    assert models == ["any", "/models/Qwen2.5-0.5B", "builtin:tiny-llama"]
 
 
 def test_job_id_from_a_table_row():
-    assert job_handlers.job_id_from_row([7, "name", "lora"]) == 7
-    assert job_handlers.job_id_from_row(["12", "x"]) == 12
-    assert job_handlers.job_id_from_row(None) is None
-    assert job_handlers.job_id_from_row(["id"]) is None
+    assert job_id_from_row([7, "name", "lora"]) == 7
+    assert job_id_from_row(["12", "x"]) == 12
+    assert job_id_from_row([job_link(31), "x"]) == 31
+    assert job_id_from_row(None) is None
+    assert job_id_from_row(["id"]) is None
 
 
 # The job page
@@ -277,25 +342,16 @@ def test_job_page_of_a_running_job(database):
     assert page.error is None and page.downloads_html == ""
 
 
-def test_memory_frame_has_one_series_per_rank_preferring_allocated_mb(database):
+def test_a_job_without_worker_samples_charts_its_ranks_own_rss(database):
     job_id = create_job(database)
     add_memory(database, job_id, [(0, 1000.0, {"allocated_mb": None, "rss_mb": 900.0}),
                                   (1, 1000.5, {"allocated_mb": None, "rss_mb": 950.0}),
-                                  (0, 1002.0, {"allocated_mb": 120.0, "rss_mb": 990.0}),
-                                  (1, 1002.5, {"allocated_mb": None, "rss_mb": 960.0})])
-    memory = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL).memory.dropna()
-    assert list(memory.columns) == ["seconds", "memory_mb", "rank"]
-    assert sorted(memory["rank"].unique()) == ["rank 0", "rank 1"]
-    by_rank = {rank: group["memory_mb"].tolist() for rank, group in memory.groupby("rank")}
-    assert by_rank == {"rank 0": [900.0, 120.0], "rank 1": [950.0, 960.0]}
-    assert memory["seconds"].tolist() == [0.0, 2.0, 0.5, 2.5]  # rank by rank, in time order
-
-
-def test_memory_frame_names_every_rank_before_it_reports():
-    frame = job_handlers.memory_frame([], world_size=2)
-    assert frame["rank"].tolist() == ["rank 0", "rank 1"]
-    assert frame["memory_mb"].isna().all()
-    assert str(frame["memory_mb"].dtype) == "float64"  # numbers, so the axis stays numeric
+                                  (0, 1002.0, {"allocated_mb": 120.0, "rss_mb": 990.0})])
+    page = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL)
+    memory = page.live.sampled_memory.dropna()
+    by_rank = {rank: group["memory_mb"].tolist() for rank, group in memory.groupby("series")}
+    assert by_rank == {"rank 0": [900.0, 990.0], "rank 1": [950.0]}
+    assert page.live.sampled_memory_title == "Memory per rank process (RSS)"
 
 
 def test_long_lines_are_thinned_keeping_the_newest_point():

@@ -54,9 +54,10 @@ def browser():
         browser.close()
 
 
-def signed_in_page(browser, server: str):
-    """A new browser context's page, signed in through the sign-in form, on the UI."""
-    context = browser.new_context(viewport=VIEWPORT)
+def signed_in_page(browser, server: str, *, viewport: dict = VIEWPORT, path: str = "/"):
+    """A new browser context's page, signed in through the sign-in form, on the UI at
+    `path` (e.g. "/?job=3")."""
+    context = browser.new_context(viewport=viewport)
     page = context.new_page()
     page.set_default_timeout(30_000)
     page.goto(server)  # the UI sends a browser that has not signed in to the form
@@ -64,6 +65,9 @@ def signed_in_page(browser, server: str):
     page.locator("#password").fill(PASSWORD)
     page.locator("#sign-in").click()
     page.locator("#new-job-submit").wait_for()
+    if path != "/":  # signing in lands on the UI's root
+        page.goto(server.rstrip("/") + path)
+        page.locator("#new-job-submit").wait_for(state="attached")
     return page
 
 

@@ -298,12 +298,13 @@ def test_every_route_rest_and_gradio_refuses_an_anonymous_request(ui_app):
 
 def test_the_ui_shows_and_acts_on_a_users_own_jobs_only(client, accounts_app):
     from app.auth.principal import Principal
-    from app.ui import compare_handlers, job_actions, job_handlers
+    from app.ui import compare_handlers, job_actions, job_handlers, jobs_table
+    from app.ui.job_ids import job_link
 
     database = accounts_app.state.database
     alice, bob = Principal("alice", is_admin=False), Principal("bob", is_admin=False)
     alices, bobs = submit(client, "alice"), submit(client, "bob")
-    assert list(job_handlers.jobs_table(database=database, principal=bob)["id"]) == [bobs]
+    assert list(jobs_table.jobs_table(database=database, principal=bob)["id"]) == [job_link(bobs)]
     assert job_handlers.load_job_page(alices, database=database, principal=bob).headline == (
         f"There is no job {alices}.")
     assert job_actions.cancel_from_page(alices, database=database, principal=bob) == (
@@ -313,7 +314,8 @@ def test_the_ui_shows_and_acts_on_a_users_own_jobs_only(client, accounts_app):
     assert job_actions.cancel_from_page(alices, database=database, principal=alice).startswith(
         f"Job {alices}")
     root = Principal("root", is_admin=True)
-    assert set(job_handlers.jobs_table(database=database, principal=root)["id"]) == {alices, bobs}
+    assert set(jobs_table.jobs_table(database=database, principal=root)["id"]) == \
+        {job_link(alices), job_link(bobs)}
     trail = client.get(f"/api/audit?job_id={alices}", headers=bearer(client.tokens["root"])).json()
     assert [(event["actor"], event["action"]) for event in trail] == [("alice", "cancel"),
                                                                       ("alice", "submit")]

@@ -68,7 +68,8 @@ def test_jobs_start_in_submission_order_whichever_message_is_read_first(database
     assert claim(database, first).gpus == [0, 1, 2, 3]
     with database.transaction() as session:
         assert job_store.list_job_events(session=session, job_id=third)[-1].message == \
-            "waiting for 4 free GPU(s) on a worker of queue 'default'"
+            f"waiting for 4 free GPU(s) on a worker of queue 'default'; jobs {first}, " \
+            f"{second}, queued before it, start first"
 
 
 def test_an_older_job_too_big_for_the_free_gpus_holds_no_room_back(database):

@@ -11,7 +11,7 @@ the database and claims the row, or hands the id on to a worker that has room.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Protocol, Sequence
+from typing import Iterable, Mapping, Protocol, Sequence
 
 from tunedeck.job_spec import JobSpec
 
@@ -103,8 +103,11 @@ def room_for(worker: WorkerView, spec: JobSpec, *, running_jobs: int,
     return choose_gpus(free_gpus(worker, held), spec.num_gpus)
 
 
-def waiting_reason(spec: JobSpec, workers: Sequence[WorkerView]) -> str:
-    """Why a queued job is not running yet, in words for its page."""
+def waiting_reason(spec: JobSpec, workers: Sequence[WorkerView],
+                   running: Mapping[str, Sequence[int]] | None = None,
+                   ahead: Sequence[int] = ()) -> str:
+    """Why a queued job is not running yet, in words for its page. `running`: the jobs each
+    worker runs, by worker name; `ahead`: older queued jobs that start first."""
     wanted, nodes = spec.num_gpus, spec.num_nodes
     where = f"host {spec.host}" if spec.host else f"queue {job_queue(spec)!r}"
     serving = [worker for worker in workers if serves(worker, spec)]
@@ -120,4 +123,32 @@ def waiting_reason(spec: JobSpec, workers: Sequence[WorkerView]) -> str:
                 f"live worker(s) of {where} can hold a node of {wanted} GPU(s)")
     if nodes > 1:
         return f"waiting for {nodes} workers of {where} with {wanted} free GPU(s) each"
-    return f"waiting for {wanted} free GPU(s) on a worker of {where}"
+    first = f"; {_jobs(ahead)}, queued before it, {_verb(ahead, 'start')} first" if ahead else ""
+    if all(worker.gpu_indices is None for worker in fitting):  # CPU hosts: slots, not GPUs
+        return _busy_slots(fitting, running or {}, where) + first
+    return f"waiting for {wanted} free GPU(s) on a worker of {where}" + first
+
+
+def _busy_slots(workers: Sequence[WorkerView], running: Mapping[str, Sequence[int]],
+                where: str) -> str:
+    """A host without GPUs runs `concurrency` jobs at once: which of them hold it."""
+    busy = sorted(job for worker in workers for job in running.get(worker.name, ()))
+    if len(workers) == 1:
+        slots = workers[0].concurrency
+        at_a_time = "one job at a time" if slots == 1 else f"{slots} jobs at a time"
+        if not busy:
+            return f"waiting for a free job slot: the worker runs {at_a_time}"
+        return f"waiting: the worker runs {at_a_time} and {_jobs(busy)} {_verb(busy, 'is')} running"
+    if not busy:
+        return f"waiting for a free job slot on a worker of {where}"
+    return f"waiting: every worker of {where} is busy ({_jobs(busy)} running)"
+
+
+def _jobs(ids: Sequence[int]) -> str:
+    return f"job {ids[0]}" if len(ids) == 1 else "jobs " + ", ".join(str(i) for i in ids)
+
+
+def _verb(ids: Sequence[int], verb: str) -> str:
+    if len(ids) == 1:
+        return "is" if verb == "is" else verb + "s"
+    return "are" if verb == "is" else verb

@@ -1,8 +1,7 @@
 """The "Cluster" tab: the workers (from their heartbeats), each GPU with its live free
-memory and the job holding it, and the queued jobs with what they wait for."""
+memory and the job holding it (or, for a host without GPUs, what that host runs), and the
+queued jobs with what they wait for."""
 from __future__ import annotations
-
-from functools import partial
 
 import gradio as gr
 
@@ -16,15 +15,27 @@ def build_cluster_tab(*, database, worker_lost_seconds: float) -> None:
                 f"{worker_lost_seconds:g} s is lost: its jobs fail, or restart elsewhere when "
                 "their spec sets `max_restarts`. Add a GPU host by running `tunedeck worker` "
                 "there with the same database and broker URLs.")
-    tables = partial(cluster_tables, database=database, worker_lost_seconds=worker_lost_seconds)
+
+    def tables():
+        return cluster_tables(database=database, worker_lost_seconds=worker_lost_seconds)
+
+    def show():
+        shown = tables()
+        has_gpus = not shown.gpus.empty
+        return (shown.workers, gr.Dataframe(shown.gpus, visible=has_gpus),
+                gr.Markdown(shown.cpu_hosts, visible=bool(shown.cpu_hosts)), shown.queued)
+
     # Callable values are read again on each page load, so a new browser sees fresh rows.
     gr.Markdown("### Workers")
-    workers = gr.Dataframe(lambda: tables()[0], interactive=False, wrap=True,
+    workers = gr.Dataframe(lambda: tables().workers, interactive=False, wrap=True,
                            elem_id="cluster-workers")
-    gr.Markdown("### GPUs")
-    gpus = gr.Dataframe(lambda: tables()[1], interactive=False, wrap=True, elem_id="cluster-gpus")
+    gr.Markdown("### Devices")
+    gpus = gr.Dataframe(lambda: tables().gpus, interactive=False, wrap=True,
+                        elem_id="cluster-gpus")
+    cpu_hosts = gr.Markdown(lambda: tables().cpu_hosts or "No online worker yet.",
+                            elem_id="cluster-cpu-hosts")
     gr.Markdown("### Queued jobs")
-    queued = gr.Dataframe(lambda: tables()[2], interactive=False, wrap=True,
+    queued = gr.Dataframe(lambda: tables().queued, interactive=False, wrap=True,
                           elem_id="cluster-queued")
-    gr.Timer(REFRESH_SECONDS).tick(tables, None, [workers, gpus, queued], show_progress="hidden",
-                                   concurrency_limit=None)
+    gr.Timer(REFRESH_SECONDS).tick(show, None, [workers, gpus, cpu_hosts, queued],
+                                   show_progress="hidden", concurrency_limit=None)

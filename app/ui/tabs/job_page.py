@@ -2,6 +2,7 @@
 resume, retry (after a failure) and downloads."""
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ PLOT_HEIGHT = 280
 @dataclass(frozen=True)
 class JobPageTab:
     job_id: gr.Number  # set it to open a job
+    opened: Any  # the page drawn for a new job id, for build_ui to put the id in the address
     backends_compared: Any  # the Compare-backends click, for build_ui to fill the Compare tab
     compared_job_ids: gr.State  # "A, B" once Compare backends started two jobs
 
@@ -35,6 +37,7 @@ def build_job_page_tab(*, database, celery_app) -> JobPageTab:
                                           elem_id="job-resume")
                 compare_button = gr.Button("Compare backends", elem_id="job-compare-backends")
             cancel_message = gr.Markdown(elem_id="job-cancel-result")
+            resume_hint = gr.Markdown(elem_id="job-resume-hint")
     headline = gr.Markdown(job_handlers.NO_JOB_HEADLINE, elem_id="job-status")
     progress = build_progress()
     error = gr.HTML(visible=False, elem_id="job-error")
@@ -45,19 +48,29 @@ def build_job_page_tab(*, database, celery_app) -> JobPageTab:
     details = _details()
     refresh_timer = gr.Timer(REFRESH_SECONDS, active=False)
     compared_job_ids = gr.State(None)
+    # The job a "Cancel requested" note is about: the note goes once that job has stopped.
+    cancelling = gr.State(None)
 
     outputs = [headline, error, downloads, *charts, *details, cancel_button, resume_button,
-               refresh_timer, *failure.outputs, *live.outputs]
+               resume_hint, refresh_timer, *failure.outputs, *live.outputs]
 
     # Each handler acts for the signed-in user (gr.Request carries the access middleware's
     # principal): another user's job is "no such job" here as in the API.
-    def refresh(selected_job_id, request: gr.Request):
-        return _show(job_handlers.load_job_page(selected_job_id, database=database,
-                                                principal=principal_of(request)))
+    def refresh(selected_job_id, cancelled_job_id, request: gr.Request):
+        page = job_handlers.load_job_page(selected_job_id, database=database,
+                                          principal=principal_of(request))
+        stopped = cancelled_job_id is not None and page.job_id == cancelled_job_id \
+            and page.finished
+        note = ("", None) if stopped else (gr.skip(), gr.skip())
+        return (*_show(page), *note)
 
     def cancel(selected_job_id, request: gr.Request):
-        return job_actions.cancel_from_page(selected_job_id, database=database,
-                                            principal=principal_of(request))
+        message = job_actions.cancel_from_page(selected_job_id, database=database,
+                                               principal=principal_of(request))
+        return message, job_handlers.parse_job_id(selected_job_id)
+
+    def another_job():
+        return "", None  # a note about one job is not shown on another's page
 
     def resume(selected_job_id, request: gr.Request):
         return job_actions.resume_from_page(selected_job_id, database=database,
@@ -72,24 +85,26 @@ def build_job_page_tab(*, database, celery_app) -> JobPageTab:
             selected_job_id, database=database, celery_app=celery_app,
             principal=principal_of(request))
 
-    job_id.change(refresh, job_id, outputs, show_progress="hidden", trigger_mode="always_last")
-    refresh_timer.tick(refresh, job_id, outputs, show_progress="hidden", concurrency_limit=None)
-    cancel_button.click(cancel, job_id, cancel_message).then(refresh, job_id, outputs,
+    inputs, outputs = [job_id, cancelling], [*outputs, cancel_message, cancelling]
+    job_id.change(another_job, None, [cancel_message, cancelling], show_progress="hidden")
+    opened = job_id.change(refresh, inputs, outputs, show_progress="hidden",
+                           trigger_mode="always_last")
+    refresh_timer.tick(refresh, inputs, outputs, show_progress="hidden", concurrency_limit=None)
+    cancel_button.click(cancel, job_id, [cancel_message, cancelling]).then(
+        refresh, inputs, outputs, show_progress="hidden")
+    resume_button.click(resume, job_id, cancel_message).then(refresh, inputs, outputs,
                                                              show_progress="hidden")
-    resume_button.click(resume, job_id, cancel_message).then(refresh, job_id, outputs,
-                                                             show_progress="hidden")
-    failure.retry_button.click(retry, job_id, cancel_message).then(refresh, job_id, outputs,
+    failure.retry_button.click(retry, job_id, cancel_message).then(refresh, inputs, outputs,
                                                                    show_progress="hidden")
     backends_compared = compare_button.click(compare_backends, job_id,
                                              [cancel_message, compared_job_ids])
-    backends_compared.then(refresh, job_id, outputs, show_progress="hidden")  # its new event
-    return JobPageTab(job_id=job_id, backends_compared=backends_compared,
+    backends_compared.then(refresh, inputs, outputs, show_progress="hidden")  # its new event
+    return JobPageTab(job_id=job_id, opened=opened, backends_compared=backends_compared,
                       compared_job_ids=compared_job_ids)
 
 
-def _charts() -> tuple[gr.LinePlot, gr.LinePlot, gr.LinePlot, gr.Markdown]:
-    """Loss (training, and eval when the job has an eval set) and throughput by step,
-    memory by rank over time, and the planner's memory against each rank's."""
+def _charts() -> tuple[gr.LinePlot, gr.LinePlot]:
+    """Loss (training, and eval when the job has an eval set) and throughput by step."""
     with gr.Row():
         loss_plot = gr.LinePlot(x="step", y="loss", color="series", title="Loss (train and eval)",
                                 x_title="step", y_title="loss", height=PLOT_HEIGHT,
@@ -97,21 +112,16 @@ def _charts() -> tuple[gr.LinePlot, gr.LinePlot, gr.LinePlot, gr.Markdown]:
         throughput_plot = gr.LinePlot(x="step", y="tokens_per_second", title="Throughput",
                                       x_title="step", y_title="tokens / s", height=PLOT_HEIGHT,
                                       elem_id="job-throughput-plot")
-    memory_plot = gr.LinePlot(x="seconds", y="memory_mb", color="rank",
-                              title="Memory per rank (accelerator allocated, else process RSS)",
-                              x_title="seconds since first reading", y_title="MB",
-                              height=PLOT_HEIGHT, elem_id="job-memory-plot")
-    memory_comparison = gr.Markdown(elem_id="job-memory-comparison")
-    return loss_plot, throughput_plot, memory_plot, memory_comparison
+    return loss_plot, throughput_plot
 
 
-def _details() -> tuple[gr.Textbox, gr.Dataframe, gr.Code, gr.Textbox, gr.Dataframe]:
-    """The log tail, the events, the generated config and launch command, the checkpoints."""
+def _details() -> tuple[gr.HTML, gr.Dataframe, gr.Code, gr.Textbox, gr.Dataframe]:
+    """The log tail (and a link to all of it), the events, the generated config and launch
+    command, the checkpoints."""
     with gr.Row():
-        log_tail = gr.Textbox(label="Log (torchrun, last lines)", lines=14, max_lines=14,
-                              interactive=False, autoscroll=True, elem_id="job-log")
+        log_tail = gr.HTML(elem_id="job-log")
         events = gr.Dataframe(label="Events", interactive=False, wrap=True, max_height=360,
-                              elem_id="job-events")
+                              column_widths=["24%", "12%", "64%"], elem_id="job-events")
     with gr.Accordion("Generated config and launch command", open=False):
         config_code = gr.Code(language="json", label="Backend config", interactive=False,
                               max_lines=40, elem_id="job-config")
@@ -123,17 +133,31 @@ def _details() -> tuple[gr.Textbox, gr.Dataframe, gr.Code, gr.Textbox, gr.Datafr
     return log_tail, events, config_code, command_line, checkpoints
 
 
+LOG_HEIGHT_PX = 320
+
+
+def log_html(text: str, link_html: str) -> str:
+    """The log's last lines in a box that stays scrolled to the newest one (a reversed
+    column starts at its end, as a terminal does), and the link to the whole log."""
+    body = html.escape(text) if text else "(no log yet)"
+    return ('<div class="job-log-label">Log (torchrun, last lines)</div>'
+            f'<div class="job-log-box" style="max-height:{LOG_HEIGHT_PX}px">'
+            f'<pre>{body}</pre></div>{link_html}')
+
+
 def _show(page: JobPage) -> tuple:
     """The page as updates, in the order of the tab's outputs; the timer runs while the job does."""
     return (
         page.headline,
         gr.HTML(job_handlers.error_html(page.error), visible=bool(page.error)),
         gr.HTML(page.downloads_html, visible=bool(page.downloads_html)),
-        page.loss, page.throughput, page.memory, page.memory_comparison,
-        page.log_tail, page.events, page.config_json, page.command_line, page.checkpoints,
+        page.loss, page.throughput,
+        log_html(page.log_tail, page.log_link_html), page.events, page.config_json,
+        page.command_line, page.checkpoints,
         gr.Button(interactive=page.cancellable),
         gr.Button(interactive=page.resumable),
+        page.resume_hint,
         gr.Timer(active=not page.finished),
         *show_failure(page.failure),
-        *show_live(page.live),
+        *show_live(page.live, page.memory_comparison),
     )

@@ -1,4 +1,5 @@
-"""The "Jobs" tab: every job, refreshed every couple of seconds; click a row to open it."""
+"""The "Jobs" tab: every job, refreshed every couple of seconds, filtered by status, owner
+and model; click a row (or its id, a link to the job's own address) to open it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,7 +8,9 @@ from typing import Any
 import gradio as gr
 
 from app.auth.principal import principal_of
-from app.ui import job_handlers
+from app.ui import jobs_table
+from app.ui.job_ids import job_id_from_row
+from app.ui.jobs_table import ANY, STATUS_CHOICES, JobsFilter
 
 REFRESH_SECONDS = 2.0
 
@@ -18,24 +21,44 @@ class JobsTab:
     selected_job_id: gr.State
 
 
-def build_jobs_tab(*, database) -> JobsTab:
+def build_jobs_tab(*, database, worker_lost_seconds: float) -> JobsTab:
     gr.Markdown("Your jobs (an admin's: everyone's), newest first. Click a row to open the "
-                "job's page.")
+                "job's page; its id links the page's own address.")
+    with gr.Row():
+        status = gr.Dropdown(STATUS_CHOICES, value=ANY, label="Status", elem_id="jobs-status")
+        owner = gr.Dropdown([ANY], value=ANY, label="Owner", allow_custom_value=True,
+                            elem_id="jobs-owner")
+        model = gr.Dropdown([ANY], value=ANY, label="Model (any part of it)",
+                            allow_custom_value=True, elem_id="jobs-model")
 
-    def refresh(request: gr.Request | None = None):
+    def refresh(status_value=None, owner_value=None, model_value=None,
+                request: gr.Request | None = None):
         if request is None:  # Gradio reads the value once while building: nobody asks yet
-            return job_handlers.empty_jobs_table()
-        return job_handlers.jobs_table(database=database, principal=principal_of(request))
+            return jobs_table.empty_jobs_table()
+        return jobs_table.jobs_table(database=database, principal=principal_of(request),
+                                     shown=JobsFilter.of(status_value, owner_value, model_value),
+                                     worker_lost_seconds=worker_lost_seconds)
+
+    def choices(request: gr.Request):
+        owners, models = jobs_table.filter_choices(database=database,
+                                                   principal=principal_of(request))
+        return gr.Dropdown(choices=owners), gr.Dropdown(choices=models)
 
     # A callable value is read again on each page load, so a new browser never sees stale rows.
     table = gr.Dataframe(refresh, interactive=False, wrap=True, max_height=640,
-                         elem_id="jobs-table")
+                         datatype=jobs_table.COLUMN_TYPES,
+                         column_widths=jobs_table.COLUMN_WIDTHS, elem_id="jobs-table")
     refresh_timer = gr.Timer(REFRESH_SECONDS)
     selected_job_id = gr.State(None)
 
     def select_row(event: gr.SelectData):
-        return job_handlers.job_id_from_row(event.row_value)
+        return job_id_from_row(event.row_value)
 
-    refresh_timer.tick(refresh, None, table, show_progress="hidden", concurrency_limit=None)
+    filters = [status, owner, model]
+    refresh_timer.tick(refresh, filters, table, show_progress="hidden", concurrency_limit=None)
+    for box in filters:
+        box.change(refresh, filters, table, show_progress="hidden")
+    owner.focus(choices, None, [owner, model], show_progress="hidden")
+    model.focus(choices, None, [owner, model], show_progress="hidden")
     selected = table.select(select_row, None, selected_job_id, show_progress="hidden")
     return JobsTab(selected=selected, selected_job_id=selected_job_id)

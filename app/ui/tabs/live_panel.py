@@ -17,6 +17,7 @@ PLOT_HEIGHT = 240
 class LivePanel:
     progress: gr.HTML
     sampled_memory: gr.LinePlot
+    memory_comparison: gr.Markdown  # the planner's bytes against each rank's
     learning_rate: gr.LinePlot
     grad_norm: gr.LinePlot
     step_time: gr.LinePlot
@@ -24,8 +25,8 @@ class LivePanel:
 
     @property
     def outputs(self) -> list:
-        return [self.progress, self.sampled_memory, self.learning_rate, self.grad_norm,
-                self.step_time, self.mfu]
+        return [self.progress, self.sampled_memory, self.memory_comparison, self.learning_rate,
+                self.grad_norm, self.step_time, self.mfu]
 
 
 def build_progress() -> gr.HTML:
@@ -34,15 +35,17 @@ def build_progress() -> gr.HTML:
 
 def build_live_panel(progress: gr.HTML) -> LivePanel:
     sampled_memory = gr.LinePlot(x="seconds", y="memory_mb", color="series",
-                                 title=GPU_USED_MB.title, x_title="seconds since first sample",
-                                 y_title="MB", height=PLOT_HEIGHT, elem_id="job-gpu-memory-plot")
+                                 title=GPU_USED_MB.title, x_title="seconds since the job started",
+                                 y_title="MiB", height=PLOT_HEIGHT, elem_id="job-memory-plot")
+    memory_comparison = gr.Markdown(elem_id="job-memory-comparison")
     with gr.Row():
         learning_rate = _step_plot(LEARNING_RATE, "job-lr-plot")
         grad_norm = _step_plot(GRAD_NORM, "job-grad-norm-plot")
     with gr.Row():
         step_time = _step_plot(STEP_SECONDS, "job-step-time-plot")
         mfu = _step_plot(MFU, "job-mfu-plot", visible=False)
-    return LivePanel(progress, sampled_memory, learning_rate, grad_norm, step_time, mfu)
+    return LivePanel(progress, sampled_memory, memory_comparison, learning_rate, grad_norm,
+                     step_time, mfu)
 
 
 def _step_plot(figure: Figure, elem_id: str, *, visible: bool = True) -> gr.LinePlot:
@@ -51,11 +54,12 @@ def _step_plot(figure: Figure, elem_id: str, *, visible: bool = True) -> gr.Line
                        height=PLOT_HEIGHT, elem_id=elem_id, visible=visible)
 
 
-def show_live(live: LiveCharts) -> tuple:
+def show_live(live: LiveCharts, memory_comparison: str) -> tuple:
     """Updates in the order of `LivePanel.outputs`."""
     return (
         live.progress_html,
         gr.LinePlot(live.sampled_memory, title=live.sampled_memory_title),
+        memory_comparison,
         live.learning_rate, live.grad_norm, live.step_time,
         gr.LinePlot(live.mfu, visible=live.has_mfu),
     )

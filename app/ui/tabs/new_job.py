@@ -56,12 +56,21 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
     submitted_job_id = gr.State(None)
     preflight_pending = gr.State(None)  # a data check still running: the next click waits on it
     inputs = [fields[name] for name in FORM_FIELDS]
+    infos = {name: fields[name].info for name in FORM_FIELDS}  # restored once a field is fixed
 
     def preview(request: gr.Request, *values):
         shown = form_handlers.preview_form(form_values(values), principal=principal_of(request),
                                            settings=settings)
+        # Each bad field says why under itself, in the error colour; the rest of the preview
+        # keeps the last valid form's config, command and plan.
+        marks = [gr.update(info=shown.field_errors.get(name, infos[name]),
+                           elem_classes=["field-error"] if name in shown.field_errors else [])
+                 for name in FORM_FIELDS]
+        if not shown.valid:
+            kept = [gr.skip()] * (3 + len(plan_panel.outputs))
+            return (f"#### {shown.config_title}", *kept[:3], shown.message, *kept[3:], *marks)
         return (f"#### {shown.config_title}", shown.config_json, shown.trainer_json,
-                shown.command_line, shown.message, *plan_updates(shown.plan))
+                shown.command_line, shown.message, *plan_updates(shown.plan), *marks)
 
     def submit(request: gr.Request, *values):
         try:
@@ -91,6 +100,12 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
             dataset, split, principal=principal_of(request), settings=settings)
         return (*(gr.Dropdown(choices=["", *names]) for _ in COLUMN_ROLES), hint)
 
+    def learning_rate_for(model, learning_rate):
+        wanted = form_handlers.learning_rate_for_model(model, learning_rate)
+        return gr.skip() if wanted is None else wanted
+
+    fields["model"].change(learning_rate_for, [fields["model"], fields["learning_rate"]],
+                           fields["learning_rate"], show_progress="hidden")
     upload_button.upload(upload, upload_button, [fields["dataset"], upload_message, upload_button],
                          show_progress="minimal")
     gr.on([fields["dataset"].change, fields["dataset_split"].change], offer_columns,
@@ -99,7 +114,7 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
           show_progress="hidden", trigger_mode="always_last")
     gr.on([component.change for component in inputs], preview, inputs,
           [config_title, config_code, trainer_code, command_line, form_message,
-           *plan_panel.outputs],
+           *plan_panel.outputs, *inputs],
           show_progress="hidden",
           trigger_mode="always_last")
     wire_apply_buttons(plan_panel, inputs)
@@ -151,13 +166,14 @@ def _form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
         fields["gpu_memory_gb"] = gr.Number(defaults["gpu_memory_gb"], label=LABELS["gpu_memory_gb"],
                                             info="for the memory plan", elem_id="new-job-gpu-memory-gb")
         fields["max_steps"] = _integer("max_steps", defaults, info="or leave empty and set epochs")
-        fields["epochs"] = gr.Number(defaults["epochs"], label=LABELS["epochs"], step=0.5,
-                                     info="passes over the data, instead of steps",
-                                     elem_id="new-job-epochs")
+        # A text box: Gradio draws an empty number box as 0, and 0 epochs is not "unset".
+        fields["epochs"] = gr.Textbox(defaults["epochs"], label=LABELS["epochs"],
+                                      info="passes over the data, instead of steps",
+                                      placeholder="empty: the steps say", elem_id="new-job-epochs")
         fields["learning_rate"] = gr.Number(defaults["learning_rate"],
                                             label=LABELS["learning_rate"], step=1e-5,
-                                            info="2e-4 suits LoRA on real models; the tiny "
-                                                 "built-in model learns visibly at 5e-3",
+                                            info="2e-4 suits LoRA on real models, 5e-3 the "
+                                                 "tiny built-in one (set as the model changes)",
                                             elem_id="new-job-learning-rate")
     with gr.Row():
         fields["micro_batch_size"] = _integer("micro_batch_size", defaults)

@@ -54,3 +54,23 @@ def test_waiting_reason_says_what_is_missing():
         waiting_reason(spec(num_gpus=16), [EIGHT_GPUS])
     assert waiting_reason(spec(num_gpus=4), [EIGHT_GPUS]) == \
         "waiting for 4 free GPU(s) on a worker of queue 'default'"
+    assert waiting_reason(spec(num_gpus=4), [EIGHT_GPUS], ahead=[3]) == \
+        "waiting for 4 free GPU(s) on a worker of queue 'default'; job 3, queued before it, " \
+        "starts first"
+
+
+def test_on_a_host_without_gpus_the_reason_names_the_job_slots_and_who_holds_them():
+    cpu_job = spec(queue="cpu", num_gpus=2)
+    assert waiting_reason(cpu_job, [CPU_ONLY], {"cpu@box": [5]}) == \
+        "waiting: the worker runs one job at a time and job 5 is running"
+    two_slots = WorkerView(name="cpu@box", host="box", queues=("cpu",), gpu_indices=None,
+                           concurrency=2)
+    assert waiting_reason(cpu_job, [two_slots], {"cpu@box": [5, 6]}, ahead=[7, 8]) == \
+        "waiting: the worker runs 2 jobs at a time and jobs 5, 6 are running; jobs 7, 8, " \
+        "queued before it, start first"
+    assert waiting_reason(cpu_job, [CPU_ONLY]) == \
+        "waiting for a free job slot: the worker runs one job at a time"
+    other = WorkerView(name="cpu@other", host="other", queues=("cpu",), gpu_indices=None,
+                       concurrency=1)
+    assert waiting_reason(cpu_job, [CPU_ONLY, other], {"cpu@box": [5], "cpu@other": [4]}) == \
+        "waiting: every worker of queue 'cpu' is busy (jobs 4, 5 running)"

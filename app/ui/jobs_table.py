@@ -1,0 +1,123 @@
+"""The Jobs tab's table: one row a job the principal may see, newest first, with its
+progress, latest figures, peak memory and why it is not running (queued) or failed; filtered
+by status, owner and model."""
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from app.auth.job_access import visible_jobs
+from app.auth.principal import Principal
+from app.ui.figure_text import first_line, format_number, format_time, step_progress
+from app.ui.job_ids import job_link
+from app.views.cluster import waiting_reasons
+from tunedeck.db.models import Job
+from tunedeck.failure_kinds import failure_label
+from tunedeck.job_states import FAILED, QUEUED
+from tunedeck.metrics import store as metric_store
+from tunedeck.metrics.figures import LOSS, TOKENS_PER_SECOND
+from tunedeck.settings import Settings
+
+# Units once, in the header; the id cell links the job's own page; the reason (what a queued
+# job waits for, why a failed one failed) is cut short with the whole of it on hover.
+JOBS_TABLE_COLUMNS = ["id", "name", "status", "progress", "loss", "tokens/s", "peak MB", "model",
+                      "method · backend", "owner", "created", "reason"]
+COLUMN_TYPES = ["markdown"] + ["str"] * (len(JOBS_TABLE_COLUMNS) - 2) + ["markdown"]
+# Wide enough for each header on one line at 1440 px (the browser test measures it).
+COLUMN_WIDTHS = ["3%", "9%", "7%", "9%", "6%", "7%", "7%", "10%", "13%", "7%", "8%", "14%"]
+REASON_CHARS = 90
+MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
+JOBS_TABLE_LIMIT = 100
+ANY = "any"
+STATUS_CHOICES = [ANY, "queued", "running", "succeeded", "failed", "cancelled"]
+DEFAULT_WORKER_LOST_SECONDS = Settings.model_fields["worker_lost_seconds"].default
+
+
+@dataclass(frozen=True)
+class JobsFilter:
+    """What the table shows: a status, an owner (an admin's choice), a model (any part of
+    its name or path, any case). None or "any": every value."""
+
+    status: str | None = None
+    owner: str | None = None
+    model: str | None = None
+
+    @classmethod
+    def of(cls, status: Any = None, owner: Any = None, model: Any = None) -> "JobsFilter":
+        def chosen(value: Any) -> str | None:
+            text = str(value).strip() if value is not None else ""
+            return None if text in ("", ANY) else text
+        return cls(chosen(status), chosen(owner), chosen(model))
+
+    def keeps(self, job: Job) -> bool:
+        return self.model is None or self.model.lower() in job.spec_model.model.lower()
+
+
+def jobs_table(*, database, principal: Principal, shown: JobsFilter = JobsFilter(),
+               worker_lost_seconds: float = DEFAULT_WORKER_LOST_SECONDS,
+               limit: int = JOBS_TABLE_LIMIT) -> pd.DataFrame:
+    with database.transaction() as session:
+        jobs = [job for job in visible_jobs(session=session, principal=principal,
+                                            limit=limit * 5 if shown.model else limit,
+                                            status=shown.status, owner=shown.owner)
+                if shown.keeps(job)][:limit]
+        ids = [job.id for job in jobs]
+        # One query each for the whole table, not one a job: it refreshes every 2 s.
+        summaries = metric_store.job_table_summaries(session=session, job_ids=ids)
+        waiting = waiting_reasons(session=session, jobs=jobs,
+                                  worker_lost_seconds=worker_lost_seconds)
+        rows = [_job_row(job, summaries.get(job.id), waiting.get(job.id)) for job in jobs]
+    return pd.DataFrame(rows, columns=JOBS_TABLE_COLUMNS)
+
+
+def empty_jobs_table() -> pd.DataFrame:
+    return pd.DataFrame([], columns=JOBS_TABLE_COLUMNS)
+
+
+def filter_choices(*, database, principal: Principal) -> tuple[list[str], list[str]]:
+    """The owners and models of the jobs the principal sees, for the filters' lists."""
+    with database.transaction() as session:
+        jobs = visible_jobs(session=session, principal=principal, limit=JOBS_TABLE_LIMIT * 5)
+    owners = sorted({job.owner for job in jobs if job.owner})
+    models = sorted({job.spec_model.model for job in jobs})
+    return [ANY, *owners], [ANY, *models]
+
+
+def _job_row(job: Job, latest_step: dict[str, Any] | None, waiting: str | None) -> list[Any]:
+    latest_step = latest_step or {}
+    spec = job.spec_model
+    return [
+        job_link(job.id), job.name, job.status, _progress(latest_step.get("step"), spec.max_steps),
+        format_number(latest_step.get(LOSS.field), "{:.4f}"),
+        format_number(latest_step.get(TOKENS_PER_SECOND.field), "{:,.0f}"),
+        format_number(latest_step.get("peak_mb"), "{:,.0f}"),
+        spec.model, f"{spec.method} · {spec.backend}", job.owner or "",
+        format_time(job.created_at), hover_cell(_reason(job, waiting)),
+    ]
+
+
+def _progress(step: int | None, max_steps: int | None) -> str:
+    text = step_progress(step, max_steps)
+    return f"{text} ({100 * (step or 0) // max_steps}%)" if max_steps else text
+
+
+def _reason(job: Job, waiting: str | None) -> str:
+    if job.status == FAILED:
+        label, error = failure_label(job.failure_kind, job.failed_rank), first_line(job.error)
+        return f"{label}: {error}" if error else label
+    return waiting or "" if job.status == QUEUED else ""
+
+
+def hover_cell(text: str, limit: int = REASON_CHARS) -> str:
+    """A Markdown cell showing `text` as plain text (nothing in it is markup), cut at `limit`
+    characters with the whole of it as the hover title."""
+    if not text:
+        return ""
+    shown = text if len(text) <= limit else text[:limit - 1] + "…"
+    visible = MARKDOWN_SPECIALS.sub(r"\\\1", html.escape(shown, quote=False))
+    return f'<span title="{html.escape(text)}">{visible}</span>'
+

@@ -1,0 +1,62 @@
+"""What the page carries besides its components: the style sheet and the script that make a
+job's page an address of its own (`/?job=ID`: shareable, kept on reload, and the browser's
+back button goes back to the job before)."""
+from __future__ import annotations
+
+from typing import Any
+
+from app.ui.job_ids import JOB_PARAMETER, parse_job_id
+
+# Runs in the browser once a job's page is drawn, with the job box's value: the address
+# names the job, a new history entry for each job opened.
+NAME_JOB_IN_ADDRESS_JS = f"""
+(jobId) => {{
+  const wanted = jobId ? String(Math.trunc(jobId)) : "";
+  const url = new URL(window.location.href);
+  if (wanted && url.searchParams.get("{JOB_PARAMETER}") !== wanted) {{
+    url.searchParams.set("{JOB_PARAMETER}", wanted);
+    window.history.pushState({{job: wanted}}, "", url);
+  }}
+  return [];
+}}
+"""
+
+# Back and forward load the page the address names; the page opens its job on load.
+# A plain click on a job link stays on this page (Gradio opens Markdown links in a new tab):
+# the table's row click opens the job here. Ctrl-, shift- or middle-click still opens a tab.
+HEAD = """
+<script>
+window.addEventListener("popstate", () => window.location.reload());
+document.addEventListener("click", (event) => {
+  const link = event.target.closest && event.target.closest('a[href^="?job="]');
+  if (!link || event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey) return;
+  event.preventDefault();
+}, true);
+</script>
+"""
+
+# Table headers never break inside a word; the error colour is the theme's.
+CSS = """
+#jobs-table th, #jobs-table th *, #compare-summary th, #compare-summary th * {
+  word-break: keep-all !important; overflow-wrap: normal !important; white-space: nowrap;
+}
+div.field-error, div.field-error *, .block.field-error .info-text {
+  color: var(--error-text-color, #b91c1c) !important;
+}
+.block.field-error .info-text { font-weight: 600; }
+.job-log-box {
+  overflow: auto; display: flex; flex-direction: column-reverse;
+  border: 1px solid var(--border-color-primary); border-radius: var(--radius-md);
+  padding: 8px; margin: 4px 0 6px; background: var(--background-fill-secondary);
+}
+.job-log-box pre { margin: 0; white-space: pre-wrap; word-break: break-word; font-size: 12px; }
+.job-log-label { font-size: var(--block-label-text-size); color: var(--block-label-text-color); }
+.block.field-error input, .block.field-error textarea {
+  border-color: var(--error-border-color, #ef4444) !important;
+}
+"""
+
+
+def job_in_address(query_params: Any) -> int | None:
+    """The job `?job=ID` names, or None (no such parameter, or not a job id)."""
+    return parse_job_id(query_params.get(JOB_PARAMETER)) if query_params is not None else None

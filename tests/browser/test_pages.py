@@ -1,0 +1,229 @@
+"""Issue 16 in a real browser at 1440 x 900: a job's own address (reload, back), the Jobs
+table (headers on one line, filters, why a queued job waits), the New job form (defaults
+that train, errors beside their field in the error colour, the preview kept), the Job page
+(what ran, one memory chart, the log at its newest line with a link to all of it, the
+cancel note gone once the job stopped, why Resume is greyed out) and the Cluster tab on a
+host without GPUs.
+
+One long job runs (and is cancelled by the tests) while a second waits behind it: the
+worker runs one job at a time. Screenshots go to SCREENS, one a page, to be looked at.
+"""
+from __future__ import annotations
+
+import re
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from harness.servers import RunningServer
+from tests.browser.conftest import USER, signed_in_page
+from tests.browser.tables import table_rows
+from tests.browser.vega import legend_labels
+
+pytestmark = [pytest.mark.browser, pytest.mark.torchrun]
+
+SCREENS = Path("/tmp/tunedeck-screens")
+VIEWPORT = {"width": 1440, "height": 900}
+LONG = {"model": "builtin:tiny-llama", "dataset": "builtin:arithmetic", "method": "lora",
+        "backend": "fsdp", "num_gpus": 2, "max_steps": 100_000, "micro_batch_size": 4,
+        "seq_len": 64, "precision": "bf16", "learning_rate": 5e-3}
+SHORT = {**LONG, "max_steps": 3}
+WAIT_SECONDS = 240
+
+
+@pytest.fixture(scope="module")
+def jobs(tunedeck_server: RunningServer) -> tuple[int, int]:
+    """(the long job, running once this returns; the short one queued behind it)."""
+    long_job = tunedeck_server.submit({**LONG, "name": "pages-long"})
+    short_job = tunedeck_server.submit({**SHORT, "name": "pages-short"})
+    tunedeck_server.wait_for(long_job, {"running"}, timeout_seconds=WAIT_SECONDS)
+    return long_job, short_job
+
+
+@contextmanager
+def _opened(browser, server: RunningServer, path: str = "/") -> Iterator:
+    """A signed-in page at 1440 x 900 on `path`, closed after."""
+    page = signed_in_page(browser, server.base_url, viewport=VIEWPORT, path=path)
+    try:
+        yield page
+    finally:
+        page.context.close()
+
+
+@pytest.fixture
+def wide_page(browser, tunedeck_server):
+    with _opened(browser, tunedeck_server) as page:
+        yield page
+
+
+def _expect():
+    from playwright.sync_api import expect
+
+    return expect
+
+
+def _shot(page, name: str) -> None:
+    SCREENS.mkdir(exist_ok=True)
+    page.screenshot(path=str(SCREENS / f"{name}.png"), full_page=True)
+
+
+def _tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name, exact=True).click()
+
+
+def test_the_form_defaults_train_and_a_bad_value_is_marked_beside_its_field(wide_page):
+    expect, page = _expect(), wide_page
+    rate = page.locator("#new-job-learning-rate input")
+    assert float(rate.input_value()) == 5e-3  # the built-in model learns visibly at it
+    assert page.locator("#new-job-epochs input, #new-job-epochs textarea").first.input_value() == ""
+    config = page.locator("#new-job-config")
+    expect(config).to_contain_text('"stage": 2')
+    rate.fill("5")
+    rate.press("Tab")
+    field = page.locator("#new-job-learning-rate")
+    expect(field).to_have_class(re.compile(r"\bfield-error\b"))
+    expect(field).to_contain_text("less than or equal to 1")
+    colour = field.locator(".info-text").evaluate("node => getComputedStyle(node).color")
+    black = page.locator("#new-job-model .info-text, #new-job-model [data-testid=block-info]") \
+        .first.evaluate("node => getComputedStyle(node).color")
+    assert colour != black and re.match(r"rgb\((\d+), (\d+), (\d+)\)", colour), (colour, black)
+    red, green, blue = map(int, re.findall(r"\d+", colour)[:3])
+    assert red > 150 and green < 100 and blue < 100, colour  # the theme's error red
+    expect(page.locator("#new-job-errors")).to_contain_text("Learning rate (learning_rate)")
+    expect(config).to_contain_text('"stage": 2')  # the last valid form's config stays
+    _shot(page, "new-job-bad-value")
+    page.locator("#new-job-submit").click()
+    result = page.locator("#new-job-result")
+    expect(result).to_contain_text("Not submitted: fix what is marked in red")
+    expect(result).not_to_contain_text("less than or equal")  # said once, beside the field
+    rate.fill("0.005")
+    rate.press("Tab")
+    expect(field).not_to_have_class(re.compile(r"\bfield-error\b"))
+    # A real model's folder takes the real-model default, unless the user typed their own.
+    page.locator("#new-job-model textarea, #new-job-model input").first.fill("/models/Qwen2.5")
+    expect(rate).to_have_value("0.0002")
+
+
+def test_the_jobs_table_fits_says_why_a_job_waits_and_filters(wide_page, jobs):
+    expect, page = _expect(), wide_page
+    long_job, short_job = jobs
+    _tab(page, "Jobs")
+    table = page.locator("#jobs-table")
+    expect(table).to_contain_text("pages-short")
+    rows = {row["name"]: row for row in table_rows(page, "#jobs-table")}
+    assert rows["pages-short"]["status"] == "queued", rows
+    assert rows["pages-short"]["reason"] == (
+        f"waiting: the worker runs one job at a time and job {long_job} is running"), rows
+    assert rows["pages-long"]["method · backend"] == "lora · fsdp"
+    # Every header on one line: none is broken inside a word ("metho/d").
+    for header in table.locator("[data-testid^='header-']").all():
+        name = header.get_attribute("title") or ""
+        lines = header.evaluate(
+            "node => { const range = document.createRange(); range.selectNodeContents(node);"
+            " return new Set([...range.getClientRects()].map(r => Math.round(r.top))).size; }")
+        assert lines <= 2, (name, lines)  # its text, and its menu button on the same row
+        height = header.evaluate("node => node.getBoundingClientRect().height")
+        assert height < 60, (name, height)
+        clipped = header.evaluate(
+            "node => [node, ...node.querySelectorAll('*')].some("
+            "el => el.scrollWidth > el.clientWidth + 1 && el.clientWidth > 0)")
+        assert not clipped, name  # nor cut short ("tokens/")
+    _shot(page, "jobs")
+    page.locator("#jobs-status input").click()
+    page.get_by_role("option", name="queued", exact=True).click()
+    expect(table).not_to_contain_text("pages-long")
+    expect(table).to_contain_text("pages-short")
+
+
+def test_a_job_has_its_own_address_kept_on_reload_and_back(browser, tunedeck_server, jobs):
+    expect = _expect()
+    long_job, short_job = jobs
+    with _opened(browser, tunedeck_server, f"/?job={long_job}") as page:
+        expect(page.locator("#job-status")).to_contain_text(f"Job {long_job}")
+        expect(page.locator("#job-what-ran")).to_contain_text(
+            f"builtin:tiny-llama on builtin:arithmetic · lora on fsdp · 2 GPU(s) · "
+            f"submitted by {USER} at")
+        _tab(page, "Jobs")
+        page.locator("#jobs-table [data-testid^='cell-']").filter(has_text="pages-short") \
+            .first.click()
+        page.wait_for_url(f"**/?job={short_job}")
+        expect(page.locator("#job-status")).to_contain_text(f"Job {short_job}")
+        page.reload()
+        expect(page.locator("#job-status")).to_contain_text(f"Job {short_job}")
+        page.go_back()
+        page.wait_for_url(f"**/?job={long_job}")
+        expect(page.locator("#job-status")).to_contain_text(f"Job {long_job}")
+        # The id cell is a link to the same address.
+        _tab(page, "Jobs")
+        link = page.locator(f"#jobs-table [data-testid^='cell-'] a[href='?job={short_job}']")
+        expect(link).to_be_visible()
+
+
+def test_the_job_page_keeps_the_log_at_its_newest_line_and_one_memory_chart(
+        browser, tunedeck_server, jobs):
+    expect = _expect()
+    long_job, _short = jobs
+    with _opened(browser, tunedeck_server, f"/?job={long_job}") as page:
+        expect(page.locator("#job-status")).to_contain_text(re.compile(r"step [1-9]"),
+                                                            timeout=WAIT_SECONDS * 1000)
+        box = page.locator("#job-log .job-log-box")
+        deadline = time.monotonic() + 60
+        while box.evaluate("node => node.scrollHeight <= node.clientHeight") \
+                and time.monotonic() < deadline:
+            time.sleep(1)  # until the log overflows its box
+        assert box.evaluate("node => node.scrollHeight > node.clientHeight")
+        # Scrolled to its newest line: a reversed column's scrollTop is 0 at its end.
+        assert abs(box.evaluate("node => node.scrollTop")) <= 2
+        last_line = box.inner_text().strip().splitlines()[-1]
+        visible = box.evaluate("node => node.getBoundingClientRect().bottom")
+        assert last_line and visible > 0
+        href = page.locator("#job-download-log, #job-log-download").first.get_attribute("href")
+        assert href == f"/api/jobs/{long_job}/logs/full"
+        full = tunedeck_server.http.get(href)
+        assert full.status_code == 200 and "step" in full.text
+        assert len(full.text.splitlines()) >= len(box.inner_text().splitlines()) - 1
+        expect(page.locator("#job-memory-plot")).to_be_visible()
+        assert page.locator("#job-gpu-memory-plot").count() == 0
+        deadline = time.monotonic() + 60
+        while legend_labels(page, "#job-memory-plot") != ["rank 0", "rank 1"] \
+                and time.monotonic() < deadline:
+            time.sleep(1)
+        assert legend_labels(page, "#job-memory-plot") == ["rank 0", "rank 1"]
+        events = page.locator("#job-events")
+        for cell in events.locator("[data-testid^='cell-'][data-testid$='-2']").all():
+            clipped = cell.evaluate("node => node.scrollWidth > node.clientWidth + 1")
+            assert not clipped, cell.inner_text()  # whole messages, wrapped
+        _shot(page, "job-running")
+
+
+def test_a_cancelled_job_drops_the_cancel_note_and_says_why_resume_is_greyed(
+        browser, tunedeck_server, jobs):
+    expect = _expect()
+    long_job, short_job = jobs
+    with _opened(browser, tunedeck_server, f"/?job={long_job}") as page:
+        expect(page.locator("#job-status")).to_contain_text("running")
+        page.locator("#job-cancel").click()
+        note = page.locator("#job-cancel-result")
+        expect(note).to_contain_text("Cancel requested")
+        tunedeck_server.wait_for(long_job, {"cancelled"}, timeout_seconds=WAIT_SECONDS)
+        expect(page.locator("#job-status")).to_contain_text("cancelled")
+        expect(note).not_to_contain_text("Cancel requested")
+        expect(page.locator("#job-resume")).to_be_disabled()
+        expect(page.locator("#job-resume-hint")).to_contain_text(
+            "Resume needs a checkpoint, and this job saved none")
+        _shot(page, "job-cancelled")
+        tunedeck_server.wait_for(short_job, {"succeeded"}, timeout_seconds=WAIT_SECONDS)
+
+
+def test_the_cluster_tab_describes_a_host_without_gpus(wide_page, jobs):
+    expect, page = _expect(), wide_page
+    _tab(page, "Cluster")
+    hosts = page.locator("#cluster-cpu-hosts")
+    expect(hosts).to_contain_text("CPU host")
+    expect(hosts).to_contain_text("jobs run on CPU ranks, one at a time")
+    expect(hosts).to_contain_text(re.compile(r"\d+ cores"))
+    expect(page.locator("#cluster-gpus")).to_be_hidden()
+    _shot(page, "cluster")
