@@ -10,8 +10,10 @@ import pandas as pd
 from app.actions.compare_backends import compare_backends
 from app.actions.errors import NotFound, Refused
 from app.actions.job_lookup import find_visible_job
+from app.auth.job_access import visible_jobs
 from app.auth.principal import Principal
 from app.ui.job_ids import parse_job_id
+from app.ui.job_page.live_charts import format_duration
 from app.views.job_compare import BadJobIds, compare_jobs, parse_job_ids
 from tunedeck import job_store
 from tunedeck.job_spec import JobSpec
@@ -22,7 +24,18 @@ THROUGHPUT_COLUMNS = ["step", "tokens_per_second", "job"]
 MEMORY_COLUMNS = ["seconds", "memory_mb", "job"]
 DIFF_COLUMNS = ["field"]
 COMPARE_CHART_POINTS = 1000  # per line; several jobs share one chart
-NO_COMPARISON = "Type two or more job ids, e.g. `3, 5, 8`, and press Compare."
+NO_COMPARISON = ("Pick two or more jobs in **Jobs to compare** (or type their ids, e.g. "
+                 "`3, 5, 8`): their loss, throughput and memory are overlaid, one colour a job, "
+                 "with their figures and the spec fields that differ side by side.")
+SUMMARY_COLUMNS = ["figure"]
+# One colour a job on every chart (Vega's category10); a job's eval line and ranks take it.
+JOB_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+               "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939"]
+EVAL_TINT = 0.45  # an eval line is its job's colour, this much lighter
+FIGURE_ROWS = [("final loss", "final_loss", "{:.4f}"), ("best loss", "best_loss", "{:.4f}"),
+               ("final eval loss", "final_eval_loss", "{:.4f}"),
+               ("tokens/s (last 20 steps)", "tokens_per_second", "{:,.0f}"),
+               ("peak memory (MB)", "peak_mb", "{:,.0f}"), ("wall time", "wall_seconds", None)]
 
 
 @dataclass(frozen=True)
@@ -34,9 +47,15 @@ class Comparison:
     throughput: pd.DataFrame = field(default_factory=lambda: _frame([], THROUGHPUT_COLUMNS))
     memory: pd.DataFrame = field(default_factory=lambda: _frame([], MEMORY_COLUMNS))
     diff: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=DIFF_COLUMNS))
+    summary: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SUMMARY_COLUMNS))
     running: bool = False
     # Each chart's lines, by job, before they have points: {"loss" | "throughput" | "memory": names}
     lines: dict[str, list[str]] = field(default_factory=dict)
+    colours: dict[str, str] = field(default_factory=dict)  # every line's colour, by its name
+
+    @property
+    def shown(self) -> bool:
+        return bool(self.lines)
 
 
 def load_comparison(ids_text: str | None, *, database, principal: Principal) -> Comparison:
@@ -51,6 +70,7 @@ def load_comparison(ids_text: str | None, *, database, principal: Principal) -> 
         return Comparison(f"Cannot compare: {problem}.")
     labels = {job["id"]: job_label(job) for job in compared["jobs"]}
     series = compared["series"]
+    lines = _every_line(labels, specs)
     return Comparison(
         message=_summary(compared["jobs"]),
         loss=_frame([(row["step"], row["loss"], _loss_line(labels[row["job_id"]], row["kind"]))
@@ -61,9 +81,45 @@ def load_comparison(ids_text: str | None, *, database, principal: Principal) -> 
                         f"{labels[row['job_id']]} rank {row['rank']}")
                        for row in series["memory"]], MEMORY_COLUMNS),
         diff=diff_frame(compared["diff"], list(labels.values())),
+        summary=summary_frame(compared["jobs"], list(labels.values())),
         running=any(job["status"] not in FINISHED_STATUSES for job in compared["jobs"]),
-        lines=_every_line(labels, specs),
+        lines=lines,
+        colours=line_colours(labels, lines),
     )
+
+
+def line_colours(labels: dict[int, str], lines: dict[str, list[str]]) -> dict[str, str]:
+    """Each line's colour: its job's, wherever it is drawn (an eval line a lighter tint)."""
+    colours: dict[str, str] = {}
+    for index, label in enumerate(labels.values()):
+        colour = JOB_COLOURS[index % len(JOB_COLOURS)]
+        for line in {line for chart in lines.values() for line in chart}:
+            if line == label or line.startswith(f"{label} "):
+                colours[line] = _tint(colour) if line.endswith(" eval") else colour
+    return colours
+
+
+def _tint(colour: str) -> str:
+    channels = [int(colour[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(c + (255 - c) * EVAL_TINT):02x}" for c in channels)
+
+
+def summary_frame(jobs: list[dict[str, Any]], labels: list[str]) -> pd.DataFrame:
+    """One row a figure (final and best loss, eval loss, tokens/s, peak memory, wall time),
+    one column a job."""
+    rows = []
+    for title, key, pattern in FIGURE_ROWS:
+        values = [job["figures"].get(key) for job in jobs]
+        if all(value is None for value in values):
+            continue  # e.g. no job has an eval set
+        rows.append([title, *(_figure(value, pattern) for value in values)])
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS + labels)
+
+
+def _figure(value: float | None, pattern: str | None) -> str:
+    if value is None:
+        return ""
+    return pattern.format(value) if pattern else format_duration(value)
 
 
 def _visible_specs(database, principal: Principal, job_ids: list[int]) -> dict[int, JobSpec]:
@@ -83,6 +139,13 @@ def _every_line(labels: dict[int, str], specs: dict[int, JobSpec]) -> dict[str, 
             loss.append(_loss_line(label, "eval"))
         memory += [f"{label} rank {rank}" for rank in range(specs[job_id].world_size)]
     return {"loss": loss, "throughput": list(labels.values()), "memory": memory}
+
+
+def pickable_jobs(*, database, principal: Principal, limit: int = 100) -> list[tuple[str, int]]:
+    """The jobs the principal may compare, newest first, as (label, id) for a picker."""
+    with database.transaction() as session:
+        jobs = visible_jobs(session=session, principal=principal, limit=limit)
+        return [(f"{job.id} · {job.name} · {job.status}", job.id) for job in jobs]
 
 
 def job_label(job: dict[str, Any]) -> str:

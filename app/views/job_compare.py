@@ -6,8 +6,9 @@ from typing import Any
 
 from tunedeck import job_store
 from tunedeck.db.engine import Database
-from tunedeck.db.models import Job
+from tunedeck.db.models import Job, utc_now
 from tunedeck.job_store import MAX_JOB_ID
+from tunedeck.metrics import store as metric_store
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
 from tunedeck.metrics.figures import EVAL_LOSS, LOSS, TOKENS_PER_SECOND, rank_memory_mb
 from tunedeck.metrics.store import read_chart_metrics
@@ -46,9 +47,42 @@ def compare_jobs(*, database: Database, job_ids: list[int],
         jobs = [job_store.get_job(session=session, job_id=job_id) for job_id in job_ids]
         metrics = {job.id: read_chart_metrics(session=session, job_id=job.id,
                                               max_points=max_points) for job in jobs}
-        return {"jobs": [job_summary(job) for job in jobs],
+        peaks = metric_store.job_table_summaries(session=session, job_ids=job_ids)
+        return {"jobs": [{**job_summary(job),
+                          "figures": job_figures(job, metrics[job.id], peaks.get(job.id))}
+                         for job in jobs],
                 "diff": spec_diff([job.spec_model.model_dump(mode="json") for job in jobs]),
                 "series": overlaid_series(metrics)}
+
+
+RECENT_STEPS = 20  # tokens/s is the mean of the newest steps: the warm-up's first is slow
+
+
+def job_figures(job: Job, metrics: dict[str, list[dict[str, Any]]],
+                table_summary: dict[str, Any] | None) -> dict[str, float | None]:
+    """What a comparison sets side by side: final and best train loss, final eval loss,
+    recent tokens/s, peak memory (MB: the largest allocator peak of any rank, else RSS) and
+    wall time (seconds from start to finish, or to now while it runs). None: not measured."""
+    losses = [row[LOSS.field] for row in metrics["train"] if row.get(LOSS.field) is not None]
+    evals = [row[EVAL_LOSS.field] for row in metrics["eval"]
+             if row.get(EVAL_LOSS.field) is not None]
+    rates = [row[TOKENS_PER_SECOND.field] for row in metrics["train"][-RECENT_STEPS:]
+             if row.get(TOKENS_PER_SECOND.field) is not None]
+    wall = None
+    if job.started_at is not None:
+        wall = ((_aware(job.finished_at) if job.finished_at else utc_now())
+                - _aware(job.started_at)).total_seconds()
+    return {"final_loss": losses[-1] if losses else None,
+            "best_loss": min(losses) if losses else None,
+            "final_eval_loss": evals[-1] if evals else None,
+            "tokens_per_second": sum(rates) / len(rates) if rates else None,
+            "peak_mb": (table_summary or {}).get("peak_mb"),
+            "wall_seconds": round(wall, 1) if wall is not None else None}
+
+
+def _aware(moment):
+    # SQLite hands back naive datetimes; they were written in UTC.
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=utc_now().tzinfo)
 
 
 def job_summary(job: Job) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import save_file
 
 from app.auth.principal import OPEN_PRINCIPAL
-from app.ui import job_handlers
+from app.ui.job_page import job_handlers
 from app.views import artifacts
 from app.views.artifacts import artifact_summary, artifact_zip, readable_bytes, summary_text
 from tunedeck import job_store

@@ -5,8 +5,8 @@ import gzip
 import json
 
 from app.auth.principal import OPEN_PRINCIPAL
-from app.ui import form_handlers
-from app.ui.column_handlers import dataset_column_choices
+from app.ui.new_job import form_handlers
+from app.ui.new_job.column_handlers import dataset_column_choices
 from tunedeck.data.columns import peek_columns
 from tunedeck.settings import Settings
 

@@ -1,6 +1,6 @@
 """The New-job form's export dtype: its choices are the spec's, and the choice reaches the spec."""
-from app.ui import form_handlers
 from app.ui.build_ui import build_ui
+from app.ui.new_job import form_handlers
 from tunedeck.job_spec import EXPORT_DTYPES, JobSpec, parse_spec_text
 
 

@@ -118,6 +118,41 @@ def test_compare_tab_frames_are_coloured_by_job_and_refresh_while_one_runs(datab
     empty = compare_handlers.load_comparison("", database=database, principal=OPEN_PRINCIPAL)
     assert empty.message == compare_handlers.NO_COMPARISON and not empty.running
     assert empty.loss["step"].dtype == "float64"
+    assert not empty.shown  # the tables are hidden; the message says what to do
+
+
+def test_every_line_of_a_job_has_the_jobs_colour_on_every_chart(database):
+    first, second = create_job(database), create_job(database, backend="fsdp", eval_split=0.1,
+                                                      eval_every_steps=2)
+    comparison = compare_handlers.load_comparison(f"{first}, {second}", database=database,
+                                                  principal=OPEN_PRINCIPAL)
+    colours = comparison.colours
+    one, two = f"job {first} (zero2)", f"job {second} (fsdp)"
+    assert colours[one] == colours[f"{one} rank 0"] == colours[f"{one} rank 1"] == "#1f77b4"
+    assert colours[two] == colours[f"{two} rank 1"] == "#ff7f0e"
+    assert colours[f"{two} eval"] not in (colours[one], colours[two])  # a tint of its job's
+    every_line = {line for lines in comparison.lines.values() for line in lines}
+    assert every_line == set(colours)
+
+
+def test_the_summary_sets_each_jobs_figures_side_by_side(database):
+    first, second = create_job(database), create_job(database, backend="fsdp")
+    seed_points(database, first, steps=4, start_time=0.0)
+    seed_points(database, second, steps=2, start_time=0.0)
+    with database.transaction() as session:
+        job_store.mark_job_running(session=session, job_id=first, run_dir="/r", worker_host="h")
+    comparison = compare_handlers.load_comparison(f"{first}, {second}", database=database,
+                                                  principal=OPEN_PRINCIPAL)
+    rows = {row[0]: row[1:] for row in comparison.summary.values.tolist()}
+    assert rows["final loss"] == ["0.7500", "1.5000"] and rows["best loss"] == ["0.7500", "1.5000"]
+    assert rows["final eval loss"] == ["1.5000", "1.5000"]
+    assert rows["tokens/s (last 20 steps)"] == [f"{100 * first:,}", f"{100 * second:,}"]
+    assert rows["peak memory (MB)"] == ["501", "501"]
+    assert rows["wall time"][0].endswith("s") and rows["wall time"][1] == ""  # never started
+    assert list(comparison.summary.columns) == ["figure", f"job {first} (zero2)",
+                                                f"job {second} (fsdp)"]
+    picked = compare_handlers.pickable_jobs(database=database, principal=OPEN_PRINCIPAL)
+    assert [job_id for _label, job_id in picked] == [second, first]
 
 
 def test_backend_variants_differ_only_in_backend_name_and_budget():

@@ -7,8 +7,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from app.auth.principal import OPEN_PRINCIPAL
-from app.ui import job_handlers, jobs_table, live_charts
+from app.ui import jobs_table
 from app.ui.job_ids import job_id_from_row
+from app.ui.job_page import job_handlers, live_charts
 from tunedeck import job_store
 from tunedeck.job_spec import JobSpec
 from tunedeck.metrics import store as metric_store

@@ -65,8 +65,8 @@ def _store_big_job(database, job_id):
 
 
 def test_a_100000_point_job_comes_back_downsampled_to_api_and_page(client):
-    from app.ui.job_handlers import load_job_page
-    from app.ui.live_charts import LIVE_CHART_POINTS
+    from app.ui.job_page.job_handlers import load_job_page
+    from app.ui.job_page.live_charts import LIVE_CHART_POINTS
 
     job_id = client.post("/api/jobs", json=SPEC).json()["id"]
     database = client.app.state.database

@@ -3,8 +3,8 @@ run in a subprocess (the web process never imports torch)."""
 import pytest
 
 from app.auth.principal import Principal
-from app.ui import form_handlers
-from app.ui.target_handlers import lora_targets_view
+from app.ui.new_job import form_handlers
+from app.ui.new_job.target_handlers import lora_targets_view
 from tests.trainer.model_families import family_config
 from tunedeck.lora_targets_text import preview_as_markdown
 from tunedeck.settings import Settings

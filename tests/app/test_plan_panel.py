@@ -12,8 +12,8 @@ import gradio as gr
 import pytest
 
 from app.auth.principal import OPEN_PRINCIPAL, Principal
-from app.ui import form_handlers
-from app.ui.plan_handlers import apply_setup, fit_warning, missing_fields, plan_frame
+from app.ui.new_job import form_handlers
+from app.ui.new_job.plan_handlers import apply_setup, fit_warning, missing_fields, plan_frame
 from app.ui.tabs.plan_panel import MAX_SETUPS, apply_clicked, plan_updates
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.plan_request import GpuRequest, plan_json

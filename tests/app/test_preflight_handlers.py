@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from app.auth.principal import OPEN_PRINCIPAL
-from app.ui import form_handlers
 from app.ui.build_ui import build_ui
-from app.ui.preflight_handlers import check_form_data
+from app.ui.new_job import form_handlers
+from app.ui.new_job.preflight_handlers import check_form_data
 from tests.app.test_ui_handlers import RecordingCelery
 from tests.trainer.conftest import builtin_model_dir, tunedeck_home  # noqa: F401 (fixtures)
 from tunedeck.broker import PREFLIGHT_DATASET_TASK
@@ -77,7 +77,7 @@ def test_a_preflight_the_broker_refuses_fails_at_once_saying_so(database, tmp_pa
 
 
 def test_the_histogram_shows_every_bin_to_seq_len_and_over_it_only_what_is_used():
-    from app.ui.preflight_handlers import histogram_html
+    from app.ui.new_job.preflight_handlers import histogram_html
     from trainer.dataset_preflight import length_histogram
 
     inside = histogram_html(length_histogram([10, 20, 30], seq_len=256))

@@ -1,9 +1,9 @@
 """Failure reasons in the API and on the pages, and "Retry with…": a real SQLite database and
 the real server-less broker (no worker runs), job rows failed through the store."""
 from app.auth.principal import OPEN_PRINCIPAL
-from app.ui import job_actions
-from app.ui.job_handlers import load_job_page
 from app.ui.job_ids import job_link
+from app.ui.job_page import job_actions
+from app.ui.job_page.job_handlers import load_job_page
 from app.ui.jobs_table import jobs_table
 from app.views.failure import failure_markdown, failure_view, rank_log_tail
 from tunedeck import job_store

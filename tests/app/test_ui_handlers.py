@@ -5,9 +5,11 @@ import json
 from pathlib import Path
 
 from app.auth.principal import OPEN_PRINCIPAL
-from app.ui import form_handlers, job_actions, job_handlers, jobs_table
-from app.ui.job_ids import job_id_from_row, job_link
+from app.ui import jobs_table
 from app.ui.build_ui import build_ui
+from app.ui.job_ids import job_id_from_row, job_link
+from app.ui.job_page import job_actions, job_handlers
+from app.ui.new_job import form_handlers
 from tunedeck import job_store
 from tunedeck.broker import RUN_JOB_TASK
 from tunedeck.db.engine import Database

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from app.auth.principal import OPEN_PRINCIPAL
-from app.ui import form_handlers
-from app.ui.plan_handlers import apply_setup
+from app.ui.new_job import form_handlers
+from app.ui.new_job.plan_handlers import apply_setup
 from tests.browser.conftest import signed_in_page
 from tunedeck.planner.plan_text import strategy_cells
 from tunedeck.settings import Settings

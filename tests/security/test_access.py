@@ -298,8 +298,9 @@ def test_every_route_rest_and_gradio_refuses_an_anonymous_request(ui_app):
 
 def test_the_ui_shows_and_acts_on_a_users_own_jobs_only(client, accounts_app):
     from app.auth.principal import Principal
-    from app.ui import compare_handlers, job_actions, job_handlers, jobs_table
+    from app.ui import compare_handlers, jobs_table
     from app.ui.job_ids import job_link
+    from app.ui.job_page import job_actions, job_handlers
 
     database = accounts_app.state.database
     alice, bob = Principal("alice", is_admin=False), Principal("bob", is_admin=False)

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from app.auth.principal import Principal
-from app.ui import form_handlers
+from app.ui.new_job import form_handlers
 from tunedeck.accounts import users as accounts
 from tunedeck.job_spec import JobSpec
 from worker.input_check import find_input_problems, worker_input_roots
@@ -271,7 +271,7 @@ def test_the_forms_upload_keeps_a_good_file_and_refuses_a_bad_one(tmp_path):
     import json as _json
 
     from app.auth.principal import Principal
-    from app.ui.upload_handlers import upload_dataset_from_form
+    from app.ui.new_job.upload_handlers import upload_dataset_from_form
     from tunedeck.db.engine import Database
     from tunedeck.migrate import upgrade_database
     from tunedeck.settings import Settings

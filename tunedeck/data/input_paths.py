@@ -111,5 +111,6 @@ def _folder_link_problem(field: str, reference: str, real: Path,
 
 def _where_allowed(allowed_roots: Sequence[Path]) -> str:
     roots = ", ".join(str(root) for root in allowed_roots) or "none"
-    return (f"Allowed folders: {roots} (an admin changes them with {ROOTS_SETTING}; a dataset "
-            "can also be uploaded with POST /api/datasets)")
+    return (f"Allowed folders: {roots} (an admin changes them with {ROOTS_SETTING}). A dataset "
+            "file can be uploaded instead: the form's Upload button just below, or "
+            "POST /api/datasets")

@@ -21,7 +21,9 @@ class CompareTab:
 
 def build_compare_tab(*, database) -> CompareTab:
     with gr.Row():
-        job_ids = gr.Textbox(label="Job ids", placeholder="3, 5, 8", scale=3,
+        picker = gr.Dropdown([], multiselect=True, label="Jobs to compare", scale=3,
+                             info="your jobs, newest first", elem_id="compare-picker")
+        job_ids = gr.Textbox(label="Job ids", placeholder="3, 5, 8", scale=2,
                              elem_id="compare-ids")
         compare_button = gr.Button("Compare", variant="primary", scale=1,
                                    elem_id="compare-button")
@@ -38,15 +40,27 @@ def build_compare_tab(*, database) -> CompareTab:
                               title="Memory per rank (accelerator allocated, else process RSS)",
                               x_title="seconds since the job's first reading", y_title="MB",
                               height=PLOT_HEIGHT, elem_id="compare-memory-plot")
+    summary_table = gr.Dataframe(label="Figures", interactive=False, wrap=True, visible=False,
+                                 elem_id="compare-summary")
     diff_table = gr.Dataframe(label="Spec fields that differ", interactive=False, wrap=True,
-                              elem_id="compare-diff")
+                              visible=False, elem_id="compare-diff")
     refresh_timer = gr.Timer(REFRESH_SECONDS, active=False)
-    outputs = [message, loss_plot, throughput_plot, memory_plot, diff_table, refresh_timer]
+    outputs = [message, loss_plot, throughput_plot, memory_plot, summary_table, diff_table,
+               refresh_timer]
+
+    def offer_jobs(request: gr.Request):
+        return gr.Dropdown(choices=compare_handlers.pickable_jobs(
+            database=database, principal=principal_of(request)))
+
+    def picked(job_numbers):
+        return ", ".join(str(job_id) for job_id in job_numbers or ()) or gr.skip()
 
     def refresh(ids_text, request: gr.Request):
         return _show(compare_handlers.load_comparison(ids_text, database=database,
                                                       principal=principal_of(request)))
 
+    picker.focus(offer_jobs, None, picker, show_progress="hidden")
+    picker.change(picked, picker, job_ids, show_progress="hidden")
     compare_button.click(refresh, job_ids, outputs, show_progress="hidden")
     job_ids.submit(refresh, job_ids, outputs, show_progress="hidden")
     job_ids.change(refresh, job_ids, outputs, show_progress="hidden", trigger_mode="always_last")
@@ -56,9 +70,14 @@ def build_compare_tab(*, database) -> CompareTab:
 
 def _show(comparison: Comparison) -> tuple:
     """The comparison as updates, in the order of the tab's outputs."""
-    lines = comparison.lines
-    return (comparison.message,
-            compare_handlers.with_every_line(comparison.loss, lines.get("loss", [])),
-            compare_handlers.with_every_line(comparison.throughput, lines.get("throughput", [])),
-            compare_handlers.with_every_line(comparison.memory, lines.get("memory", [])),
-            comparison.diff, gr.Timer(active=comparison.running))
+    lines, colours = comparison.lines, comparison.colours or None
+    charts = [gr.LinePlot(compare_handlers.with_every_line(frame, lines.get(name, [])),
+                          color_map=colours)
+              for frame, name in ((comparison.loss, "loss"),
+                                  (comparison.throughput, "throughput"),
+                                  (comparison.memory, "memory"))]
+    # Before there is anything to compare, only the message says what to do.
+    return (comparison.message, *charts,
+            gr.Dataframe(comparison.summary, visible=comparison.shown),
+            gr.Dataframe(comparison.diff, visible=comparison.shown),
+            gr.Timer(active=comparison.running))

@@ -9,8 +9,9 @@ from typing import Any
 import gradio as gr
 
 from app.auth.principal import principal_of
-from app.ui import compare_handlers, job_actions, job_handlers
-from app.ui.job_handlers import JobPage
+from app.ui import compare_handlers
+from app.ui.job_page import job_actions, job_handlers
+from app.ui.job_page.job_handlers import JobPage
 from app.ui.tabs.failure_panel import build_failure_panel, show_failure
 from app.ui.tabs.live_panel import build_live_panel, build_progress, show_live
 
@@ -39,9 +40,10 @@ def build_job_page_tab(*, database, celery_app) -> JobPageTab:
             cancel_message = gr.Markdown(elem_id="job-cancel-result")
             resume_hint = gr.Markdown(elem_id="job-resume-hint")
     headline = gr.Markdown(job_handlers.NO_JOB_HEADLINE, elem_id="job-status")
-    progress = build_progress()
+    # A failed job's page opens on why it failed, before anything it measured.
     error = gr.HTML(visible=False, elem_id="job-error")
     failure = build_failure_panel()
+    progress = build_progress()
     downloads = gr.HTML(visible=False, elem_id="job-downloads")
     charts = _charts()
     live = build_live_panel(progress)
@@ -151,7 +153,9 @@ def _show(page: JobPage) -> tuple:
         page.headline,
         gr.HTML(job_handlers.error_html(page.error), visible=bool(page.error)),
         gr.HTML(page.downloads_html, visible=bool(page.downloads_html)),
-        page.loss, page.throughput,
+        # A finished job's chart with no point (it failed before its first step) is hidden.
+        gr.LinePlot(page.loss, visible=page.charts_shown(page.loss)),
+        gr.LinePlot(page.throughput, visible=page.charts_shown(page.throughput)),
         log_html(page.log_tail, page.log_link_html), page.events, page.config_json,
         page.command_line, page.checkpoints,
         gr.Button(interactive=page.cancellable),
@@ -159,5 +163,5 @@ def _show(page: JobPage) -> tuple:
         page.resume_hint,
         gr.Timer(active=not page.finished),
         *show_failure(page.failure),
-        *show_live(page.live, page.memory_comparison),
+        *show_live(page.live, page.memory_comparison, shown=page.charts_shown),
     )

@@ -3,10 +3,12 @@ worker's samples and the step figures (under the loss and memory charts)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import gradio as gr
+import pandas as pd
 
-from app.ui.live_charts import LiveCharts
+from app.ui.job_page.live_charts import LiveCharts
 from tunedeck.metrics.figures import (GPU_USED_MB, GRAD_NORM, LEARNING_RATE, MFU, STEP_SECONDS,
                                       Figure)
 
@@ -54,12 +56,16 @@ def _step_plot(figure: Figure, elem_id: str, *, visible: bool = True) -> gr.Line
                        height=PLOT_HEIGHT, elem_id=elem_id, visible=visible)
 
 
-def show_live(live: LiveCharts, memory_comparison: str) -> tuple:
-    """Updates in the order of `LivePanel.outputs`."""
+def show_live(live: LiveCharts, memory_comparison: str,
+              shown: Callable[[pd.DataFrame], bool] = lambda _frame: True) -> tuple:
+    """Updates in the order of `LivePanel.outputs`; `shown` says whether a chart of a
+    frame is drawn (a finished job's empty charts are not)."""
     return (
         live.progress_html,
-        gr.LinePlot(live.sampled_memory, title=live.sampled_memory_title),
+        gr.LinePlot(live.sampled_memory, title=live.sampled_memory_title,
+                    visible=shown(live.sampled_memory)),
         memory_comparison,
-        live.learning_rate, live.grad_norm, live.step_time,
+        *(gr.LinePlot(frame, visible=shown(frame))
+          for frame in (live.learning_rate, live.grad_norm, live.step_time)),
         gr.LinePlot(live.mfu, visible=live.has_mfu),
     )

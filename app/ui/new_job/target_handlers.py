@@ -9,7 +9,7 @@ from typing import Any
 from app.actions.errors import Invalid, Unavailable
 from app.actions.lora_preview import ModelNotAdaptable, preview_lora_targets
 from app.auth.principal import Principal
-from app.ui.form_handlers import form_to_spec, lora_options_visible
+from app.ui.new_job.form_handlers import form_to_spec, lora_options_visible
 from tunedeck.lora_targets_text import preview_as_markdown
 from tunedeck.settings import Settings
 

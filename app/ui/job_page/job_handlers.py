@@ -13,10 +13,10 @@ from pydantic import ValidationError
 from app.auth.job_access import visible_job
 from app.auth.principal import Principal
 from app.ui.figure_text import format_number, format_time, step_progress
-from app.ui.job_actions import checkpoints_frame, is_resumable
 from app.ui.job_ids import parse_job_id
-from app.ui.live_charts import LiveCharts, live_charts
-from app.ui.planned_memory import memory_comparison_markdown
+from app.ui.job_page.job_actions import checkpoints_frame, is_resumable
+from app.ui.job_page.live_charts import LiveCharts, live_charts
+from app.ui.job_page.planned_memory import memory_comparison_markdown
 from app.views.artifacts import ARTIFACT_KINDS, artifact_summary, summary_text
 from app.views.failure import FailureView, failure_view
 from app.views.jobs import job_config, job_run_folder, read_job_log_tail
@@ -61,6 +61,11 @@ class JobPage:
     @property
     def finished(self) -> bool:
         return self.status is None or self.status in FINISHED_STATUSES
+
+    def charts_shown(self, frame: pd.DataFrame) -> bool:
+        """Whether a chart of `frame` is worth its space: while the job may still report,
+        or once it has a point."""
+        return not self.finished or not frame.dropna().empty
 
     @property
     def cancellable(self) -> bool:

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from app.actions.errors import Invalid, NotFound
 from app.actions.preflight import WAIT_SECONDS, await_preflight, start_preflight
 from app.auth.principal import Principal
-from app.ui.form_handlers import _label_fields, form_to_spec_data
+from app.ui.new_job.form_handlers import _label_fields, form_to_spec_data
 from tunedeck.data.preflight_request import PreflightRequest
 from tunedeck.data.preflight_text import bin_label, summary_lines
 from tunedeck.job_spec import format_validation_error

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from app.actions import submit
 from app.actions.errors import Invalid
 from app.auth.principal import Principal
-from app.ui.plan_handlers import DEFAULT_GPU_MEMORY_GB, PlanView, plan_view
+from app.ui.new_job.plan_handlers import DEFAULT_GPU_MEMORY_GB, PlanView, plan_view
 from tunedeck.backend_config import backend_config, build_torchrun_argv, trainer_settings
 from tunedeck.job_spec import JobSpec, format_validation_error
 from tunedeck.settings import Settings
