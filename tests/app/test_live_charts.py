@@ -9,7 +9,7 @@ import pytest
 from app.auth.principal import OPEN_PRINCIPAL
 from app.ui import jobs_table
 from app.ui.job_ids import job_id_from_row
-from app.ui.job_page import job_handlers, live_charts
+from app.ui.job_page import live_charts
 from tunedeck import job_store
 from tunedeck.job_spec import JobSpec
 from tunedeck.metrics import store as metric_store

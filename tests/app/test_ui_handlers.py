@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+
+import pytest
 from pathlib import Path
 
 from app.auth.principal import OPEN_PRINCIPAL
@@ -332,7 +334,8 @@ def test_job_page_of_a_running_job(database):
                                   (1, 1000.1, {"allocated_mb": None, "rss_mb": 950.0}),
                                   (0, 1002.0, {"allocated_mb": 120.0, "rss_mb": 990.0}),
                                   (1, 1002.1, {"allocated_mb": None, "rss_mb": 960.0})])
-    page = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL)
+    page = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL,
+                                      view=job_handlers.ChartView(smoothing=0.0))
     assert page.status == "queued" and not page.finished and page.cancellable
     assert "step 3 / 20" in page.headline and "loss 1.5000" in page.headline
     assert page.loss.to_dict("list") == {"step": [1, 2, 3], "loss": [3.0, 2.0, 1.5],
@@ -425,7 +428,8 @@ def test_ui_modules_do_not_import_torch_or_the_worker():
 
 def test_eval_loss_is_a_second_line_of_the_loss_chart(database):
     job_id = create_job(database, eval_split=0.1, eval_every_steps=2)
-    page = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL)
+    page = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL,
+                                      view=job_handlers.ChartView(smoothing=0.0))
     # Before any point, each line is one empty row, so the chart knows both colours at once.
     assert page.loss["series"].tolist() == ["train", "eval"] and page.loss["loss"].isna().all()
     add_steps(database, job_id, [3.0, 2.0, 1.5])
@@ -433,11 +437,46 @@ def test_eval_loss_is_a_second_line_of_the_loss_chart(database):
         metric_store.add_metric_points(session=session, job_id=job_id, events=[
             (100, {"kind": "eval", "rank": 0, "time": 2000.0, "step": 2, "eval_loss": 2.5,
                    "eval_tokens": 80})])
-    page = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL)
+    page = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL,
+                                      view=job_handlers.ChartView(smoothing=0.0))
     assert page.loss.dropna().to_dict("list") == {"step": [1, 2, 3, 2], "loss": [3.0, 2.0, 1.5, 2.5],
                                                   "series": ["train"] * 3 + ["eval"]}
     assert str(page.loss["step"].dtype) == "float64"
     assert "eval loss 2.5000 (step 2)" in page.headline
+
+
+def test_loss_and_throughput_are_smoothed_with_the_raw_line_behind_and_loss_can_be_log():
+    train = [{"step": step, "loss": loss, "tokens_per_second": rate}
+             for step, (loss, rate) in enumerate([(4.0, 100.0), (2.0, 300.0), (4.0, 100.0),
+                                                  (2.0, 300.0)], start=1)]
+    view = job_handlers.ChartView(smoothing=0.5)
+    loss = job_handlers.loss_frame(train, view=view)
+    lines = {name: rows["loss"].tolist() for name, rows in loss.groupby("series")}
+    assert lines["train (raw)"] == [4.0, 2.0, 4.0, 2.0]
+    # Debiased EMA: the first point is the first value, not half of it.
+    assert lines["train"] == pytest.approx([4.0, 2.6666667, 3.4285714, 2.6666667])
+    assert loss["series"].tolist()[:4] == ["train (raw)"] * 4  # drawn first, under it
+    rates = job_handlers.throughput_frame(train, view=view)
+    assert sorted(rates["series"].unique()) == ["tokens/s", "tokens/s (raw)"]
+    logged = job_handlers.loss_frame(train, view=job_handlers.ChartView(0.0, log_scale=True))
+    assert logged["loss"].tolist() == pytest.approx([0.60206, 0.30103, 0.60206, 0.30103])
+    assert job_handlers.ChartView.of("0.3", "on") == job_handlers.ChartView(0.3, True)
+    assert job_handlers.ChartView.of(5, None).smoothing == job_handlers.MAX_SMOOTHING
+    assert job_handlers.ChartView.of(None, None).smoothing == job_handlers.ChartView.smoothing
+
+
+def test_a_finished_jobs_empty_charts_are_hidden(database):
+    job_id = create_job(database)
+    page = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL)
+    assert page.charts_shown(page.loss)  # queued: its points are coming
+    with database.transaction() as session:
+        job_store.mark_job_running(session=session, job_id=job_id, run_dir="/r", worker_host="h")
+        job_store.mark_job_failed(session=session, job_id=job_id, error="boom")
+    page = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL)
+    assert not page.charts_shown(page.loss) and not page.charts_shown(page.throughput)
+    add_steps(database, job_id, [3.0])
+    page = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL)
+    assert page.charts_shown(page.loss)
 
 
 def test_a_job_without_eval_draws_one_loss_line():

@@ -19,6 +19,7 @@ SERVER_START_SECONDS = 120
 VIEWPORT = {"width": 1400, "height": 1000}
 # The browser signs in as a plain user (not an admin): it sees its own jobs only.
 USER, PASSWORD = "browser-user", "a browser's password"
+EXPECT_SECONDS = 20
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +47,10 @@ def api(tunedeck_server: RunningServer):
 def browser():
     if not Path(CHROMIUM).is_file():
         pytest.skip(f"no chromium at {CHROMIUM} (scripts/ensure_chromium.sh installs it)")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    # A page's first draw on a busy 2-core machine can take longer than the 5 s default.
+    expect.set_options(timeout=EXPECT_SECONDS * 1000)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser

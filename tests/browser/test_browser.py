@@ -102,7 +102,7 @@ def test_submit_a_job_and_watch_it_train(page, api):
 
     train = api.get(f"/api/jobs/{job_id}/metrics").json()["train"]
     assert len(train) == MAX_STEPS
-    assert line_points(page, "#job-loss-plot") == [MAX_STEPS]
+    assert line_points(page, "#job-loss-plot") == [MAX_STEPS, MAX_STEPS]  # raw, smoothed
     memory_lines = line_colours(page, "#job-memory-plot")
     assert len(memory_lines) == 2 and None not in memory_lines, memory_lines  # one per rank
     expect(page.locator("#job-downloads a[href$='/artifacts/merged']")).to_be_visible()

@@ -111,6 +111,12 @@ def test_the_job_page_shows_progress_and_one_memory_line_per_rank(page, tunedeck
     expect(progress.locator("progress")).to_have_attribute("value", str(MAX_STEPS))
 
     # Loss: one line (train only, no eval set) with a point a step.
+    # Loss: the raw line (faint) and its smoothed line, a point a step (no eval set); with
+    # smoothing at 0, the raw line alone.
+    assert _eventually(lambda: line_points(page, "#job-loss-plot"),
+                       lambda points: points == [MAX_STEPS, MAX_STEPS]) == [MAX_STEPS, MAX_STEPS]
+    page.locator("#job-smoothing input[type=number]").fill("0")
+    page.locator("#job-smoothing input[type=number]").press("Enter")
     assert _eventually(lambda: line_points(page, "#job-loss-plot"),
                        lambda points: points == [MAX_STEPS]) == [MAX_STEPS]
 
@@ -152,6 +158,15 @@ def test_compare_overlays_the_two_jobs_loss_and_names_the_differing_field(page, 
                            what=f"{opened} page's lines") == [MAX_STEPS, MAX_STEPS]
         colours = line_colours(compare_page, plot)
         assert None not in colours and len(set(colours)) == 2, (opened, colours)
+        # One colour a job on every chart: throughput draws each job in its loss colour.
+        throughput = _eventually(lambda: line_colours(compare_page, "#compare-throughput-plot"),
+                                 lambda seen: len(seen) == 2, what=f"{opened} throughput")
+        assert throughput == colours, (opened, throughput, colours)
+    figures = {row["figure"]: row for row in _eventually(
+        lambda: table_rows(page, "#compare-summary"), lambda rows: len(rows) >= 5)}
+    assert {"final loss", "best loss", "tokens/s (last 20 steps)", "peak memory (MB)",
+            "wall time"} <= set(figures), figures
+    assert all(re.fullmatch(r"\d+\.\d{4}", figures["final loss"][label]) for label in labels)
 
     # One row a differing field (learning_rate and name here, nothing the jobs share), one
     # column a job.

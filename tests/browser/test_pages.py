@@ -21,7 +21,7 @@ import pytest
 from harness.servers import RunningServer
 from tests.browser.conftest import USER, signed_in_page
 from tests.browser.tables import table_rows
-from tests.browser.vega import legend_labels
+from tests.browser.vega import legend_labels, line_colours
 
 pytestmark = [pytest.mark.browser, pytest.mark.torchrun]
 
@@ -196,6 +196,8 @@ def test_the_job_page_keeps_the_log_at_its_newest_line_and_one_memory_chart(
         for cell in events.locator("[data-testid^='cell-'][data-testid$='-2']").all():
             clipped = cell.evaluate("node => node.scrollWidth > node.clientWidth + 1")
             assert not clipped, cell.inner_text()  # whole messages, wrapped
+        page.locator("#job-log-scale input").check()
+        expect(page.locator("#job-loss-plot")).to_contain_text("log10 loss")
         _shot(page, "job-running")
 
 
@@ -227,3 +229,31 @@ def test_the_cluster_tab_describes_a_host_without_gpus(wide_page, jobs):
     expect(hosts).to_contain_text(re.compile(r"\d+ cores"))
     expect(page.locator("#cluster-gpus")).to_be_hidden()
     _shot(page, "cluster")
+
+
+def test_compare_picks_jobs_from_a_list_and_says_what_to_do_before(wide_page, jobs):
+    expect, page = _expect(), wide_page
+    long_job, short_job = jobs
+    tunedeck_server_jobs = {long_job, short_job}
+    _tab(page, "Compare")
+    expect(page.locator("#compare-message")).to_contain_text("Pick two or more jobs")
+    expect(page.locator("#compare-summary")).to_be_hidden()
+    expect(page.locator("#compare-diff")).to_be_hidden()
+    picker = page.locator("#compare-picker input")
+    for job_id in sorted(tunedeck_server_jobs):
+        picker.click()
+        page.get_by_role("option", name=re.compile(rf"^{job_id} · ")).click()
+    ids = page.locator("#compare-ids textarea, #compare-ids input").first
+    expect(ids).to_have_value(", ".join(str(job_id) for job_id in sorted(tunedeck_server_jobs)))
+    page.locator("#compare-button").click()
+    expect(page.locator("#compare-summary")).to_be_visible()
+    expect(page.locator("#compare-summary")).to_contain_text("final loss")
+    expect(page.locator("#compare-diff")).to_contain_text("max_steps")
+    deadline = time.monotonic() + 30
+    while len(line_colours(page, "#compare-loss-plot")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)  # the charts draw on the page's own timer
+    loss_colours = line_colours(page, "#compare-loss-plot")
+    assert len(loss_colours) == 2 and None not in loss_colours, loss_colours
+    memory_colours = set(line_colours(page, "#compare-memory-plot"))
+    assert memory_colours <= set(loss_colours), memory_colours  # a job's ranks in its colour
+    _shot(page, "compare")

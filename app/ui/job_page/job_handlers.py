@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +32,8 @@ LOG_TAIL_LINES = 200
 EVENT_COLUMNS = ["time", "kind", "message"]
 LOSS_COLUMNS = ["step", LOSS.field, "series"]
 TRAIN_SERIES, EVAL_SERIES = "train", "eval"
-THROUGHPUT_COLUMNS = ["step", TOKENS_PER_SECOND.field]
+TOKENS_SERIES = "tokens/s"
+THROUGHPUT_COLUMNS = ["step", TOKENS_PER_SECOND.field, "series"]
 MAX_POINTS_PER_LINE = 2000  # a week-long job must not ship 10^5 points a second to a browser
 NO_JOB_HEADLINE = "Pick a job: type its id, or click it in the Jobs tab."
 
@@ -55,6 +57,7 @@ class JobPage:
     checkpoints: pd.DataFrame = field(default_factory=lambda: checkpoints_frame(None))
     memory_comparison: str = ""
     resume_hint: str = ""
+    log_scale: bool = False  # the loss frame holds log10 of the loss
     failure: FailureView = field(default_factory=FailureView)
     live: LiveCharts = field(default_factory=LiveCharts)
 
@@ -76,7 +79,43 @@ class JobPage:
         return is_resumable(self.status, self.checkpoints)
 
 
-def load_job_page(job_id: Any, *, database, principal: Principal) -> JobPage:
+@dataclass(frozen=True)
+class ChartView:
+    """How the page draws the step charts: EMA smoothing of loss and throughput (0: none;
+    the raw line stays, faint, behind the smoothed one) and the loss on a log scale."""
+
+    smoothing: float = 0.6  # W&B's and TensorBoard's default weight
+    log_scale: bool = False
+
+    @classmethod
+    def of(cls, smoothing: Any = None, log_scale: Any = None) -> "ChartView":
+        try:
+            weight = min(max(float(smoothing), 0.0), MAX_SMOOTHING)
+        except (TypeError, ValueError):
+            weight = cls.smoothing
+        return cls(weight, bool(log_scale))
+
+
+MAX_SMOOTHING = 0.99
+RAW_SUFFIX = " (raw)"
+# The smoothed line in the series' colour, its raw points faint behind it, eval apart.
+LINE_COLOURS = {TRAIN_SERIES: "#1f77b4", TRAIN_SERIES + RAW_SUFFIX: "#c6dbef",
+                EVAL_SERIES: "#ff7f0e", EVAL_SERIES + RAW_SUFFIX: "#fdd0a2",
+                TOKENS_SERIES: "#2ca02c", TOKENS_SERIES + RAW_SUFFIX: "#c7e9c0"}
+
+
+def smoothed(values: list[float], weight: float) -> list[float]:
+    """The exponential moving average TensorBoard and W&B draw, debiased so the first
+    points are not pulled towards 0."""
+    out, average = [], 0.0
+    for count, value in enumerate(values, start=1):
+        average = average * weight + (1 - weight) * value
+        out.append(average / (1 - weight ** count))
+    return out
+
+
+def load_job_page(job_id: Any, *, database, principal: Principal,
+                  view: ChartView = ChartView()) -> JobPage:
     job_id = parse_job_id(job_id)
     if job_id is None:
         return JobPage(None, None, NO_JOB_HEADLINE)
@@ -96,8 +135,10 @@ def load_job_page(job_id: Any, *, database, principal: Principal) -> JobPage:
         job_id=job.id, status=job.status,
         headline=_headline(job, spec, train[-1] if train else None,
                            evaluations[-1] if evaluations else None),
-        error=job.error, loss=loss_frame(train, evaluations, with_eval=spec.has_eval),
-        throughput=throughput_frame(train),
+        error=job.error,
+        loss=loss_frame(train, evaluations, with_eval=spec.has_eval, view=view),
+        log_scale=view.log_scale,
+        throughput=throughput_frame(train, view=view),
         log_tail="\n".join(log_lines),
         log_link_html=(f'<a href="/api/jobs/{job.id}/logs/full" download="job-{job.id}-torchrun.log" '
                        f'id="job-log-download">Download the full log</a>' if log_lines else ""),
@@ -161,8 +202,9 @@ def _config_texts(job: Job) -> tuple[str, str]:
 
 
 def loss_frame(train: list[dict[str, Any]], evaluations: list[dict[str, Any]] = (), *,
-               with_eval: bool = False) -> pd.DataFrame:
-    """The training loss by step, and the eval loss as a second line ("series").
+               with_eval: bool = False, view: ChartView = ChartView(smoothing=0.0)) -> pd.DataFrame:
+    """The training loss by step, and the eval loss as its own line ("series"), smoothed
+    as `view` says (each raw line kept as "NAME (raw)") and on a log10 scale if asked.
 
     A line with no point yet is one empty (NaN) row: the chart picks its colours from the
     series in its first data and keeps them, and the eval line comes only after
@@ -171,14 +213,32 @@ def loss_frame(train: list[dict[str, Any]], evaluations: list[dict[str, Any]] = 
     lines = {TRAIN_SERIES: _step_points(train, LOSS.field)}
     if with_eval or evaluations:
         lines[EVAL_SERIES] = _step_points(evaluations, EVAL_LOSS.field)
-    rows = [(step, value, series) for series, points in lines.items()
-            for step, value in (thin_points(points) or [(None, None)])]
-    return _typed_frame(rows, LOSS_COLUMNS)
+    if view.log_scale:  # log10 of what is positive: a loss of 0 has no place on the axis
+        lines = {name: [(step, math.log10(value)) for step, value in points if value > 0]
+                 for name, points in lines.items()}
+    return _typed_frame(_with_smoothing(lines, view.smoothing), LOSS_COLUMNS)
 
 
-def throughput_frame(train: list[dict[str, Any]]) -> pd.DataFrame:
-    return _typed_frame(thin_points(_step_points(train, TOKENS_PER_SECOND.field)),
-                        THROUGHPUT_COLUMNS)
+def throughput_frame(train: list[dict[str, Any]], *,
+                     view: ChartView = ChartView(smoothing=0.0)) -> pd.DataFrame:
+    lines = {TOKENS_SERIES: _step_points(train, TOKENS_PER_SECOND.field)}
+    return _typed_frame(_with_smoothing(lines, view.smoothing), THROUGHPUT_COLUMNS)
+
+
+def _with_smoothing(lines: dict[str, list[tuple[int, float]]],
+                    weight: float) -> list[tuple[Any, Any, str]]:
+    """(step, value, series) rows: each line smoothed, and its raw points as "NAME (raw)",
+    drawn first so the smoothed line lies on top; unsmoothed lines as they are."""
+    rows: list[tuple[Any, Any, str]] = []
+    for name, points in lines.items():
+        points = thin_points(points)
+        if weight > 0:
+            rows += [(step, value, name + RAW_SUFFIX) for step, value in points] \
+                or [(None, None, name + RAW_SUFFIX)]
+            points = list(zip([step for step, _ in points],
+                              smoothed([value for _, value in points], weight)))
+        rows += [(step, value, name) for step, value in points] or [(None, None, name)]
+    return rows
 
 
 def _step_points(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:

@@ -12,7 +12,8 @@ from pydantic import ValidationError
 from app.actions.errors import Invalid, NotFound
 from app.actions.preflight import WAIT_SECONDS, await_preflight, start_preflight
 from app.auth.principal import Principal
-from app.ui.new_job.form_handlers import _label_fields, form_to_spec_data
+from app.ui.new_job.form_handlers import form_to_spec_data
+from app.ui.new_job.form_labels import label_fields
 from tunedeck.data.preflight_request import PreflightRequest
 from tunedeck.data.preflight_text import bin_label, summary_lines
 from tunedeck.job_spec import format_validation_error
@@ -27,7 +28,7 @@ def form_to_preflight_request(form: dict[str, Any]) -> tuple[PreflightRequest | 
     try:
         return PreflightRequest.from_spec_data(form_to_spec_data(form)), ""
     except ValidationError as error:
-        return None, _label_fields(format_validation_error(error))
+        return None, label_fields(format_validation_error(error))
 
 
 def check_form_data(form: dict[str, Any], pending: dict | None, *, database, celery_app,

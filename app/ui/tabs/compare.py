@@ -31,15 +31,15 @@ def build_compare_tab(*, database) -> CompareTab:
     with gr.Row():
         loss_plot = gr.LinePlot(x="step", y="loss", color="job", title="Loss by step",
                                 x_title="step", y_title="loss", height=PLOT_HEIGHT,
-                                elem_id="compare-loss-plot")
+                                visible=False, elem_id="compare-loss-plot")
         throughput_plot = gr.LinePlot(x="step", y="tokens_per_second", color="job",
                                       title="Throughput by step", x_title="step",
                                       y_title="tokens / s", height=PLOT_HEIGHT,
-                                      elem_id="compare-throughput-plot")
+                                      visible=False, elem_id="compare-throughput-plot")
     memory_plot = gr.LinePlot(x="seconds", y="memory_mb", color="job",
                               title="Memory per rank (accelerator allocated, else process RSS)",
                               x_title="seconds since the job's first reading", y_title="MB",
-                              height=PLOT_HEIGHT, elem_id="compare-memory-plot")
+                              height=PLOT_HEIGHT, visible=False, elem_id="compare-memory-plot")
     summary_table = gr.Dataframe(label="Figures", interactive=False, wrap=True, visible=False,
                                  elem_id="compare-summary")
     diff_table = gr.Dataframe(label="Spec fields that differ", interactive=False, wrap=True,
@@ -70,9 +70,12 @@ def build_compare_tab(*, database) -> CompareTab:
 
 def _show(comparison: Comparison) -> tuple:
     """The comparison as updates, in the order of the tab's outputs."""
-    lines, colours = comparison.lines, comparison.colours or None
+    lines = comparison.lines
+    # A chart only ever gets data with its colours: drawn once without them (say, while
+    # only one id is picked), it would keep drawing its lines uncoloured.
     charts = [gr.LinePlot(compare_handlers.with_every_line(frame, lines.get(name, [])),
-                          color_map=colours)
+                          color_map=comparison.colours, visible=True)
+              if comparison.shown else gr.LinePlot(visible=False)
               for frame, name in ((comparison.loss, "loss"),
                                   (comparison.throughput, "throughput"),
                                   (comparison.memory, "memory"))]

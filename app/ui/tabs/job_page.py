@@ -45,6 +45,12 @@ def build_job_page_tab(*, database, celery_app) -> JobPageTab:
     failure = build_failure_panel()
     progress = build_progress()
     downloads = gr.HTML(visible=False, elem_id="job-downloads")
+    with gr.Row():
+        smoothing = gr.Slider(0.0, job_handlers.MAX_SMOOTHING, value=job_handlers.ChartView.smoothing,
+                              step=0.01, label="Smoothing (EMA of loss and throughput)",
+                              info="0: the raw line only", scale=3, elem_id="job-smoothing")
+        log_scale = gr.Checkbox(False, label="Loss on a log scale", scale=1,
+                                elem_id="job-log-scale")
     charts = _charts()
     live = build_live_panel(progress)
     details = _details()
@@ -58,9 +64,12 @@ def build_job_page_tab(*, database, celery_app) -> JobPageTab:
 
     # Each handler acts for the signed-in user (gr.Request carries the access middleware's
     # principal): another user's job is "no such job" here as in the API.
-    def refresh(selected_job_id, cancelled_job_id, request: gr.Request):
+    def refresh(selected_job_id, cancelled_job_id, smoothing_weight, log_loss,
+                request: gr.Request):
         page = job_handlers.load_job_page(selected_job_id, database=database,
-                                          principal=principal_of(request))
+                                          principal=principal_of(request),
+                                          view=job_handlers.ChartView.of(smoothing_weight,
+                                                                         log_loss))
         stopped = cancelled_job_id is not None and page.job_id == cancelled_job_id \
             and page.finished
         note = ("", None) if stopped else (gr.skip(), gr.skip())
@@ -87,7 +96,11 @@ def build_job_page_tab(*, database, celery_app) -> JobPageTab:
             selected_job_id, database=database, celery_app=celery_app,
             principal=principal_of(request))
 
-    inputs, outputs = [job_id, cancelling], [*outputs, cancel_message, cancelling]
+    inputs = [job_id, cancelling, smoothing, log_scale]
+    outputs = [*outputs, cancel_message, cancelling]
+    for control in (smoothing, log_scale):
+        control.change(refresh, inputs, outputs, show_progress="hidden",
+                       trigger_mode="always_last")
     job_id.change(another_job, None, [cancel_message, cancelling], show_progress="hidden")
     opened = job_id.change(refresh, inputs, outputs, show_progress="hidden",
                            trigger_mode="always_last")
@@ -110,9 +123,10 @@ def _charts() -> tuple[gr.LinePlot, gr.LinePlot]:
     with gr.Row():
         loss_plot = gr.LinePlot(x="step", y="loss", color="series", title="Loss (train and eval)",
                                 x_title="step", y_title="loss", height=PLOT_HEIGHT,
-                                elem_id="job-loss-plot")
-        throughput_plot = gr.LinePlot(x="step", y="tokens_per_second", title="Throughput",
-                                      x_title="step", y_title="tokens / s", height=PLOT_HEIGHT,
+                                color_map=job_handlers.LINE_COLOURS, elem_id="job-loss-plot")
+        throughput_plot = gr.LinePlot(x="step", y="tokens_per_second", color="series",
+                                      title="Throughput", x_title="step", y_title="tokens / s",
+                                      height=PLOT_HEIGHT, color_map=job_handlers.LINE_COLOURS,
                                       elem_id="job-throughput-plot")
     return loss_plot, throughput_plot
 
@@ -154,7 +168,8 @@ def _show(page: JobPage) -> tuple:
         gr.HTML(job_handlers.error_html(page.error), visible=bool(page.error)),
         gr.HTML(page.downloads_html, visible=bool(page.downloads_html)),
         # A finished job's chart with no point (it failed before its first step) is hidden.
-        gr.LinePlot(page.loss, visible=page.charts_shown(page.loss)),
+        gr.LinePlot(page.loss, visible=page.charts_shown(page.loss),
+                    y_title="log10 loss" if page.log_scale else "loss"),
         gr.LinePlot(page.throughput, visible=page.charts_shown(page.throughput)),
         log_html(page.log_tail, page.log_link_html), page.events, page.config_json,
         page.command_line, page.checkpoints,

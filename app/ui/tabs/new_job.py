@@ -9,8 +9,8 @@ import gradio as gr
 from app.auth.principal import OPEN_PRINCIPAL, principal_of
 from app.ui.new_job import (column_handlers, form_handlers, preflight_handlers, target_handlers,
                             upload_handlers)
-from app.ui.new_job.form_handlers import (COLUMN_ROLES, FORM_FIELDS, FORM_LABELS as LABELS,
-                                          SAME_AS_PRECISION, form_values)
+from app.ui.new_job.form_handlers import SAME_AS_PRECISION, form_values
+from app.ui.new_job.form_labels import COLUMN_ROLES, FORM_FIELDS, FORM_LABELS as LABELS
 from app.ui.tabs.new_job_fields import _backend_groups, _checkbox, _dtype, _integer, _lora_group
 from app.ui.tabs.plan_panel import build_plan_panel, plan_updates, wire_apply_buttons
 from tunedeck.job_spec import (BACKENDS, DTYPES, EXPORT_DTYPES, LEARNING_RATE_SCHEDULES, METHODS,

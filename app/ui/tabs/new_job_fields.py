@@ -6,7 +6,7 @@ from typing import Any
 import gradio as gr
 
 from app.ui.new_job import form_handlers
-from app.ui.new_job.form_handlers import FORM_LABELS as LABELS
+from app.ui.new_job.form_labels import FORM_LABELS as LABELS
 
 
 def _dtype(name: str, defaults: dict[str, Any], choices: list[str],
