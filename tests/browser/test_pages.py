@@ -257,3 +257,26 @@ def test_compare_picks_jobs_from_a_list_and_says_what_to_do_before(wide_page, jo
     memory_colours = set(line_colours(page, "#compare-memory-plot"))
     assert memory_colours <= set(loss_colours), memory_colours  # a job's ranks in its colour
     _shot(page, "compare")
+
+
+def test_a_failed_job_opens_on_its_failure_with_no_empty_charts(browser, tunedeck_server, jobs):
+    expect = _expect()
+    long_job, _short = jobs
+    tunedeck_server.http.post(f"/api/jobs/{long_job}/cancel")  # the worker's one slot
+    tunedeck_server.wait_for(long_job, {"cancelled"}, timeout_seconds=WAIT_SECONDS)
+    missing = tunedeck_server.home / "data" / "missing" / "train.jsonl"  # an allowed folder
+    failed = tunedeck_server.submit({**SHORT, "name": "pages-failed", "dataset": str(missing)})
+    job = tunedeck_server.wait_for(failed, {"failed", "succeeded", "cancelled"},
+                                   timeout_seconds=WAIT_SECONDS)
+    assert (job["status"], job["failure_kind"]) == ("failed", "input_error"), job
+    with _opened(browser, tunedeck_server, f"/?job={failed}") as page:
+        reason = page.locator("#job-failure-reason")
+        expect(reason).to_be_visible()
+        expect(page.locator("#job-error")).to_contain_text(str(missing))
+        above = reason.evaluate("node => node.getBoundingClientRect().top")
+        below = page.locator("#job-progress").evaluate("node => node.getBoundingClientRect().top")
+        assert above < below, (above, below)  # why it failed comes first
+        for chart in ("#job-loss-plot", "#job-throughput-plot", "#job-memory-plot",
+                      "#job-lr-plot", "#job-step-time-plot"):
+            expect(page.locator(chart)).to_be_hidden()  # nothing was measured
+        _shot(page, "job-failed")
