@@ -45,13 +45,17 @@ def get_job(*, session: Session, job_id: int) -> Job:
 
 
 def list_jobs(*, session: Session, limit: int = 200, owner: str | None = None,
-              status: str | None = None) -> list[Job]:
-    """The newest jobs first; only `owner`'s, and only those in `status`, when given."""
+              status: str | None = None, model_contains: str | None = None) -> list[Job]:
+    """The newest jobs first; only `owner`'s, only those in `status`, and only those whose
+    spec's model contains `model_contains` (any case), when given."""
     query = select(Job)
     if owner is not None:
         query = query.where(Job.owner == owner)
     if status is not None:
         query = query.where(Job.status == status)
+    if model_contains is not None:
+        model = func.lower(Job.spec["model"].as_string())
+        query = query.where(model.contains(model_contains.lower(), autoescape=True))
     return list(session.scalars(query.order_by(Job.id.desc()).limit(limit)))
 
 

@@ -22,14 +22,17 @@ def visible_job(*, session: Session, principal: Principal, job_id: int) -> Job:
 
 
 def visible_jobs(*, session: Session, principal: Principal, limit: int,
-                 status: str | None = None, owner: str | None = None) -> list[Job]:
-    """The newest jobs the principal may see (only `owner`'s and those in `status`, when
-    given): everyone's for an admin, else their own."""
+                 status: str | None = None, owner: str | None = None,
+                 model_contains: str | None = None) -> list[Job]:
+    """The newest jobs the principal may see (only `owner`'s, those in `status` and those
+    whose model contains `model_contains`, when given): everyone's for an admin, else their
+    own."""
     if not principal.is_admin:
         if owner is not None and owner != principal.name:
             return []
         owner = principal.name
-    return job_store.list_jobs(session=session, limit=limit, owner=owner, status=status)
+    return job_store.list_jobs(session=session, limit=limit, owner=owner, status=status,
+                               model_contains=model_contains)
 
 
 def owner_for_new_job(principal: Principal) -> str | None:

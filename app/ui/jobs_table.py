@@ -17,7 +17,7 @@ from app.ui.job_ids import job_link
 from app.views.cluster import waiting_reasons
 from tunedeck.db.models import Job
 from tunedeck.failure_kinds import failure_label
-from tunedeck.job_states import FAILED, QUEUED
+from tunedeck.job_states import FAILED, QUEUED, STATUSES
 from tunedeck.metrics import store as metric_store
 from tunedeck.metrics.figures import LOSS, TOKENS_PER_SECOND
 from tunedeck.settings import Settings
@@ -33,7 +33,7 @@ REASON_CHARS = 90
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
 JOBS_TABLE_LIMIT = 100
 ANY = "any"
-STATUS_CHOICES = [ANY, "queued", "running", "succeeded", "failed", "cancelled"]
+STATUS_CHOICES = [ANY, *STATUSES]
 DEFAULT_WORKER_LOST_SECONDS = Settings.model_fields["worker_lost_seconds"].default
 
 
@@ -53,18 +53,13 @@ class JobsFilter:
             return None if text in ("", ANY) else text
         return cls(chosen(status), chosen(owner), chosen(model))
 
-    def keeps(self, job: Job) -> bool:
-        return self.model is None or self.model.lower() in job.spec_model.model.lower()
-
 
 def jobs_table(*, database, principal: Principal, shown: JobsFilter = JobsFilter(),
                worker_lost_seconds: float = DEFAULT_WORKER_LOST_SECONDS,
                limit: int = JOBS_TABLE_LIMIT) -> pd.DataFrame:
     with database.transaction() as session:
-        jobs = [job for job in visible_jobs(session=session, principal=principal,
-                                            limit=limit * 5 if shown.model else limit,
-                                            status=shown.status, owner=shown.owner)
-                if shown.keeps(job)][:limit]
+        jobs = visible_jobs(session=session, principal=principal, limit=limit,
+                            status=shown.status, owner=shown.owner, model_contains=shown.model)
         ids = [job.id for job in jobs]
         # One query each for the whole table, not one a job: it refreshes every 2 s.
         summaries = metric_store.job_table_summaries(session=session, job_ids=ids)

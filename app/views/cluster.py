@@ -13,7 +13,7 @@ from tunedeck import job_store
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.cluster.placement import WorkerView, job_queue, waiting_reason
 from tunedeck.db.engine import Database
-from tunedeck.db.models import Job, JobNode, Worker, utc_now
+from tunedeck.db.models import Job, JobNode, Worker, as_utc, utc_now
 
 
 def cluster_overview(*, database: Database, worker_lost_seconds: float) -> dict[str, Any]:
@@ -88,7 +88,7 @@ def _placement(job: Job, *, node_rank: int, gpu_indices: list[int] | None) -> di
 
 def _worker(worker: Worker, jobs: list[dict[str, Any]], *, now: datetime,
             worker_lost_seconds: float) -> dict[str, Any]:
-    silent_for = (now - _aware(worker.last_seen_at)).total_seconds()
+    silent_for = (now - as_utc(worker.last_seen_at)).total_seconds()
     state = worker.state
     # Marked online but silent past the limit (the sweep has not run yet): "silent", so the
     # page does not promise GPUs nobody is watching.
@@ -99,8 +99,8 @@ def _worker(worker: Worker, jobs: list[dict[str, Any]], *, now: datetime,
     return {
         "name": worker.name, "host": worker.host, "queues": worker.queues, "state": state,
         "pid": worker.pid, "concurrency": worker.concurrency,
-        "started_at": _aware(worker.started_at).isoformat(),
-        "last_seen_at": _aware(worker.last_seen_at).isoformat(),
+        "started_at": as_utc(worker.started_at).isoformat(),
+        "last_seen_at": as_utc(worker.last_seen_at).isoformat(),
         "seconds_since_heartbeat": round(silent_for, 1),
         "cpu_count": worker.resources.get("cpu_count"),
         "memory_total_mb": worker.resources.get("memory_total_mb"),
@@ -115,9 +115,3 @@ def _free(gpu: dict[str, Any]) -> float | None:
     used, total = gpu.get("used_mb"), gpu.get("total_mb")
     return total - used if isinstance(used, (int, float)) and isinstance(total, (int, float)) \
         else None
-
-
-def _aware(moment: datetime) -> datetime:
-    # SQLite hands back naive datetimes; they were written in UTC.
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=utc_now().tzinfo)
-

@@ -6,7 +6,7 @@ from typing import Any
 
 from tunedeck import job_store
 from tunedeck.db.engine import Database
-from tunedeck.db.models import Job, utc_now
+from tunedeck.db.models import Job, as_utc, utc_now
 from tunedeck.job_store import MAX_JOB_ID
 from tunedeck.metrics import store as metric_store
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
@@ -70,19 +70,14 @@ def job_figures(job: Job, metrics: dict[str, list[dict[str, Any]]],
              if row.get(TOKENS_PER_SECOND.field) is not None]
     wall = None
     if job.started_at is not None:
-        wall = ((_aware(job.finished_at) if job.finished_at else utc_now())
-                - _aware(job.started_at)).total_seconds()
+        wall = ((as_utc(job.finished_at) if job.finished_at else utc_now())
+                - as_utc(job.started_at)).total_seconds()
     return {"final_loss": losses[-1] if losses else None,
             "best_loss": min(losses) if losses else None,
             "final_eval_loss": evals[-1] if evals else None,
             "tokens_per_second": sum(rates) / len(rates) if rates else None,
             "peak_mb": (table_summary or {}).get("peak_mb"),
             "wall_seconds": round(wall, 1) if wall is not None else None}
-
-
-def _aware(moment):
-    # SQLite hands back naive datetimes; they were written in UTC.
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=utc_now().tzinfo)
 
 
 def job_summary(job: Job) -> dict[str, Any]:
@@ -148,4 +143,3 @@ def _memory_rows(job_id: int, memory: list[dict[str, Any]]) -> list[dict[str, An
     start = min((time for time, _rank, _mb in readings), default=0.0)
     return [{"job_id": job_id, "rank": rank, "seconds": round(time - start, 3), "memory_mb": mb}
             for time, rank, mb in readings]
-

@@ -12,12 +12,12 @@ import hmac
 import re
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from tunedeck.db.models import Credential, User, utc_now
+from tunedeck.db.models import Credential, User, as_utc, utc_now
 from tunedeck.units import MIB
 
 USER_ROLE, ADMIN_ROLE = "user", "admin"
@@ -192,9 +192,9 @@ def account_for_secret(*, session: Session, secret: str, kind: str) -> Account |
     credential, user = row
     now = utc_now()
     if credential.revoked_at is not None or user.disabled or (
-            credential.expires_at is not None and _aware(credential.expires_at) <= now):
+            credential.expires_at is not None and as_utc(credential.expires_at) <= now):
         return None
-    if credential.last_used_at is None or now - _aware(credential.last_used_at) > LAST_USED_RESOLUTION:
+    if credential.last_used_at is None or now - as_utc(credential.last_used_at) > LAST_USED_RESOLUTION:
         credential.last_used_at = now
     return Account(name=user.name, is_admin=user.role == ADMIN_ROLE)
 
@@ -224,8 +224,3 @@ def revoke_api_token(*, session: Session, token_id: int, user_name: str | None =
 def _revoke(session: Session, *conditions) -> int:
     result = session.execute(update(Credential).where(*conditions).values(revoked_at=utc_now()))
     return result.rowcount
-
-
-def _aware(moment: datetime) -> datetime:
-    # SQLite hands timestamps back without their zone; they were written in UTC.
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)

@@ -20,6 +20,12 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def as_utc(moment: datetime) -> datetime:
+    """A stored time as an aware UTC datetime: SQLite hands back naive ones (written in UTC),
+    PostgreSQL aware ones."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+
+
 class StoredSpecInvalid(ValueError):
     """A job row whose stored spec this version's JobSpec rejects."""
 

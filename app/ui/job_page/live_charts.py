@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from tunedeck.db.models import as_utc
 from tunedeck.job_spec import JobSpec
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
 from tunedeck.metrics.figures import (GPU_USED_MB, GRAD_NORM, LEARNING_RATE, LIVE_STEP_FIGURES, MFU,
@@ -74,7 +75,7 @@ def live_charts(*, spec: JobSpec, series: dict[str, list[dict[str, Any]]],
     gpus = series.get("gpus") or []
     # One memory chart, for the kind of device the job ran on, from the job's start: a line
     # a GPU (NVML) with its capacity and the planned peak, or on a CPU host a line a rank.
-    origin = _as_utc(started_at).timestamp() if started_at is not None else None
+    origin = as_utc(started_at).timestamp() if started_at is not None else None
     if gpus:
         memory = gpu_memory_frame(gpus, planned_peak_mb(spec, gpus), origin=origin)
         title = f"{GPU_USED_MB.title} (NVML)"
@@ -211,12 +212,7 @@ def _elapsed_seconds(started_at: datetime | None, finished_at: datetime | None,
     if started_at is None:
         return None
     end = finished_at or now or datetime.now(timezone.utc)
-    return max(0.0, (_as_utc(end) - _as_utc(started_at)).total_seconds())
-
-
-def _as_utc(moment: datetime) -> datetime:
-    # SQLite hands back naive datetimes; the store writes UTC.
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+    return max(0.0, (as_utc(end) - as_utc(started_at)).total_seconds())
 
 
 def _frame(points: list[tuple], columns: list[str]) -> pd.DataFrame:
