@@ -7,6 +7,7 @@ rank, and so torchrun, exits non-zero.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
@@ -65,5 +66,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def exit_without_finalizing(code: int) -> None:
+    """Leave a finished rank without the interpreter's teardown.
+
+    The process group is destroyed by then, but gloo's C++ threads can outlive it in objects
+    Python frees only at finalization; freeing them there, in whatever order the interpreter
+    picks, now and then aborts a rank that has done all its work ("terminate called without
+    an active exception", exit -6), and torchrun then fails the job. Everything the run
+    leaves behind is written and closed before this point."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_finalizing(main())
