@@ -38,23 +38,27 @@ def build_ui(*, database, celery_app,
                     "merged weights.")
         account = gr.HTML(elem_id="account")
         with gr.Tabs(selected=NEW_JOB_TAB, elem_id="tabs") as tabs:
-            with gr.Tab("New job", id=NEW_JOB_TAB, elem_id="tab-new-job"):
+            with gr.Tab("New job", id=NEW_JOB_TAB, elem_id="tab-new-job") as new_job_tab:
                 new_job = build_new_job_tab(database=database, celery_app=celery_app,
                                             settings=settings)
-            with gr.Tab("Jobs", id=JOBS_TAB, elem_id="tab-jobs"):
+            with gr.Tab("Jobs", id=JOBS_TAB, elem_id="tab-jobs") as jobs_tab:
                 jobs = build_jobs_tab(database=database, worker_lost_seconds=worker_lost_seconds)
-            with gr.Tab("Job", id=JOB_TAB, elem_id="tab-job"):
-                job_page = build_job_page_tab(database=database, celery_app=celery_app)
-            with gr.Tab("Compare", id=COMPARE_TAB, elem_id="tab-compare"):
+            with gr.Tab("Job", id=JOB_TAB, elem_id="tab-job") as job_tab:
+                job_page = build_job_page_tab(database=database, celery_app=celery_app,
+                                              tab=job_tab)
+            with gr.Tab("Compare", id=COMPARE_TAB, elem_id="tab-compare") as compare_tab:
                 compare = build_compare_tab(database=database)
-            with gr.Tab("Cluster", id=CLUSTER_TAB, elem_id="tab-cluster"):
+            with gr.Tab("Cluster", id=CLUSTER_TAB, elem_id="tab-cluster") as cluster_tab:
                 build_cluster_tab(database=database, worker_lost_seconds=worker_lost_seconds)
-        new_job.submitted.then(open_job, new_job.submitted_job_id, [job_page.job_id, tabs],
+        # The job page draws nothing while another tab is shown (see build_job_page_tab).
+        for other_tab in (new_job_tab, jobs_tab, compare_tab, cluster_tab):
+            other_tab.select(lambda: False, None, job_page.looking, show_progress="hidden")
+        opening = [job_page.job_id, tabs, job_page.looking]
+        new_job.submitted.then(open_job, new_job.submitted_job_id, opening,
                                show_progress="hidden")
-        jobs.selected.then(open_job, jobs.selected_job_id, [job_page.job_id, tabs],
-                           show_progress="hidden")
+        jobs.selected.then(open_job, jobs.selected_job_id, opening, show_progress="hidden")
         blocks.load(account_line, None, account, show_progress="hidden")
-        blocks.load(open_job_in_address, None, [job_page.job_id, tabs], show_progress="hidden")
+        blocks.load(open_job_in_address, None, opening, show_progress="hidden")
         job_page.opened.then(None, job_page.job_id, None, js=NAME_JOB_IN_ADDRESS_JS)
         job_page.backends_compared.then(fill_compare_ids, job_page.compared_job_ids,
                                         compare.job_ids, show_progress="hidden")
@@ -75,10 +79,11 @@ def account_line(request: gr.Request) -> str:
 
 
 def open_job(job_id: int | None):
-    """Show the Job tab on `job_id`; nothing changes when there is no job to show."""
+    """Show the Job tab on `job_id` (and say it is the one in view); nothing changes when
+    there is no job to show."""
     if job_id is None:
-        return gr.skip(), gr.skip()
-    return job_id, gr.Tabs(selected=JOB_TAB)
+        return gr.skip(), gr.skip(), gr.skip()
+    return job_id, gr.Tabs(selected=JOB_TAB), True
 
 
 def open_job_in_address(request: gr.Request):

@@ -71,10 +71,11 @@ def load_comparison(ids_text: str | None, *, database, principal: Principal) -> 
     labels = {job["id"]: job_label(job) for job in compared["jobs"]}
     series = compared["series"]
     lines = _every_line(labels, specs)
+    loss = _frame([(row["step"], row["loss"], _loss_line(labels[row["job_id"]], row["kind"]))
+                   for row in series["loss"]], LOSS_COLUMNS)
     return Comparison(
-        message=_summary(compared["jobs"]),
-        loss=_frame([(row["step"], row["loss"], _loss_line(labels[row["job_id"]], row["kind"]))
-                     for row in series["loss"]], LOSS_COLUMNS),
+        message=_summary(compared["jobs"]) + identical_lines_note(loss, "loss"),
+        loss=loss,
         throughput=_frame([(row["step"], row["tokens_per_second"], labels[row["job_id"]])
                            for row in series["tokens_per_second"]], THROUGHPUT_COLUMNS),
         memory=_frame([(row["seconds"], row["memory_mb"],
@@ -86,6 +87,23 @@ def load_comparison(ids_text: str | None, *, database, principal: Principal) -> 
         lines=lines,
         colours=line_colours(labels, lines),
     )
+
+
+def identical_lines(frame: pd.DataFrame, value_column: str) -> list[list[str]]:
+    """Groups of two or more lines ("job" names) with the same points, step for step: drawn
+    on one chart, the last one hides the others."""
+    by_points: dict[tuple, list[str]] = {}
+    for line, points in frame.dropna().groupby("job", sort=False):
+        key = tuple(zip(points["step"].tolist(), points[value_column].tolist()))
+        by_points.setdefault(key, []).append(str(line))
+    return [names for names in by_points.values() if len(names) > 1]
+
+
+def identical_lines_note(frame: pd.DataFrame, value_column: str) -> str:
+    """A sentence for each group of identical lines, for the message above the charts."""
+    return "".join(f"\n\n**Identical {value_column} curves:** {' and '.join(names)} have the "
+                   f"same {value_column} at every step, so the chart draws them as one line "
+                   f"(in {names[-1]}'s colour)." for names in identical_lines(frame, value_column))
 
 
 def line_colours(labels: dict[int, str], lines: dict[str, list[str]]) -> dict[str, str]:

@@ -189,3 +189,21 @@ def test_compare_backends_button_starts_two_jobs_and_names_them(database):
     assert refused.startswith("Not compared: qlora") and no_ids is None
     assert compare_handlers.compare_backends_from_page(None, database=database,
                                                        celery_app=celery, principal=OPEN_PRINCIPAL) == ("Pick a job first.", None)
+
+
+def test_identical_curves_are_named_above_the_charts(database):
+    first, second, third = (create_job(database), create_job(database, backend="fsdp"),
+                            create_job(database))
+    for job_id, steps in ((first, 4), (second, 4), (third, 3)):
+        seed_points(database, job_id, steps=steps, start_time=0.0)
+    same = compare_handlers.load_comparison(f"{first}, {second}", database=database,
+                                            principal=OPEN_PRINCIPAL)
+    one, two = f"job {first} (zero2)", f"job {second} (fsdp)"
+    assert compare_handlers.identical_lines(same.loss, "loss") == [[one, two],
+                                                                   [f"{one} eval", f"{two} eval"]]
+    assert f"**Identical loss curves:** {one} and {two} have the same loss" in same.message
+    assert f"(in {two}'s colour)" in same.message
+    # The same first steps but one more: not identical, no note.
+    other = compare_handlers.load_comparison(f"{first}, {third}", database=database,
+                                             principal=OPEN_PRINCIPAL)
+    assert "Identical" not in other.message

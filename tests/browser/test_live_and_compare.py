@@ -84,6 +84,28 @@ def _eventually(read: Callable[[], T], wanted: Callable[[T], bool], *, what: str
         time.sleep(0.5)
 
 
+def _count_redraws(page, *selectors: str, seconds: float) -> dict[str, int]:
+    """How many DOM changes each chart's drawing (its vega view, not Gradio's status line
+    beside it) went through in `seconds`."""
+    page.evaluate("""selectors => {
+        window.__redraws = {};
+        for (const selector of selectors) {
+          window.__redraws[selector] = 0;
+          const inDrawing = record => {
+            const element = record.target.nodeType === 1 ? record.target
+                                                         : record.target.parentElement;
+            return element && element.closest('.vega-embed, svg');
+          };
+          new MutationObserver(records => {
+            window.__redraws[selector] += records.filter(inDrawing).length;
+          }).observe(document.querySelector(selector),
+                     {subtree: true, childList: true, attributes: true, characterData: true});
+        }
+    }""", list(selectors))
+    time.sleep(seconds)
+    return page.evaluate("() => window.__redraws")
+
+
 def _open_tab(page, name: str) -> None:
     page.get_by_role("tab", name=name, exact=True).click()
 
@@ -103,6 +125,16 @@ def test_the_job_page_shows_progress_and_one_memory_line_per_rank(page, tunedeck
     expect(progress.locator(f"progress[max='{MAX_STEPS}']")).to_be_attached()
     expect(progress).to_contain_text("ETA", timeout=JOB_SECONDS * 1000)
     expect(progress).to_contain_text(re.compile(rf"step \d+ / {MAX_STEPS}"))
+
+    # What the user cannot see is not redrawn: the folded panel's charts, and the whole
+    # page while another tab is shown; both catch up once seen again (below).
+    page.locator("#job-more-charts").get_by_text("Learning rate, gradient norm").first.click()
+    _open_tab(page, "Jobs")
+    time.sleep(1.5)  # a tick already on its way when the tab changed still lands
+    redraws = _count_redraws(page, "#job-lr-plot", "#job-loss-plot", seconds=3.0)
+    assert redraws == {"#job-lr-plot": 0, "#job-loss-plot": 0}, redraws
+    _open_tab(page, "Job")
+    page.locator("#job-more-charts").get_by_text("Learning rate, gradient norm").first.click()
 
     _succeeded(tunedeck_server, job_id)
     expect(page.locator("#job-status")).to_contain_text("succeeded", timeout=CHART_SECONDS * 1000)

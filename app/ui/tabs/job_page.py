@@ -14,8 +14,12 @@ from app.ui.job_page import job_actions, job_handlers
 from app.ui.job_page.job_handlers import JobPage
 from app.ui.tabs.failure_panel import build_failure_panel, show_failure
 from app.ui.tabs.live_panel import build_live_panel, build_progress, show_live
+from app.ui.unchanged_updates import only_changed
 
 REFRESH_SECONDS = 1.0
+# The charts under the loss and throughput are below the fold at 1440 x 900: while the job
+# runs, each of these groups redraws every third tick, one group a tick, so no tick carries
+# all their redraws at once (a tick that did would delay the headline's update with them).
 PLOT_HEIGHT = 280
 
 
@@ -25,9 +29,11 @@ class JobPageTab:
     opened: Any  # the page drawn for a new job id, for build_ui to put the id in the address
     backends_compared: Any  # the Compare-backends click, for build_ui to fill the Compare tab
     compared_job_ids: gr.State  # "A, B" once Compare backends started two jobs
+    looking: gr.State  # whether the Job tab is the one shown: set False when another is
 
 
-def build_job_page_tab(*, database, celery_app) -> JobPageTab:
+def build_job_page_tab(*, database, celery_app, tab: gr.Tab) -> JobPageTab:
+    """`tab`: the Job tab itself, whose selection redraws what changed while it was hidden."""
     with gr.Row():
         job_id = gr.Number(label="Job id", precision=0, minimum=1, scale=1, elem_id="job-id")
         with gr.Column(scale=1):
@@ -58,14 +64,26 @@ def build_job_page_tab(*, database, celery_app) -> JobPageTab:
     compared_job_ids = gr.State(None)
     # The job a "Cancel requested" note is about: the note goes once that job has stopped.
     cancelling = gr.State(None)
+    # What each output shows (unchanged_updates' digests), and what the user can see: a
+    # tick redraws only what changed and is in view.
+    sent = gr.State(None)
+    looking = gr.State(True)
+    more_charts_open = gr.State(True)
+    ticks = gr.State(0)
 
     outputs = [headline, error, downloads, *charts, *details, cancel_button, resume_button,
                resume_hint, refresh_timer, *failure.outputs, *live.outputs]
+    folded = frozenset(outputs.index(chart) for chart in live.folded_outputs)
+    slow_groups = [frozenset(outputs.index(chart) for chart in group) for group in (
+        (live.sampled_memory, live.memory_comparison), (live.learning_rate, live.grad_norm),
+        (live.step_time, live.mfu))]
 
     # Each handler acts for the signed-in user (gr.Request carries the access middleware's
     # principal): another user's job is "no such job" here as in the API.
-    def refresh(selected_job_id, cancelled_job_id, smoothing_weight, log_loss,
-                request: gr.Request):
+    def refresh(selected_job_id, cancelled_job_id, smoothing_weight, log_loss, shown,
+                in_view, more_open, tick, request: gr.Request):
+        if not in_view:  # another tab is shown: nothing to draw, the timer keeps its pace
+            return (*(gr.skip() for _ in outputs), gr.skip(), gr.skip(), shown, tick)
         page = job_handlers.load_job_page(selected_job_id, database=database,
                                           principal=principal_of(request),
                                           view=job_handlers.ChartView.of(smoothing_weight,
@@ -73,7 +91,12 @@ def build_job_page_tab(*, database, celery_app) -> JobPageTab:
         stopped = cancelled_job_id is not None and page.job_id == cancelled_job_id \
             and page.finished
         note = ("", None) if stopped else (gr.skip(), gr.skip())
-        return (*_show(page), *note)
+        held = frozenset() if more_open else folded
+        if not page.finished:
+            held |= frozenset().union(*(group for index, group in enumerate(slow_groups)
+                                        if index != tick % len(slow_groups)))
+        updates, shown = only_changed(_show(page), shown, held=held)
+        return (*updates, *note, shown, tick + 1)
 
     def cancel(selected_job_id, request: gr.Request):
         message = job_actions.cancel_from_page(selected_job_id, database=database,
@@ -96,8 +119,8 @@ def build_job_page_tab(*, database, celery_app) -> JobPageTab:
             selected_job_id, database=database, celery_app=celery_app,
             principal=principal_of(request))
 
-    inputs = [job_id, cancelling, smoothing, log_scale]
-    outputs = [*outputs, cancel_message, cancelling]
+    inputs = [job_id, cancelling, smoothing, log_scale, sent, looking, more_charts_open, ticks]
+    outputs = [*outputs, cancel_message, cancelling, sent, ticks]
     for control in (smoothing, log_scale):
         control.change(refresh, inputs, outputs, show_progress="hidden",
                        trigger_mode="always_last")
@@ -114,8 +137,13 @@ def build_job_page_tab(*, database, celery_app) -> JobPageTab:
     backends_compared = compare_button.click(compare_backends, job_id,
                                              [cancel_message, compared_job_ids])
     backends_compared.then(refresh, inputs, outputs, show_progress="hidden")  # its new event
+    for folding, is_open in ((live.more_charts.expand, True), (live.more_charts.collapse, False)):
+        folding(lambda is_open=is_open: is_open, None, more_charts_open,
+                show_progress="hidden").then(refresh, inputs, outputs, show_progress="hidden")
+    tab.select(lambda: True, None, looking, show_progress="hidden").then(
+        refresh, inputs, outputs, show_progress="hidden")
     return JobPageTab(job_id=job_id, opened=opened, backends_compared=backends_compared,
-                      compared_job_ids=compared_job_ids)
+                      compared_job_ids=compared_job_ids, looking=looking)
 
 
 def _charts() -> tuple[gr.LinePlot, gr.LinePlot]:

@@ -24,11 +24,17 @@ class LivePanel:
     grad_norm: gr.LinePlot
     step_time: gr.LinePlot
     mfu: gr.LinePlot
+    more_charts: gr.Accordion  # the four charts after the memory chart
 
     @property
     def outputs(self) -> list:
         return [self.progress, self.sampled_memory, self.memory_comparison, self.learning_rate,
                 self.grad_norm, self.step_time, self.mfu]
+
+    @property
+    def folded_outputs(self) -> list:
+        """The outputs inside `more_charts`."""
+        return [self.learning_rate, self.grad_norm, self.step_time, self.mfu]
 
 
 def build_progress() -> gr.HTML:
@@ -40,14 +46,17 @@ def build_live_panel(progress: gr.HTML) -> LivePanel:
                                  title=GPU_USED_MB.title, x_title="seconds since the job started",
                                  y_title="MiB", height=PLOT_HEIGHT, elem_id="job-memory-plot")
     memory_comparison = gr.Markdown(elem_id="job-memory-comparison")
-    with gr.Row():
-        learning_rate = _step_plot(LEARNING_RATE, "job-lr-plot")
-        grad_norm = _step_plot(GRAD_NORM, "job-grad-norm-plot")
-    with gr.Row():
-        step_time = _step_plot(STEP_SECONDS, "job-step-time-plot")
-        mfu = _step_plot(MFU, "job-mfu-plot", visible=False)
+    # Folded away, these charts cost the browser nothing: the page holds their updates.
+    with gr.Accordion("Learning rate, gradient norm, step time, MFU", open=True,
+                      elem_id="job-more-charts") as more_charts:
+        with gr.Row():
+            learning_rate = _step_plot(LEARNING_RATE, "job-lr-plot")
+            grad_norm = _step_plot(GRAD_NORM, "job-grad-norm-plot")
+        with gr.Row():
+            step_time = _step_plot(STEP_SECONDS, "job-step-time-plot")
+            mfu = _step_plot(MFU, "job-mfu-plot", visible=False)
     return LivePanel(progress, sampled_memory, memory_comparison, learning_rate, grad_norm,
-                     step_time, mfu)
+                     step_time, mfu, more_charts)
 
 
 def _step_plot(figure: Figure, elem_id: str, *, visible: bool = True) -> gr.LinePlot:
