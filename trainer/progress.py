@@ -11,14 +11,15 @@ import threading
 import time
 from typing import Callable
 
-from tunedeck.metrics.events import PHASE_END, PHASE_PROGRESS, PHASE_START
+from tunedeck.metrics.events import PHASE_END, PHASE_FAILED, PHASE_PROGRESS, PHASE_START
 
 MIN_INTERVAL_SECONDS = 0.5
 
 
 class Phase:
     """`with Phase(telemetry, "tokenize", total=n, unit="records") as phase: phase.advance(k)`.
-    The end line is written however the block leaves (a failure's notice follows it)."""
+    The last line is written however the block leaves: "end", or "failed" when it raised
+    (the error notice follows), so the events never show a phase still going."""
 
     def __init__(self, telemetry, name: str, *, total: float | None = None,
                  unit: str | None = None, message: str | None = None,
@@ -37,8 +38,8 @@ class Phase:
         self._write(PHASE_START)
         return self
 
-    def __exit__(self, *exc) -> None:
-        self._write(PHASE_END)
+    def __exit__(self, exc_type, *exc) -> None:
+        self._write(PHASE_END if exc_type is None else PHASE_FAILED)
 
     def advance(self, amount: float) -> None:
         self.update(self.done + amount)

@@ -159,7 +159,8 @@ def _ingest_and_read_control(job_id: int, tail: MetricsTail, supervision: Superv
 def _record_phase_edge(job_id: int, event: dict, *, session) -> None:
     """A phase's start and end become job events (its progress lines stay metric points:
     the page's bar reads the newest); a rank's own, for the first rank of a node tokenizes."""
-    if event.get("state") in (metrics_event.PHASE_START, metrics_event.PHASE_END):
+    if event.get("state") in (metrics_event.PHASE_START, metrics_event.PHASE_END,
+                              metrics_event.PHASE_FAILED):
         job_store.add_job_event(session=session, job_id=job_id, kind="phase",
                                 message=f"rank {event['rank']}: {metrics_event.phase_text(event)}")
 

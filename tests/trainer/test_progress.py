@@ -13,7 +13,7 @@ from trainer.progress import Phase, download_progress_class
 from trainer.telemetry import FileTelemetry
 from trainer.tokenized_data import tokenize_splits
 from tunedeck.job_spec import JobSpec
-from tunedeck.metrics.events import PHASE_FIELDS, decode_event
+from tunedeck.metrics.events import PHASE_FIELDS, decode_event, phase_text
 
 
 def phase_events(path):
@@ -106,3 +106,13 @@ def test_tokenizing_counts_the_records_train_and_eval(tmp_path, telemetry, built
                                            *range(train + 16, total, 16), total, total]
     assert {(e["phase"], e["unit"], e["total"]) for e in events} == {
         ("tokenize", "records", total)}
+
+
+def test_a_phase_that_raises_ends_failed(tmp_path, telemetry):
+    with pytest.raises(ValueError):
+        with Phase(telemetry, "tokenize", total=10, unit="records") as phase:
+            phase.advance(3)
+            raise ValueError("a bad record")
+    events = phase_events(tmp_path / "metrics" / "rank-0.jsonl")
+    assert [(e["state"], e["done"]) for e in events] == [("start", 0), ("failed", 3)]
+    assert phase_text(events[-1]) == "tokenizing · 3 / 10 records · failed · 0 s"

@@ -11,9 +11,10 @@ Each line is a JSON object with `kind` and `time` (Unix seconds) and `rank`:
                  holds, measured once a launch after its first step; see trainer/footprint.py)
 - kind "notice": level ("info" | "error"), message
 - kind "phase":  phase (one of PHASES: what a rank does before step 1), state ("start" |
-                 "progress" | "end"), done, total (null when unknown), unit ("bytes" |
-                 "shards" | "records" | null), elapsed (seconds since the phase started),
-                 message (a file name, or null); progress lines come a few a second at most
+                 "progress" | "end" | "failed": it raised), done, total (null when
+                 unknown), unit ("bytes" | "shards" | "records" | null), elapsed (seconds
+                 since the phase started), message (a file name, or null); progress lines
+                 come a few a second at most
 Writer (trainer) and reader (worker) both import this module.
 """
 from __future__ import annotations
@@ -45,7 +46,7 @@ LOAD_SHARDS = "load_shards"
 TOKENIZE = "tokenize"
 COMPILE_OPS = "compile_ops"
 PHASES = (DOWNLOAD, LOAD_SHARDS, TOKENIZE, COMPILE_OPS)
-PHASE_START, PHASE_PROGRESS, PHASE_END = "start", "progress", "end"
+PHASE_START, PHASE_PROGRESS, PHASE_END, PHASE_FAILED = "start", "progress", "end", "failed"
 PHASE_WORDS = {DOWNLOAD: "downloading", LOAD_SHARDS: "loading shards",
                TOKENIZE: "tokenizing", COMPILE_OPS: "compiling ops"}
 
@@ -82,8 +83,8 @@ def phase_text(event: dict[str, Any]) -> str:
             amount = f"{done:,.0f}" + (f" / {total:,.0f}" if total else "")
             amount += f" {unit}" if unit else ""
         words.append(amount)
-    if event.get("state") == PHASE_END:
-        words.append("done")
+    if event.get("state") in (PHASE_END, PHASE_FAILED):
+        words.append("done" if event["state"] == PHASE_END else "failed")
     if isinstance(event.get("elapsed"), (int, float)):
         words.append(f"{event['elapsed']:.0f} s")
     return " · ".join(words)
