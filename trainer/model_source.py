@@ -8,11 +8,16 @@ in fp32, so a LoRA or QLoRA merge lands on the untouched fp32 base and not on a 
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tunedeck.metrics.events import LOAD_SHARDS
+
 from trainer.builtin_model import BUILTIN_MODEL_NAME, ensure_builtin_model
+from trainer.progress import Phase, download_progress_class
+from trainer.telemetry import NullTelemetry
 
 if TYPE_CHECKING:
     import torch
@@ -42,9 +47,12 @@ def resolve_model_source(model: str) -> str:
 
 
 def load_base_model(source: str, *, quantization: dict[str, Any] | None = None,
-                    device: torch.device | None = None, trust_remote_code: bool = False):
+                    device: torch.device | None = None, trust_remote_code: bool = False,
+                    telemetry=None):
     """`quantization` is `BitsAndBytesConfig` keywords (tunedeck.backend_config's
-    `quantization_config`); it needs the `device` the rank trains on."""
+    `quantization_config`); it needs the `device` the rank trains on. With `telemetry`, the
+    load is a "load_shards" phase, and each file fetched from the hub a "download" phase
+    of its bytes (huggingface_hub's own progress, through `tqdm_class`)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -57,10 +65,29 @@ def load_base_model(source: str, *, quantization: dict[str, Any] | None = None,
         # output head and anything not an nn.Linear stay fp32.
         placement = {"quantization_config": BitsAndBytesConfig(**quantization),
                      "device_map": {"": str(device or "cpu")}}
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32,
-                                                 trust_remote_code=trust_remote_code, **placement)
+    if telemetry is not None:
+        placement["tqdm_class"] = download_progress_class(telemetry)
+    # transformers 5 maps every shard lazily and then materialises the weights in one pass,
+    # so there is no per-shard moment to count: the phase says N shards, and when all are in.
+    shards = shard_count(source)
+    with Phase(telemetry or NullTelemetry(), LOAD_SHARDS, total=shards,
+               unit="shards" if shards else None) as phase:
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32,
+                                                     trust_remote_code=trust_remote_code,
+                                                     **placement)
+        phase.done = shards or 0
     model.config.use_cache = False  # a KV cache is only for generation
     return model
+
+
+def shard_count(source: str) -> int | None:
+    """How many weight files a local model folder has (its safetensors index names them);
+    None for a hub id, whose files are not here yet."""
+    folder = Path(source)
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        return len(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    return 1 if (folder / "model.safetensors").is_file() else None
 
 
 def load_tokenizer(source: str, *, trust_remote_code: bool = False):

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from tunedeck.metrics.events import EVAL, FOOTPRINT, MEMORY, NOTICE, STEP, encode_event
+from tunedeck.metrics.events import EVAL, FOOTPRINT, MEMORY, NOTICE, PHASE, STEP, encode_event
 from tunedeck.units import MIB  # the readings' `*_mb` fields are MiB
 
 
@@ -28,6 +28,9 @@ class Telemetry(Protocol):
 
     def footprint(self, *, step: int, params_bytes: int, grads_bytes: int,
                   optimizer_bytes: int) -> None: ...
+
+    def phase(self, *, phase: str, state: str, done: float | None, total: float | None,
+              unit: str | None, elapsed: float, message: str | None) -> None: ...
 
     def close(self) -> None: ...
 
@@ -46,6 +49,9 @@ class NullTelemetry:
         pass
 
     def footprint(self, **fields) -> None:
+        pass
+
+    def phase(self, **fields) -> None:
         pass
 
     def close(self) -> None:
@@ -89,6 +95,11 @@ class FileTelemetry:
                   optimizer_bytes: int) -> None:
         self._write(FOOTPRINT, step=step, params_bytes=params_bytes, grads_bytes=grads_bytes,
                     optimizer_bytes=optimizer_bytes)
+
+    def phase(self, *, phase: str, state: str, done: float | None, total: float | None,
+              unit: str | None, elapsed: float, message: str | None) -> None:
+        self._write(PHASE, phase=phase, state=state, done=done, total=total, unit=unit,
+                    elapsed=elapsed, message=message)
 
     def close(self) -> None:
         self._file.close()

@@ -27,10 +27,14 @@ from pathlib import Path
 from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 
-from trainer.datasets import TokenizedExample, tokenize_examples
+from tunedeck.metrics.events import TOKENIZE
+
+from trainer.datasets import TokenizedExample, _tokenize_all, has_answer_tokens
 from trainer.evaluation import eval_source, load_train_and_eval_examples
 from trainer.packing import pack_examples
+from trainer.progress import Phase
 from trainer.rank import RankContext
+from trainer.telemetry import NullTelemetry
 
 MANIFEST_FILE = "manifest.json"
 WAIT_POLL_SECONDS = 0.05
@@ -72,7 +76,8 @@ class TokenizedData:
     seconds: float  # what reading, splitting and tokenizing took, once for the node
 
 
-def tokenize_once(spec: JobSpec, tokenizer, run: RunFolder, *, context: RankContext) -> TokenizedData:
+def tokenize_once(spec: JobSpec, tokenizer, run: RunFolder, *, context: RankContext,
+                  telemetry=None) -> TokenizedData:
     """Every rank's data, tokenized by the node's first rank (see the module's docstring)."""
     import torch.distributed as dist
 
@@ -81,7 +86,8 @@ def tokenize_once(spec: JobSpec, tokenizer, run: RunFolder, *, context: RankCont
         shutil.rmtree(folder, ignore_errors=True)  # a previous launch's (a resumed job)
     dist.barrier()  # nobody is still reading an old folder, nor looking for the new one yet
     if context.local_rank == 0:
-        write_tokenized(folder, lambda: tokenize_splits(spec, tokenizer, ranks=context.world_size))
+        write_tokenized(folder, lambda: tokenize_splits(spec, tokenizer, ranks=context.world_size,
+                                                       telemetry=telemetry))
     data = read_tokenized(wait_for_manifest(folder))
     check_nodes_agree(data, spec=spec, context=context)
     return data
@@ -112,16 +118,39 @@ def remove_tokenized(run: RunFolder, *, context: RankContext) -> None:
                       ignore_errors=True)
 
 
-def tokenize_splits(spec: JobSpec, tokenizer, *, ranks: int) -> dict:
-    """{split: rows} and the train example count: the one path from records to rows."""
+def tokenize_splits(spec: JobSpec, tokenizer, *, ranks: int, telemetry=None) -> dict:
+    """{split: rows} and the train example count: the one path from records to rows.
+    With `telemetry`, a "tokenize" phase counts the records (train and eval) done."""
     examples, eval_examples = load_train_and_eval_examples(spec, ranks=ranks)
-    train_rows = tokenize_examples(tokenizer, examples, spec.seq_len, source=f"dataset {spec.dataset}")
-    eval_rows = (tokenize_examples(tokenizer, eval_examples, spec.seq_len, source=eval_source(spec))
-                 if eval_examples else [])
+    with Phase(telemetry or NullTelemetry(), TOKENIZE, total=len(examples) + len(eval_examples),
+               unit="records") as phase:
+        train_rows = _tokenize_in_chunks(tokenizer, examples, spec.seq_len, phase=phase,
+                                         source=f"dataset {spec.dataset}")
+        eval_rows = (_tokenize_in_chunks(tokenizer, eval_examples, spec.seq_len, phase=phase,
+                                         source=eval_source(spec))
+                     if eval_examples else [])
     if spec.packing:
         # The step count for `epochs` counts rows: packing makes fewer of them.
         train_rows, eval_rows = pack_examples(train_rows, spec.seq_len), pack_examples(eval_rows, spec.seq_len)
     return {"rows": {"train": train_rows, "eval": eval_rows}, "train_examples": len(examples)}
+
+
+# Records a tokenizer call: big enough to keep its batching fast, small enough that a
+# large dataset's bar moves every second or so.
+TOKENIZE_CHUNK_RECORDS = 2000
+
+
+def _tokenize_in_chunks(tokenizer, examples, seq_len: int, *, phase: Phase, source: str):
+    rows = []
+    for start in range(0, len(examples), TOKENIZE_CHUNK_RECORDS):
+        chunk = examples[start:start + TOKENIZE_CHUNK_RECORDS]
+        rows.extend(_tokenize_all(tokenizer, chunk, seq_len, source=source))
+        phase.advance(len(chunk))
+    kept = [row for row in rows if has_answer_tokens(row)]
+    if not kept:  # as tokenize_examples says it
+        raise ValueError(f"{source}: every prompt fills seq_len={seq_len}; "
+                         "no answer tokens are left to train on")
+    return kept
 
 
 def write_tokenized(folder: Path, tokenize: Callable[[], dict]) -> None:

@@ -58,7 +58,7 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     clock.mark("tokenizer")
     # The data before the model: a bad record fails in seconds, not after a model load. The
     # eval examples are held out here, before any training batch exists.
-    tokenized = tokenize_once(spec, tokenizer, run, context=context)
+    tokenized = tokenize_once(spec, tokenizer, run, context=context, telemetry=telemetry)
     announce_tokenized(tokenized, telemetry=telemetry, context=context)
     clock.mark("data")
     # transformers and torch are imported by now (the model's own modules and peft are
@@ -66,7 +66,8 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     resume_collection_after_imports()
     seed_everything(spec.seed)
     base_model = load_base_model(model_source, quantization=quantization_config(spec),
-                                 device=context.device, trust_remote_code=spec.trust_remote_code)
+                                 device=context.device, trust_remote_code=spec.trust_remote_code,
+                                 telemetry=telemetry if context.is_main else None)
     clock.mark("base model")
     if uses_adapter(spec) and context.is_main:
         telemetry.notice(resolve_lora_targets(base_model, spec.lora).as_text())

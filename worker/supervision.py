@@ -132,10 +132,13 @@ def _ingest_and_read_control(job_id: int, tail: MetricsTail, supervision: Superv
                                      samples=supervision.pending_samples)
             if events:  # idempotent per (rank, line): a retried batch is stored once
                 metric_store.add_metric_points(session=session, job_id=job_id, events=events)
+            fresh = [event for seq, event in events
+                     if seq > supervision.stored_lines.get(event["rank"], -1)]
             error_notices = [_record_notice(job_id, event, session=session)
-                             for seq, event in events
-                             if event["kind"] == metrics_event.NOTICE
-                             and seq > supervision.stored_lines.get(event["rank"], -1)]
+                             for event in fresh if event["kind"] == metrics_event.NOTICE]
+            for event in fresh:
+                if event["kind"] == metrics_event.PHASE:
+                    _record_phase_edge(job_id, event, session=session)
             control = job_store.run_control(session=session, job_id=job_id,
                                             worker_name=worker_name)
     except DBAPIError as error:
@@ -151,6 +154,15 @@ def _ingest_and_read_control(job_id: int, tail: MetricsTail, supervision: Superv
     supervision.error_notices.extend(notice for notice in error_notices if notice is not None)
     supervision.pending_events, supervision.pending_samples = [], []
     return control
+
+
+def _record_phase_edge(job_id: int, event: dict, *, session) -> None:
+    """A phase's start and end become job events (its progress lines stay metric points:
+    the page's bar reads the newest); a rank's own, for the first rank of a node tokenizes."""
+    if event.get("state") in (metrics_event.PHASE_START, metrics_event.PHASE_END,
+                              metrics_event.PHASE_FAILED):
+        job_store.add_job_event(session=session, job_id=job_id, kind="phase",
+                                message=f"rank {event['rank']}: {metrics_event.phase_text(event)}")
 
 
 def _record_notice(job_id: int, event: dict, *, session) -> tuple[float, int, str] | None:

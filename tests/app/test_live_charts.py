@@ -145,3 +145,24 @@ def test_jobs_table_shows_progress_loss_throughput_and_peak_memory(database):
     assert rows[gpu_job]["tokens/s"] == "1,200" and rows[gpu_job]["peak MB"] == "3,500"
     assert rows[cpu_job]["progress"] == "7 / 30 (23%)" and rows[cpu_job]["peak MB"] == "640"
     assert rows[idle_job]["progress"] == "0 / 5 (0%)" and rows[idle_job]["peak MB"] == ""
+
+
+def test_before_step_one_the_progress_is_the_current_phase_with_its_bar():
+    download = {"phase": "download", "state": "progress", "done": 1_200_000_000,
+                "total": 3_400_000_000, "unit": "bytes", "elapsed": 12.0,
+                "message": "model.safetensors", "rank": 0, "time": 1000.0}
+    text = live_charts.progress_html([], max_steps=100, status="running", started_at=START,
+                                     finished_at=None, phase=download)
+    assert 'value="1200000000" max="3400000000"' in text
+    assert "downloading model.safetensors · 1.20 GB / 3.40 GB · 12 s" in text
+    assert "step 0" not in text
+    compiling = {"phase": "compile_ops", "state": "progress", "done": None, "total": None,
+                 "unit": None, "elapsed": 42.0, "message": None}
+    text = live_charts.progress_html([], max_steps=100, status="running", started_at=START,
+                                     finished_at=None, phase=compiling)
+    assert "<progress" not in text and "compiling ops · 42 s" in text
+    # Once steps come, or the job is over, the steps are the progress again.
+    for train, status in ((_steps(1), "running"), ([], "failed")):
+        text = live_charts.progress_html(train, max_steps=100, status=status, started_at=START,
+                                         finished_at=None, phase=download)
+        assert "downloading" not in text and "step" in text

@@ -85,6 +85,12 @@ def test_lora_run_learns_and_exports_an_equivalent_merge(backend, run_trainer, b
     assert not [event for event in result.events_of_kind(1, "notice")
                 if event["message"].startswith("tokenized ")]
     assert not result.run.tokenized_dir(node_rank=0).exists()  # removed once the model is written
+    # Before step 1, rank 0's phases in train()'s order: the data, then the model's shards.
+    phases = [(event["phase"], event["state"]) for event in result.events_of_kind(0, "phase")
+              if event["state"] != "progress"]
+    assert phases[:4] == [("tokenize", "start"), ("tokenize", "end"),
+                          ("load_shards", "start"), ("load_shards", "end")], phases
+    assert not result.events_of_kind(1, "phase")  # rank 1 neither tokenizes nor reports a load
     assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in result.run.adapter_dir.iterdir()}
     assert_merged_matches_base_plus_adapter(result.run, builtin_model_dir)
 

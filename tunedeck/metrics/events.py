@@ -10,6 +10,11 @@ Each line is a JSON object with `kind` and `time` (Unix seconds) and `rank`:
 - kind "footprint": step, params_bytes, grads_bytes, optimizer_bytes (what this rank
                  holds, measured once a launch after its first step; see trainer/footprint.py)
 - kind "notice": level ("info" | "error"), message
+- kind "phase":  phase (one of PHASES: what a rank does before step 1), state ("start" |
+                 "progress" | "end" | "failed": it raised), done, total (null when
+                 unknown), unit ("bytes" | "shards" | "records" | null), elapsed (seconds
+                 since the phase started), message (a file name, or null); progress lines
+                 come a few a second at most
 Writer (trainer) and reader (worker) both import this module.
 """
 from __future__ import annotations
@@ -17,12 +22,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tunedeck.units import GB, format_size
+
 STEP = "step"
 MEMORY = "memory"
 NOTICE = "notice"
 EVAL = "eval"
 FOOTPRINT = "footprint"
-KINDS = (STEP, MEMORY, NOTICE, EVAL, FOOTPRINT)
+PHASE = "phase"
+KINDS = (STEP, MEMORY, NOTICE, EVAL, FOOTPRINT, PHASE)
 
 STEP_FIELDS = ("step", "loss", "learning_rate", "grad_norm", "tokens_per_second",
                "step_seconds", "tokens", "mfu")
@@ -31,6 +39,16 @@ MEMORY_FIELDS = ("step", "host", "device", "allocated_mb", "reserved_mb", "peak_
 NOTICE_FIELDS = ("level", "message")
 EVAL_FIELDS = ("step", "eval_loss", "eval_tokens")
 FOOTPRINT_FIELDS = ("step", "params_bytes", "grads_bytes", "optimizer_bytes")
+PHASE_FIELDS = ("phase", "state", "done", "total", "unit", "elapsed", "message")
+
+DOWNLOAD = "download"
+LOAD_SHARDS = "load_shards"
+TOKENIZE = "tokenize"
+COMPILE_OPS = "compile_ops"
+PHASES = (DOWNLOAD, LOAD_SHARDS, TOKENIZE, COMPILE_OPS)
+PHASE_START, PHASE_PROGRESS, PHASE_END, PHASE_FAILED = "start", "progress", "end", "failed"
+PHASE_WORDS = {DOWNLOAD: "downloading", LOAD_SHARDS: "loading shards",
+               TOKENIZE: "tokenizing", COMPILE_OPS: "compiling ops"}
 
 
 def encode_event(kind: str, *, rank: int, time: float, **fields: Any) -> str:
@@ -48,3 +66,25 @@ def decode_event(line: str) -> dict[str, Any] | None:
     if not isinstance(event.get("rank"), int) or not isinstance(event.get("time"), (int, float)):
         return None
     return event
+
+
+def phase_text(event: dict[str, Any]) -> str:
+    """One phase line in words, the one spelling the job page and the CLI show:
+    "downloading model.safetensors · 1.2 GB / 3.4 GB · 12 s", "tokenizing · 500 / 2,000
+    records · 3 s", "compiling ops · 42 s"."""
+    words = [PHASE_WORDS.get(event.get("phase"), str(event.get("phase")))]
+    if event.get("message"):
+        words[0] += f" {event['message']}"
+    done, total, unit = event.get("done"), event.get("total"), event.get("unit")
+    if isinstance(done, (int, float)):
+        if unit == "bytes":
+            amount = format_size(done / GB) + (f" / {format_size(total / GB)}" if total else "")
+        else:
+            amount = f"{done:,.0f}" + (f" / {total:,.0f}" if total else "")
+            amount += f" {unit}" if unit else ""
+        words.append(amount)
+    if event.get("state") in (PHASE_END, PHASE_FAILED):
+        words.append("done" if event["state"] == PHASE_END else "failed")
+    if isinstance(event.get("elapsed"), (int, float)):
+        words.append(f"{event['elapsed']:.0f} s")
+    return " · ".join(words)

@@ -14,7 +14,8 @@ def read_job_series(*, session: Session, job_id: int,
                     max_points: int = DEFAULT_MAX_POINTS) -> dict[str, list[dict[str, Any]]]:
     """`train`, `eval`, `memory`, `footprint` (as `metric_store.read_job_metrics`), plus
     `gpus` (the worker's NVML samples) and `processes` (its per-rank samples); each line
-    (a series, a rank's, a GPU's) at most `max_points` long."""
+    (a series, a rank's, a GPU's) at most `max_points` long; `phase`, the newest phase line
+    (a list of one, or empty), for the progress of a job not at step 1 yet."""
     return {
         **metric_store.read_chart_metrics(session=session, job_id=job_id, max_points=max_points),
         "gpus": sample_store.read_samples(session=session, job_id=job_id,
@@ -22,4 +23,5 @@ def read_job_series(*, session: Session, job_id: int,
         "processes": sample_store.read_samples(session=session, job_id=job_id,
                                                source=sample_store.PROCESS,
                                                max_points=max_points),
+        "phase": metric_store.latest_phase(session=session, job_id=job_id),
     }

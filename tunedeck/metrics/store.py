@@ -208,6 +208,20 @@ def _latest_footprint_per_rank(session: Session, job_id: int) -> list[dict[str, 
             for rank, values in sorted(latest.items())]
 
 
+def latest_phase(*, session: Session, job_id: int) -> list[dict[str, Any]]:
+    """The job's newest phase line (events.PHASE: what it does before step 1), as a list of
+    one, or none before the first; the newest of any rank, since a node's first rank
+    tokenizes and rank 0 loads."""
+    row = session.execute(
+        select(MetricPoint.rank, MetricPoint.time, MetricPoint.values)
+        .where(MetricPoint.job_id == job_id, MetricPoint.kind == metrics_event.PHASE)
+        .order_by(MetricPoint.time.desc(), MetricPoint.id.desc()).limit(1)).first()
+    if row is None:
+        return []
+    rank, time, values = row
+    return [{"rank": rank, "time": time, **_pick(values, metrics_event.PHASE_FIELDS)}]
+
+
 def _pick(values: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
     return {field: _finite_or_none(values.get(field)) for field in fields}
 

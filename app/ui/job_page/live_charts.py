@@ -17,6 +17,7 @@ import pandas as pd
 
 from tunedeck.db.models import as_utc
 from tunedeck.job_spec import JobSpec
+from tunedeck.metrics import events as metrics_event
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
 from tunedeck.metrics.figures import (GPU_USED_MB, GRAD_NORM, LEARNING_RATE, LIVE_STEP_FIGURES, MFU,
                                       PROCESS_RSS_MB, STEP_SECONDS)
@@ -87,7 +88,8 @@ def live_charts(*, spec: JobSpec, series: dict[str, list[dict[str, Any]]],
     return LiveCharts(
         sampled_memory=memory, sampled_memory_title=title, step_charts=step_frames(train),
         progress_html=progress_html(train, max_steps=spec.max_steps, status=status,
-                                    started_at=started_at, finished_at=finished_at, now=now),
+                                    started_at=started_at, finished_at=finished_at, now=now,
+                                    phase=next(iter(series.get("phase") or []), None)),
     )
 
 
@@ -161,11 +163,14 @@ def planned_peak_mb(spec: JobSpec, gpus: list[dict[str, Any]]) -> float | None:
 
 def progress_html(train: list[dict[str, Any]], *, max_steps: int | None, status: str,
                   started_at: datetime | None, finished_at: datetime | None,
-                  now: datetime | None = None) -> str:
+                  now: datetime | None = None, phase: dict[str, Any] | None = None) -> str:
     """Steps done of the total as a bar, the time elapsed, and (while running) the ETA:
-    the mean time a recent step took times the steps left."""
+    the mean time a recent step took times the steps left. Running before step 1, the
+    newest `phase` line instead: a download, shards, records, with its own bar."""
     if status is None:
         return ""
+    if status == "running" and not train and phase is not None:
+        return phase_progress_html(phase)
     done = train[-1]["step"] if train else 0
     figures = [f"step {done:,} / {max_steps:,}" if max_steps else f"step {done:,}"]
     elapsed = _elapsed_seconds(started_at, finished_at, now)
@@ -177,6 +182,16 @@ def progress_html(train: list[dict[str, Any]], *, max_steps: int | None, status:
     bar = (f'<progress value="{done}" max="{max_steps}" style="width:100%"></progress>'
            if max_steps else "")
     return f'<div id="job-progress-figures">{bar}<div>{html.escape(" · ".join(figures))}</div></div>'
+
+
+def phase_progress_html(phase: dict[str, Any]) -> str:
+    """"downloading model.safetensors · 1.20 GB / 3.40 GB · 12 s" over a bar of done of
+    total (none for a phase with nothing to count)."""
+    done, total = phase.get("done"), phase.get("total")
+    bar = (f'<progress value="{done}" max="{total}" style="width:100%"></progress>'
+           if isinstance(done, (int, float)) and total else "")
+    return (f'<div id="job-progress-figures" data-phase="{html.escape(str(phase.get("phase")))}">'
+            f'{bar}<div>{html.escape(metrics_event.phase_text(phase))}</div></div>')
 
 
 def eta_seconds(train: list[dict[str, Any]], max_steps: int | None) -> float | None:

@@ -1,0 +1,91 @@
+"""What a rank reports while it sits before step 1: a download, shards loading, records
+tokenizing, DeepSpeed's ops compiling. Each is one "phase" (tunedeck.metrics.events): a
+start line, progress lines, an end line, in the rank's metrics file.
+
+Progress lines are throttled (at most one every `MIN_INTERVAL_SECONDS`): a download calls
+`advance` once a chunk, thousands of times a second, and the worker stores every line.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+from tunedeck.metrics.events import PHASE_END, PHASE_FAILED, PHASE_PROGRESS, PHASE_START
+
+MIN_INTERVAL_SECONDS = 0.5
+
+
+class Phase:
+    """`with Phase(telemetry, "tokenize", total=n, unit="records") as phase: phase.advance(k)`.
+    The last line is written however the block leaves: "end", or "failed" when it raised
+    (the error notice follows), so the events never show a phase still going."""
+
+    def __init__(self, telemetry, name: str, *, total: float | None = None,
+                 unit: str | None = None, message: str | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 min_interval: float | None = None):
+        self._telemetry, self.name, self.total, self.unit = telemetry, name, total, unit
+        self.message, self._clock = message, clock
+        self._min_interval = MIN_INTERVAL_SECONDS if min_interval is None else min_interval
+        self.done = 0
+        self._started = self._last_write = None
+        # huggingface_hub downloads files from a thread pool: their bars write at once.
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Phase:
+        self._started = self._last_write = self._clock()
+        self._write(PHASE_START)
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        self._write(PHASE_END if exc_type is None else PHASE_FAILED)
+
+    def advance(self, amount: float) -> None:
+        self.update(self.done + amount)
+
+    def update(self, done: float) -> None:
+        self.done = done
+        if self._clock() - self._last_write >= self._min_interval:
+            self._write(PHASE_PROGRESS)
+
+    def _write(self, state: str) -> None:
+        with self._lock:
+            now = self._clock()
+            self._last_write = now
+            counted = self.unit is not None
+            self._telemetry.phase(phase=self.name, state=state,
+                                  done=self.done if counted else None, total=self.total,
+                                  unit=self.unit, elapsed=round(now - self._started, 3),
+                                  message=self.message)
+
+
+def download_progress_class(telemetry):
+    """A tqdm class for huggingface_hub's `tqdm_class` (which `from_pretrained` passes to
+    each file's download): each file it downloads becomes a "download" phase of its bytes."""
+    from huggingface_hub.utils import tqdm as hub_tqdm
+
+    class DownloadProgress(hub_tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            # huggingface_hub names the bar after the file ("model.safetensors", or
+            # "Downloading 'model.safetensors'" in some versions).
+            name = str(kwargs.get("desc") or "").strip() or None
+            self._phase = Phase(telemetry, "download", total=kwargs.get("total"), unit="bytes",
+                                message=name)
+            self._phase.__enter__()
+            if kwargs.get("initial"):
+                self._phase.update(kwargs["initial"])
+
+        def update(self, n=1):
+            self._phase.advance(n or 0)
+            return super().update(n)
+
+        def close(self):
+            phase = self.__dict__.pop("_phase", None)
+            if phase is not None:
+                phase.total = self.total or phase.total
+                phase.__exit__(None, None, None)
+            super().close()
+
+    return DownloadProgress
