@@ -3,6 +3,8 @@ with 2 CPU ranks, metrics in the database, merged weights downloaded and loaded.
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 import time
 import zipfile
 
@@ -28,8 +30,17 @@ def server(tmp_path_factory):
 
 def test_submit_train_download_and_load_merged_weights(server, tmp_path):
     job_id = server.submit(LORA_JOB)
+    # `tunedeck watch` follows it to the end, a line each time its progress changes.
+    watched = subprocess.run([sys.executable, "-m", "tunedeck.cli", "watch", str(job_id),
+                              "--server", server.base_url, "--interval", "0.2"],
+                             capture_output=True, text=True, timeout=300)
     job = server.wait_for(job_id, {"succeeded", "failed", "cancelled"})
     assert job["status"] == "succeeded", job["error"]
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    lines = watched.stdout.splitlines()
+    assert f"job {job_id} succeeded · step 12 / 12 · loss " in lines[-1], lines
+    assert "tokens/s" in lines[-1], lines
+    assert any(f"job {job_id} running" in line for line in lines), lines
 
     metrics = server.http.get(f"/api/jobs/{job_id}/metrics").json()
     assert [row["step"] for row in metrics["train"]] == list(range(1, 13))

@@ -1,4 +1,4 @@
-"""`tunedeck`: up, web, worker, migrate, submit, resume, plan, preflight, lora-targets,
+"""`tunedeck`: up, web, worker, migrate, submit, resume, plan, preflight, lora-targets, watch,
 render (docs/reference/cli.md), and the accounts: user, token, audit."""
 from __future__ import annotations
 
@@ -54,10 +54,12 @@ def _build_parser() -> argparse.ArgumentParser:
     from tunedeck.cli.account_commands import add_account_commands
     from tunedeck.cli.lora_targets_command import add_lora_targets_command
     from tunedeck.cli.preflight_command import add_preflight_command
+    from tunedeck.cli.watch_command import add_watch_command
 
     add_account_commands(commands)
     add_preflight_command(commands, add_server_options=_add_server_options)
     add_lora_targets_command(commands, add_server_options=_add_server_options)
+    add_watch_command(commands, add_server_options=_add_server_options)
 
     plan = commands.add_parser("plan", help="memory per GPU of SPEC.yaml under each backend, "
                                "and which to use")
