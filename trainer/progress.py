@@ -7,8 +7,10 @@ Progress lines are throttled (at most one every `MIN_INTERVAL_SECONDS`): a downl
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Callable
 
 from tunedeck.metrics.events import PHASE_END, PHASE_FAILED, PHASE_PROGRESS, PHASE_START
@@ -58,6 +60,34 @@ class Phase:
                                   done=self.done if counted else None, total=self.total,
                                   unit=self.unit, elapsed=round(now - self._started, 3),
                                   message=self.message)
+
+
+COMPILE_TICK_SECONDS = 5.0
+
+
+@contextlib.contextmanager
+def compiling_ops(telemetry, *, compiling: bool,
+                  tick_seconds: float = COMPILE_TICK_SECONDS) -> Iterator[None]:
+    """A "compile_ops" phase around a call that may build DeepSpeed's ops (`compiling`:
+    the backend said some are missing), with a line every `tick_seconds` so the page's
+    "compiling ops · 42 s" keeps counting: the build reports nothing of its own while the
+    compiler runs. Nothing is written when nothing compiles."""
+    if not compiling:
+        yield
+        return
+    stopped = threading.Event()
+    with Phase(telemetry, "compile_ops", min_interval=0.0) as phase:
+        def tick() -> None:
+            while not stopped.wait(tick_seconds):
+                phase.update(0)
+
+        ticker = threading.Thread(target=tick, name="compile-ops-ticker", daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            stopped.set()
+            ticker.join()
 
 
 def download_progress_class(telemetry):

@@ -28,6 +28,7 @@ from trainer.export import export_weights
 from trainer.lora_targets import resolve_lora_targets
 from trainer.method import apply_method, trainable_parameter_count, uses_adapter
 from trainer.mfu import MfuMeter
+from trainer.progress import compiling_ops
 from trainer.model_source import load_base_model, load_tokenizer, resolve_model_source
 from trainer.rank import RankContext, seed_everything
 from trainer.schedule import learning_rate_at, total_optimizer_steps
@@ -48,10 +49,14 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     telemetry.notice(f"loading model {spec.model}")
     model_source = resolve_model_source(spec.model)
     backend_settings = read_json(run.backend_config_file(spec.backend))
+    slow_start = backend_type.startup_notice(backend_settings, context)
     if context.is_main:
-        announce_slow_start(backend_type.startup_notice(backend_settings, context),
-                            telemetry=telemetry)
-    backend_type.init_distributed(context)
+        announce_slow_start(slow_start, telemetry=telemetry)
+    # Ops missing from the build cache compile on first use: in joining the process group
+    # (ZeRO-2's CPU collectives) and in wrapping the model (CPU Adam).
+    compiling = slow_start is not None and context.is_main
+    with compiling_ops(telemetry, compiling=compiling):
+        backend_type.init_distributed(context)
     clock.mark("distributed init")
 
     tokenizer = load_tokenizer(model_source, trust_remote_code=spec.trust_remote_code)
@@ -82,7 +87,8 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     mfu_meter = MfuMeter.for_model(model, full_finetune=spec.method == "full",
                                    device=context.device, world_size=context.world_size)
-    backend = backend_type.wrap(model, backend_settings, context)
+    with compiling_ops(telemetry, compiling=compiling):
+        backend = backend_type.wrap(model, backend_settings, context)
     clock.mark("backend")
     if context.is_main:
         print(clock.as_text(), flush=True)

@@ -116,3 +116,34 @@ def test_a_phase_that_raises_ends_failed(tmp_path, telemetry):
     events = phase_events(tmp_path / "metrics" / "rank-0.jsonl")
     assert [(e["state"], e["done"]) for e in events] == [("start", 0), ("failed", 3)]
     assert phase_text(events[-1]) == "tokenizing · 3 / 10 records · failed · 0 s"
+
+
+def test_compiling_ops_ticks_its_elapsed_time_until_the_build_returns(tmp_path, telemetry):
+    import time
+
+    from trainer.progress import compiling_ops
+
+    with compiling_ops(telemetry, compiling=True, tick_seconds=0.05):
+        time.sleep(0.3)  # the build
+    with compiling_ops(telemetry, compiling=False):
+        pass  # nothing to build: no line
+    telemetry.close()
+    events = phase_events(tmp_path / "metrics" / "rank-0.jsonl")
+    states = [event["state"] for event in events]
+    assert states[0] == "start" and states[-1] == "end" and states.count("progress") >= 3
+    assert {event["phase"] for event in events} == {"compile_ops"}
+    elapsed = [event["elapsed"] for event in events]
+    assert elapsed == sorted(elapsed) and elapsed[-1] >= 0.3
+    assert phase_text(events[-2]).startswith("compiling ops · ")
+    assert phase_text(events[-2]).endswith(" s")
+
+
+def test_a_failed_build_ends_its_phase_failed(tmp_path, telemetry):
+    from trainer.progress import compiling_ops
+
+    with pytest.raises(RuntimeError):
+        with compiling_ops(telemetry, compiling=True, tick_seconds=10):
+            raise RuntimeError("ninja: build stopped")
+    telemetry.close()
+    assert [event["state"] for event in phase_events(tmp_path / "metrics" / "rank-0.jsonl")] \
+        == ["start", "failed"]

@@ -88,6 +88,10 @@ def test_lora_run_learns_and_exports_an_equivalent_merge(backend, run_trainer, b
     # Before step 1, rank 0's phases in train()'s order: the data, then the model's shards.
     phases = [(event["phase"], event["state"]) for event in result.events_of_kind(0, "phase")
               if event["state"] != "progress"]
+    # ZeRO-2's ops compile on a build cache's first job (which job that is depends on order).
+    compiled = [phase for phase in phases if phase[0] == "compile_ops"]
+    assert compiled == [("compile_ops", "start"), ("compile_ops", "end")] * (len(compiled) // 2)
+    phases = [phase for phase in phases if phase[0] != "compile_ops"]
     assert phases[:4] == [("tokenize", "start"), ("tokenize", "end"),
                           ("load_shards", "start"), ("load_shards", "end")], phases
     assert not result.events_of_kind(1, "phase")  # rank 1 neither tokenizes nor reports a load
