@@ -151,3 +151,27 @@ def test_delete_over_rest(client):
     assert client.delete(f"/api/jobs/{job_id}").status_code == 404
     assert client.delete("/api/jobs/0").status_code == 422
     assert client.post(f"/api/jobs/{job_id}/archive").status_code == 404
+
+
+def test_the_cli_deletes_after_confirmation_and_archives(client, monkeypatch, capsys):
+    import httpx
+
+    from tunedeck.cli.main import main
+
+    def through_the_test_client(method, url, **keywords):
+        path = url.split("http://tunedeck", 1)[1]
+        return client.request(method, path, headers=keywords.get("headers"))
+
+    monkeypatch.setattr(httpx, "request", through_the_test_client)
+    state = client.app_state
+    job_id = finished_job(state.database, state.settings, owner=None)
+    server = ["--server", "http://tunedeck"]
+    monkeypatch.setattr("builtins.input", lambda _prompt: "n")
+    assert main(["delete", str(job_id), *server]) == 1
+    assert client.get(f"/api/jobs/{job_id}").status_code == 200
+    assert main(["archive", str(job_id), *server]) == 0
+    assert client.get(f"/api/jobs/{job_id}").json()["archived"] is True
+    assert main(["unarchive", str(job_id), *server]) == 0
+    assert main(["delete", str(job_id), "--yes", *server]) == 0
+    assert client.get(f"/api/jobs/{job_id}").status_code == 404
+    assert f"job {job_id} deleted; run folder" in capsys.readouterr().out
