@@ -339,6 +339,7 @@ __all__ = [
     "start_node", "finish_node", "add_job_event", "list_job_events", "mark_job_running",
     "resume_job",
     "record_launcher_pid", "mark_job_succeeded", "mark_job_failed", "mark_job_cancelled",
-    "request_cancel", "is_cancel_requested", "set_job_archived", "delete_job", "JobStillActive", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED",
+    "request_cancel", "is_cancel_requested", "set_job_archived", "delete_job",
+    "JobStillActive", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED",
     "CANCELLED",
 ]

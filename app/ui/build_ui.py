@@ -42,7 +42,8 @@ def build_ui(*, database, celery_app,
                 new_job = build_new_job_tab(database=database, celery_app=celery_app,
                                             settings=settings)
             with gr.Tab("Jobs", id=JOBS_TAB, elem_id="tab-jobs"):
-                jobs = build_jobs_tab(database=database, worker_lost_seconds=worker_lost_seconds)
+                jobs = build_jobs_tab(database=database, worker_lost_seconds=worker_lost_seconds,
+                                      settings=settings)
             with gr.Tab("Job", id=JOB_TAB, elem_id="tab-job"):
                 job_page = build_job_page_tab(database=database, celery_app=celery_app)
             with gr.Tab("Compare", id=COMPARE_TAB, elem_id="tab-compare"):

@@ -175,3 +175,31 @@ def test_the_cli_deletes_after_confirmation_and_archives(client, monkeypatch, ca
     assert main(["delete", str(job_id), "--yes", *server]) == 0
     assert client.get(f"/api/jobs/{job_id}").status_code == 404
     assert f"job {job_id} deleted; run folder" in capsys.readouterr().out
+
+
+def test_the_jobs_tab_handlers_confirm_delete_archive_and_name_bad_ids(database, settings):
+    from app.ui import job_removal_handlers as removal
+    from app.ui.jobs_table import JobsFilter, jobs_table
+
+    done = finished_job(database, settings)
+    running = finished_job(database, settings, finish=False)
+    assert removal.confirm_label(f"{done}") == f"Really delete job {done} and its run folder?"
+    with pytest.raises(removal.BadIds, match="Job ids"):
+        removal.confirm_label("3; drop")
+    assert removal.archive_jobs(ALICE, "", True, database=database).startswith("Job ids")
+    assert removal.archive_jobs(BOB, f"{done}", True, database=database) == (
+        f"Job {done} not archived: job {done} does not exist")
+    assert removal.archive_jobs(ALICE, f"{done}", True, database=database) == (
+        f"Job {done} archived.")
+
+    def table_ids(archived):
+        table = jobs_table(database=database, principal=ALICE,
+                           shown=JobsFilter.of(archived=archived))
+        return [int(cell.split("]")[0].lstrip("[")) for cell in table["id"]]
+
+    assert (table_ids(False), table_ids(True)) == ([running], [done])
+    message = removal.delete_jobs(ALICE, f"{done}, {running}", database=database,
+                                  settings=settings)
+    assert f"Job {done} deleted; run folder" in message
+    assert f"Job {running} not deleted: job {running} is running; cancel it" in message
+    assert table_ids(True) == [] and not settings.run_dir_for(done).exists()
