@@ -11,6 +11,7 @@ import gradio as gr  # noqa: E402
 
 from app.auth.principal import principal_of  # noqa: E402
 from app.ui.page_chrome import NAME_JOB_IN_ADDRESS_JS, job_in_address  # noqa: E402
+from app.ui.compare_handlers import pickable_jobs  # noqa: E402
 from app.ui.tabs.cluster import build_cluster_tab  # noqa: E402
 from app.ui.tabs.compare import build_compare_tab  # noqa: E402
 from app.ui.tabs.job_page import build_job_page_tab  # noqa: E402
@@ -53,6 +54,15 @@ def build_ui(*, database, celery_app,
         new_job.submitted.then(open_job, new_job.submitted_job_id, [job_page.job_id, tabs],
                                show_progress="hidden")
         jobs.selected.then(open_job, jobs.selected_job_id, [job_page.job_id, tabs],
+                           show_progress="hidden")
+        def open_compare(job_ids: list[int] | None, request: gr.Request):
+            if not job_ids:
+                return gr.skip(), gr.skip(), gr.skip()
+            choices = pickable_jobs(database=database, principal=principal_of(request))
+            return (gr.Dropdown(choices=choices, value=job_ids),
+                    ", ".join(map(str, job_ids)), gr.Tabs(selected=COMPARE_TAB))
+
+        jobs.compared.then(open_compare, jobs.compare_ids, [compare.picker, compare.job_ids, tabs],
                            show_progress="hidden")
         blocks.load(account_line, None, account, show_progress="hidden")
         blocks.load(open_job_in_address, None, [job_page.job_id, tabs], show_progress="hidden")

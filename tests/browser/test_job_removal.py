@@ -81,3 +81,32 @@ def test_delete_asks_first_refuses_a_running_job_and_archive_hides(
     finally:
         page.context.close()
         tunedeck_server.http.post(f"/api/jobs/{running}/cancel")
+
+
+def test_compare_selected_opens_the_compare_tab_with_those_jobs_picked(
+        browser, tunedeck_server: RunningServer):
+    from playwright.sync_api import expect
+
+    first = tunedeck_server.submit({**LONG, "name": "cmp-first"})
+    second = tunedeck_server.submit({**LONG, "name": "cmp-second"})
+    page = signed_in_page(browser, tunedeck_server.base_url, viewport=VIEWPORT)
+    try:
+        page.get_by_role("tab", name="Jobs", exact=True).click()
+        expect(page.locator("#jobs-table")).to_contain_text("cmp-second")
+        ids = page.locator("#jobs-action-ids textarea, #jobs-action-ids input").first
+        ids.fill(str(first))
+        page.locator("#jobs-compare").click()
+        expect(page.locator("#jobs-action-message")).to_contain_text("at least 2 job ids")
+        ids.fill(f"{first}, {second}")
+        page.locator("#jobs-compare").click()
+        picker = page.locator("#compare-picker")
+        expect(picker).to_be_visible()
+        expect(picker).to_contain_text("cmp-first")
+        expect(picker).to_contain_text("cmp-second")
+        compare_ids = page.locator("#compare-ids textarea, #compare-ids input").first
+        expect(compare_ids).to_have_value(f"{first}, {second}")
+        _shot(page, "jobs-compare-selected")
+    finally:
+        page.context.close()
+        for job_id in (first, second):
+            tunedeck_server.http.post(f"/api/jobs/{job_id}/cancel")

@@ -17,6 +17,7 @@ PLOT_HEIGHT = 300
 @dataclass(frozen=True)
 class CompareTab:
     job_ids: gr.Textbox  # set it (e.g. "3, 5") to compare those jobs
+    picker: gr.Dropdown  # the jobs picked, to show the same ones as job_ids
 
 
 def build_compare_tab(*, database) -> CompareTab:
@@ -65,7 +66,7 @@ def build_compare_tab(*, database) -> CompareTab:
     job_ids.submit(refresh, job_ids, outputs, show_progress="hidden")
     job_ids.change(refresh, job_ids, outputs, show_progress="hidden", trigger_mode="always_last")
     refresh_timer.tick(refresh, job_ids, outputs, show_progress="hidden", concurrency_limit=None)
-    return CompareTab(job_ids=job_ids)
+    return CompareTab(job_ids=job_ids, picker=picker)
 
 
 def _show(comparison: Comparison) -> tuple:

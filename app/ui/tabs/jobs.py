@@ -19,11 +19,14 @@ REFRESH_SECONDS = 2.0
 class JobsTab:
     selected: Any  # the row-select event, for build_ui to chain "open the job" onto
     selected_job_id: gr.State
+    compared: Any  # "Compare selected" pressed, for build_ui to open the Compare tab on
+    compare_ids: gr.State  # the ids to compare, or None when they were refused
 
 
 def _build_removal_row(*, database, settings) -> list[Any]:
-    """Archive, unarchive or delete the jobs whose ids are typed; Delete only arms a
-    Confirm button naming what goes. The events after which the table refreshes."""
+    """Archive, unarchive, delete or compare the jobs whose ids are typed; Delete only arms
+    a Confirm button naming what goes. The events after which the table refreshes, the
+    "Compare selected" event and the ids it passes on."""
     with gr.Row(equal_height=True):
         ids = gr.Textbox(label="Job ids (for archive / delete)", placeholder="e.g. 3, 5",
                          scale=3, elem_id="jobs-action-ids")
@@ -34,7 +37,20 @@ def _build_removal_row(*, database, settings) -> list[Any]:
                             elem_id="jobs-delete-confirm")
         cancel = gr.Button("Cancel", size="sm", visible=False, scale=1,
                            elem_id="jobs-delete-cancel")
+        compare = gr.Button("Compare selected", size="sm", scale=1, elem_id="jobs-compare")
     message = gr.Markdown("", elem_id="jobs-action-message")
+    compare_ids = gr.State(None)
+
+    def to_compare(text):
+        try:
+            ids = removal.job_ids_of(text)
+        except removal.BadIds as error:
+            return None, str(error)
+        if len(ids) < 2:
+            return None, "Compare selected: type at least 2 job ids, e.g. 3, 5"
+        return ids, ""
+
+    compared = compare.click(to_compare, ids, [compare_ids, message], show_progress="hidden")
 
     def arm(text):
         try:
@@ -61,7 +77,7 @@ def _build_removal_row(*, database, settings) -> list[Any]:
     deleted = confirm.click(delete_now, ids, message).then(disarm, None, [confirm, cancel])
     archived = archive.click(archiving(True), ids, message)
     unarchived = unarchive.click(archiving(False), ids, message)
-    return [deleted, archived, unarchived]
+    return [deleted, archived, unarchived], compared, compare_ids
 
 
 def _client(request: gr.Request) -> str | None:
@@ -104,14 +120,16 @@ def build_jobs_tab(*, database, worker_lost_seconds: float, settings) -> JobsTab
     def select_row(event: gr.SelectData):
         return job_id_from_row(event.row_value)
 
-    removal = _build_removal_row(database=database, settings=settings)
+    removal_events, compared, compare_ids = _build_removal_row(database=database,
+                                                               settings=settings)
     filters = [status, owner, model, show_archived]
     refresh_timer.tick(refresh, filters, table, show_progress="hidden", concurrency_limit=None)
     for box in filters:
         box.change(refresh, filters, table, show_progress="hidden")
     owner.focus(choices, None, [owner, model], show_progress="hidden")
     model.focus(choices, None, [owner, model], show_progress="hidden")
-    for done in removal:
+    for done in removal_events:
         done.then(refresh, filters, table, show_progress="hidden")
     selected = table.select(select_row, None, selected_job_id, show_progress="hidden")
-    return JobsTab(selected=selected, selected_job_id=selected_job_id)
+    return JobsTab(selected=selected, selected_job_id=selected_job_id, compared=compared,
+                   compare_ids=compare_ids)
