@@ -63,7 +63,8 @@ def build_ui(*, database, celery_app,
                     ", ".join(map(str, job_ids)), gr.Tabs(selected=COMPARE_TAB))
 
         jobs.compared.then(open_compare, jobs.compare_ids, [compare.picker, compare.job_ids, tabs],
-                           show_progress="hidden")
+                           show_progress="hidden").then(
+            compare.show, compare.job_ids, compare.outputs, show_progress="hidden")
         blocks.load(account_line, None, account, show_progress="hidden")
         blocks.load(open_job_in_address, None, [job_page.job_id, tabs], show_progress="hidden")
         job_page.opened.then(None, job_page.job_id, None, js=NAME_JOB_IN_ADDRESS_JS)

@@ -105,6 +105,9 @@ def test_compare_selected_opens_the_compare_tab_with_those_jobs_picked(
         expect(picker).to_contain_text("cmp-second")
         compare_ids = page.locator("#compare-ids textarea, #compare-ids input").first
         expect(compare_ids).to_have_value(f"{first}, {second}")
+        # The comparison itself is drawn: its figures table names both jobs.
+        expect(page.locator("#compare-message")).not_to_contain_text("Pick two or more")
+        expect(page.locator("#compare-summary")).to_contain_text(f"job {first}")
         _shot(page, "jobs-compare-selected")
     finally:
         page.context.close()
