@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from tunedeck.db.models import Job, JobEvent, JobNode, utc_now
+from tunedeck.db.models import Job, JobEvent, JobNode, JobSample, MetricPoint, utc_now
 from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import (CANCELLED, FAILED, FINISHED_STATUSES, QUEUED, RUNNING, SUCCEEDED,
                                  InvalidTransition, sources_of)
@@ -45,10 +45,12 @@ def get_job(*, session: Session, job_id: int) -> Job:
 
 
 def list_jobs(*, session: Session, limit: int = 200, owner: str | None = None,
-              status: str | None = None, model_contains: str | None = None) -> list[Job]:
+              status: str | None = None, model_contains: str | None = None,
+              archived: bool = False) -> list[Job]:
     """The newest jobs first; only `owner`'s, only those in `status`, and only those whose
-    spec's model contains `model_contains` (any case), when given."""
-    query = select(Job)
+    spec's model contains `model_contains` (any case), when given. Archived jobs only
+    with `archived` (then those alone), unarchived ones otherwise."""
+    query = select(Job).where(Job.archived.is_(archived))
     if owner is not None:
         query = query.where(Job.owner == owner)
     if status is not None:
@@ -272,6 +274,47 @@ def request_cancel(*, session: Session, job_id: int) -> Job:
     return get_job(session=session, job_id=job_id)
 
 
+def set_job_archived(*, session: Session, job_id: int, archived: bool) -> Job:
+    """Archive or unarchive a job (any status: it only hides it from listings)."""
+    result = session.execute(update(Job).where(Job.id == job_id).values(archived=archived)
+                             .execution_options(synchronize_session=False))
+    if result.rowcount != 1:
+        raise JobNotFound(job_id)
+    add_job_event(session=session, job_id=job_id, kind="archive",
+                  message="archived" if archived else "unarchived")
+    return get_job(session=session, job_id=job_id)
+
+
+class JobStillActive(Exception):
+    """A queued or running job cannot be deleted: its trainer could still write."""
+
+    def __init__(self, job_id: int, status: str):
+        super().__init__(f"job {job_id} is {status}; cancel it and wait until it has "
+                         "stopped before deleting it")
+        self.job_id, self.status = job_id, status
+
+
+def delete_job(*, session: Session, job_id: int) -> None:
+    """Delete a finished job's row and every row that names it (nodes, events, metric
+    points, samples). The condition on status is in the DELETE itself, so a job a worker
+    claims meanwhile is never deleted under it. Audit rows are kept: the trail outlives
+    what it names."""
+    job = get_job(session=session, job_id=job_id)
+    if job.status not in FINISHED_STATUSES:
+        raise JobStillActive(job_id, job.status)
+    # Foreign keys cascade on PostgreSQL; SQLite enforces them only with a pragma, so the
+    # dependent rows are deleted by name on both.
+    for table in (JobNode, JobEvent, MetricPoint, JobSample):
+        session.execute(delete(table).where(table.job_id == job_id)
+                        .execution_options(synchronize_session=False))
+    result = session.execute(delete(Job).where(Job.id == job_id,
+                                               Job.status.in_(FINISHED_STATUSES))
+                             .execution_options(synchronize_session=False))
+    if result.rowcount != 1:
+        raise JobStillActive(job_id, get_job(session=session, job_id=job_id).status)
+    session.expunge(job)
+
+
 def is_cancel_requested(*, session: Session, job_id: int) -> bool:
     flag = session.scalar(select(Job.cancel_requested).where(Job.id == job_id))
     return bool(flag)
@@ -296,6 +339,7 @@ __all__ = [
     "start_node", "finish_node", "add_job_event", "list_job_events", "mark_job_running",
     "resume_job",
     "record_launcher_pid", "mark_job_succeeded", "mark_job_failed", "mark_job_cancelled",
-    "request_cancel", "is_cancel_requested", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED",
+    "request_cancel", "is_cancel_requested", "set_job_archived", "delete_job",
+    "JobStillActive", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED",
     "CANCELLED",
 ]

@@ -59,13 +59,17 @@ JobStatus = Literal[STATUSES]  # type: ignore[valid-type]
 def list_jobs(request: Request, limit: int = Query(200, ge=1, le=1000),
               status: JobStatus | None = Query(None, description="only jobs in this status"),
               owner: str | None = Query(None, max_length=64,
-                                        description="only this user's jobs (an admin's filter)")
+                                        description="only this user's jobs (an admin's filter)"),
+              archived: bool = Query(False, description="the archived jobs instead (they are "
+                                                        "left out by default)")
               ) -> list[dict[str, Any]]:
-    """Your jobs, newest first (an admin's: everyone's)."""
+    """Your jobs, newest first (an admin's: everyone's); archived ones only with
+    `archived=true`."""
     with _database(request).transaction() as session:
         return [job_to_dict(job) for job in visible_jobs(session=session, limit=limit,
                                                          principal=principal_of(request),
-                                                         status=status, owner=owner)]
+                                                         status=status, owner=owner,
+                                                         archived=archived)]
 
 
 @read_router.get("/api/jobs/{job_id}")

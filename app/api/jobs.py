@@ -9,7 +9,8 @@ from typing import Any
 from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.actions import checkpoints, compare_backends, plan as planning, retry as retrying, submit
+from app.actions import (checkpoints, compare_backends, job_removal, plan as planning,
+                         retry as retrying, submit)
 from app.actions.lora_preview import preview_lora_targets
 from app.api.errors import client_of
 from app.api.job_reads import JobId, read_router
@@ -40,6 +41,32 @@ def create_job(spec: JobSpec, request: Request) -> dict[str, Any]:
 def cancel(job_id: JobId, request: Request) -> dict[str, Any]:
     job = submit.cancel(principal_of(request), job_id, database=request.app.state.database,
                         client=client_of(request))
+    return job_to_dict(job)
+
+
+@router.delete("/api/jobs/{job_id}")
+def delete_job(job_id: JobId, request: Request) -> dict[str, Any]:
+    """Delete a finished job: its rows and its run folder (only inside the runs root, and
+    only where this server sees it); 409 for a queued or running job (cancel it first)."""
+    state = request.app.state
+    deleted = job_removal.delete_job(principal_of(request), job_id, database=state.database,
+                                     settings=state.settings, client=client_of(request))
+    return {"id": deleted.job_id, "deleted": True, "run_dir": deleted.run_dir,
+            "run_dir_removed": deleted.folder_removed, "note": deleted.folder_note}
+
+
+@router.post("/api/jobs/{job_id}/archive")
+def archive(job_id: JobId, request: Request) -> dict[str, Any]:
+    """Hide the job from listings (`GET /api/jobs?archived=true` lists it)."""
+    job = job_removal.set_archived(principal_of(request), job_id, True,
+                                   database=request.app.state.database, client=client_of(request))
+    return job_to_dict(job)
+
+
+@router.post("/api/jobs/{job_id}/unarchive")
+def unarchive(job_id: JobId, request: Request) -> dict[str, Any]:
+    job = job_removal.set_archived(principal_of(request), job_id, False,
+                                   database=request.app.state.database, client=client_of(request))
     return job_to_dict(job)
 
 

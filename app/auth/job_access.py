@@ -23,7 +23,7 @@ def visible_job(*, session: Session, principal: Principal, job_id: int) -> Job:
 
 def visible_jobs(*, session: Session, principal: Principal, limit: int,
                  status: str | None = None, owner: str | None = None,
-                 model_contains: str | None = None) -> list[Job]:
+                 model_contains: str | None = None, archived: bool = False) -> list[Job]:
     """The newest jobs the principal may see (only `owner`'s, those in `status` and those
     whose model contains `model_contains`, when given): everyone's for an admin, else their
     own."""
@@ -32,7 +32,7 @@ def visible_jobs(*, session: Session, principal: Principal, limit: int,
             return []
         owner = principal.name
     return job_store.list_jobs(session=session, limit=limit, owner=owner, status=status,
-                               model_contains=model_contains)
+                               model_contains=model_contains, archived=archived)
 
 
 def owner_for_new_job(principal: Principal) -> str | None:

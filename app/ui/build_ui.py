@@ -11,6 +11,7 @@ import gradio as gr  # noqa: E402
 
 from app.auth.principal import principal_of  # noqa: E402
 from app.ui.page_chrome import NAME_JOB_IN_ADDRESS_JS, job_in_address  # noqa: E402
+from app.ui.compare_handlers import pickable_jobs  # noqa: E402
 from app.ui.tabs.cluster import build_cluster_tab  # noqa: E402
 from app.ui.tabs.compare import build_compare_tab  # noqa: E402
 from app.ui.tabs.job_page import build_job_page_tab  # noqa: E402
@@ -42,7 +43,8 @@ def build_ui(*, database, celery_app,
                 new_job = build_new_job_tab(database=database, celery_app=celery_app,
                                             settings=settings)
             with gr.Tab("Jobs", id=JOBS_TAB, elem_id="tab-jobs") as jobs_tab:
-                jobs = build_jobs_tab(database=database, worker_lost_seconds=worker_lost_seconds)
+                jobs = build_jobs_tab(database=database, worker_lost_seconds=worker_lost_seconds,
+                                      settings=settings)
             with gr.Tab("Job", id=JOB_TAB, elem_id="tab-job") as job_tab:
                 job_page = build_job_page_tab(database=database, celery_app=celery_app,
                                               tab=job_tab)
@@ -57,6 +59,18 @@ def build_ui(*, database, celery_app,
         new_job.submitted.then(open_job, new_job.submitted_job_id, opening,
                                show_progress="hidden")
         jobs.selected.then(open_job, jobs.selected_job_id, opening, show_progress="hidden")
+
+        def open_compare(job_ids: list[int] | None, request: gr.Request):
+            if not job_ids:
+                return gr.skip(), gr.skip(), gr.skip(), gr.skip()
+            choices = pickable_jobs(database=database, principal=principal_of(request))
+            return (gr.Dropdown(choices=choices, value=job_ids),
+                    ", ".join(map(str, job_ids)), gr.Tabs(selected=COMPARE_TAB), False)
+
+        jobs.compared.then(open_compare, jobs.compare_ids,
+                           [compare.picker, compare.job_ids, tabs, job_page.looking],
+                           show_progress="hidden").then(
+            compare.show, compare.job_ids, compare.outputs, show_progress="hidden")
         blocks.load(account_line, None, account, show_progress="hidden")
         blocks.load(open_job_in_address, None, opening, show_progress="hidden")
         job_page.opened.then(None, job_page.job_id, None, js=NAME_JOB_IN_ADDRESS_JS)

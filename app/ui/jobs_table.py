@@ -45,13 +45,16 @@ class JobsFilter:
     status: str | None = None
     owner: str | None = None
     model: str | None = None
+    # The archived jobs instead of the others.
+    archived: bool = False
 
     @classmethod
-    def of(cls, status: Any = None, owner: Any = None, model: Any = None) -> "JobsFilter":
+    def of(cls, status: Any = None, owner: Any = None, model: Any = None,
+           archived: Any = False) -> "JobsFilter":
         def chosen(value: Any) -> str | None:
             text = str(value).strip() if value is not None else ""
             return None if text in ("", ANY) else text
-        return cls(chosen(status), chosen(owner), chosen(model))
+        return cls(chosen(status), chosen(owner), chosen(model), bool(archived))
 
 
 def jobs_table(*, database, principal: Principal, shown: JobsFilter = JobsFilter(),
@@ -59,7 +62,8 @@ def jobs_table(*, database, principal: Principal, shown: JobsFilter = JobsFilter
                limit: int = JOBS_TABLE_LIMIT) -> pd.DataFrame:
     with database.transaction() as session:
         jobs = visible_jobs(session=session, principal=principal, limit=limit,
-                            status=shown.status, owner=shown.owner, model_contains=shown.model)
+                            status=shown.status, owner=shown.owner, model_contains=shown.model,
+                            archived=shown.archived)
         ids = [job.id for job in jobs]
         # One query each for the whole table, not one a job: it refreshes every 2 s.
         summaries = metric_store.job_table_summaries(session=session, job_ids=ids)

@@ -22,6 +22,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "failure_kind": job.failure_kind,
         "failed_rank": job.failed_rank,
         "cancel_requested": job.cancel_requested,
+        "archived": job.archived,
         "attempts": job.attempts,
         "worker_host": job.worker_host,
         # The worker that runs (or last ran) it, and the GPUs it holds there.

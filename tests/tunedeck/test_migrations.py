@@ -59,3 +59,33 @@ def test_0005_fills_the_figure_columns_of_points_written_before_it(request, url_
         ("memory", None, None, None, None, 1000.5, 900.0, None),
         ("step", 2.5, None, 1.0, None, None, None, None),
     ]
+
+
+def test_0009_leaves_jobs_written_before_it_unarchived_and_their_points_in_place(sqlite_url):
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine, text
+
+    from tunedeck.migrate import MIGRATIONS_DIR
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", sqlite_url)
+    command.downgrade(config, "0008")
+    engine = create_engine(sqlite_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(
+                "INSERT INTO jobs (id, name, status, spec, cancel_requested, resume_requested, "
+                "attempts, created_at, updated_at) VALUES (1, 'old', 'succeeded', '{}', false, "
+                "false, 1, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"))
+            connection.execute(text(
+                'INSERT INTO metric_points (job_id, kind, rank, seq, step, time, "values") '
+                "VALUES (1, 'step', 0, 0, 1, 1.0, '{}')"))
+        command.upgrade(config, "head")
+        with engine.connect() as connection:
+            archived = connection.execute(text("SELECT archived FROM jobs")).scalars().all()
+            points = connection.execute(text("SELECT count(*) FROM metric_points")).scalar()
+    finally:
+        engine.dispose()
+    assert (archived, points) == ([False], 1)

@@ -1,5 +1,6 @@
-"""The audit trail: who submitted, cancelled, resumed, retried or downloaded what, who
-signed in (or failed to) and who made or revoked a token, and when. Rows are only added.
+"""The audit trail: who submitted, cancelled, resumed, retried, archived, deleted or
+downloaded what, who signed in (or failed to) and who made or revoked a token, and when.
+Rows are only added.
 The caller owns the transaction, so an action and its record commit together."""
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from tunedeck.db.models import AuditEvent
 
 SUBMIT, CANCEL, RESUME, RETRY, COMPARE_BACKENDS = "submit", "cancel", "resume", "retry", "compare_backends"
 DOWNLOAD, UPLOAD = "download", "upload"
+DELETE, ARCHIVE, UNARCHIVE = "delete", "archive", "unarchive"  # jobs
 PREFLIGHT = "preflight"  # a worker was asked to read a dataset (and the model's tokenizer)
 SIGN_IN, SIGN_IN_FAILED, SIGN_OUT = "sign_in", "sign_in_failed", "sign_out"
 TOKEN_CREATED, TOKEN_REVOKED = "token_created", "token_revoked"

@@ -1,5 +1,6 @@
-"""`tunedeck`: up, web, worker, migrate, submit, resume, plan, preflight, lora-targets, watch,
-render (docs/reference/cli.md), and the accounts: user, token, audit."""
+"""`tunedeck`: up, web, worker, migrate, submit, resume, delete, archive, unarchive, plan,
+preflight, lora-targets, watch, render (docs/reference/cli.md), and the accounts: user,
+token, audit."""
 from __future__ import annotations
 
 import argparse
@@ -50,6 +51,20 @@ def _build_parser() -> argparse.ArgumentParser:
     resume.add_argument("job_id", type=int)
     _add_server_options(resume)
     resume.set_defaults(handler=_run_resume)
+
+    delete = commands.add_parser("delete", help="delete a finished job: its rows and its run "
+                                 "folder (cancel a queued or running one first)")
+    delete.add_argument("job_id", type=int)
+    delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    _add_server_options(delete)
+    delete.set_defaults(handler=_run_delete)
+
+    for name, summary in (("archive", "hide a job from the job lists"),
+                          ("unarchive", "show an archived job in the job lists again")):
+        archiving = commands.add_parser(name, help=summary)
+        archiving.add_argument("job_id", type=int)
+        _add_server_options(archiving)
+        archiving.set_defaults(handler=_run_archive, archive_route=name)
 
     from tunedeck.cli.account_commands import add_account_commands
     from tunedeck.cli.lora_targets_command import add_lora_targets_command
@@ -176,6 +191,27 @@ def _run_resume(arguments: argparse.Namespace) -> int:
     job = post_to_server(arguments, f"/api/jobs/{arguments.job_id}/resume", None,
                           expected_status=202, refusal=f"job {arguments.job_id} not resumed")
     print(f"job {job['id']} {job['status']}: resumes from its latest checkpoint")
+    return 0
+
+
+def _run_delete(arguments: argparse.Namespace) -> int:
+    job_id = arguments.job_id
+    if not arguments.yes:
+        answer = input(f"Really delete job {job_id} and its run folder? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print(f"job {job_id} kept")
+            return 1
+    deleted = post_to_server(arguments, f"/api/jobs/{job_id}", None, method="DELETE",
+                             expected_status=200, refusal=f"job {job_id} not deleted")
+    print(f"job {deleted['id']} deleted; {deleted['note']}")
+    return 0
+
+
+def _run_archive(arguments: argparse.Namespace) -> int:
+    route = arguments.archive_route
+    job = post_to_server(arguments, f"/api/jobs/{arguments.job_id}/{route}", None,
+                         expected_status=200, refusal=f"job {arguments.job_id} not {route}d")
+    print(f"job {job['id']} {'archived' if job['archived'] else 'unarchived'}")
     return 0
 
 

@@ -67,6 +67,8 @@ class Job(Base):
     # The account that submitted it (users.name); null for jobs submitted with open access.
     # A user sees and controls their own jobs, an admin everyone's.
     owner: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    # Archived jobs are left out of listings unless asked for; nothing else changes.
+    archived: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -3,6 +3,7 @@ job, and the spec fields that differ between them; it refreshes while any of the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 
@@ -17,6 +18,11 @@ PLOT_HEIGHT = 300
 @dataclass(frozen=True)
 class CompareTab:
     job_ids: gr.Textbox  # set it (e.g. "3, 5") to compare those jobs
+    picker: gr.Dropdown  # the jobs picked, to show the same ones as job_ids
+    # Draw the comparison of job_ids into outputs: a value set from another tab does not
+    # fire job_ids' own change (the tab renders lazily), so that tab chains this after it.
+    show: Any
+    outputs: list[Any]
 
 
 def build_compare_tab(*, database) -> CompareTab:
@@ -65,7 +71,7 @@ def build_compare_tab(*, database) -> CompareTab:
     job_ids.submit(refresh, job_ids, outputs, show_progress="hidden")
     job_ids.change(refresh, job_ids, outputs, show_progress="hidden", trigger_mode="always_last")
     refresh_timer.tick(refresh, job_ids, outputs, show_progress="hidden", concurrency_limit=None)
-    return CompareTab(job_ids=job_ids)
+    return CompareTab(job_ids=job_ids, picker=picker, show=refresh, outputs=outputs)
 
 
 def _show(comparison: Comparison) -> tuple:

@@ -8,7 +8,7 @@ from typing import Any
 import gradio as gr
 
 from app.auth.principal import principal_of
-from app.ui import jobs_table
+from app.ui import job_removal_handlers as removal, jobs_table
 from app.ui.job_ids import job_id_from_row
 from app.ui.jobs_table import ANY, STATUS_CHOICES, JobsFilter
 
@@ -19,9 +19,72 @@ REFRESH_SECONDS = 2.0
 class JobsTab:
     selected: Any  # the row-select event, for build_ui to chain "open the job" onto
     selected_job_id: gr.State
+    compared: Any  # "Compare selected" pressed, for build_ui to open the Compare tab on
+    compare_ids: gr.State  # the ids to compare, or None when they were refused
 
 
-def build_jobs_tab(*, database, worker_lost_seconds: float) -> JobsTab:
+def _build_removal_row(*, database, settings) -> list[Any]:
+    """Archive, unarchive, delete or compare the jobs whose ids are typed; Delete only arms
+    a Confirm button naming what goes. The events after which the table refreshes, the
+    "Compare selected" event and the ids it passes on."""
+    with gr.Row(equal_height=True):
+        ids = gr.Textbox(label="Job ids (for archive / delete)", placeholder="e.g. 3, 5",
+                         scale=3, elem_id="jobs-action-ids")
+        archive = gr.Button("Archive", size="sm", scale=1, elem_id="jobs-archive")
+        unarchive = gr.Button("Unarchive", size="sm", scale=1, elem_id="jobs-unarchive")
+        delete = gr.Button("Delete…", size="sm", variant="stop", scale=1, elem_id="jobs-delete")
+        confirm = gr.Button("Confirm", size="sm", variant="stop", visible=False, scale=2,
+                            elem_id="jobs-delete-confirm")
+        cancel = gr.Button("Cancel", size="sm", visible=False, scale=1,
+                           elem_id="jobs-delete-cancel")
+        compare = gr.Button("Compare selected", size="sm", scale=1, elem_id="jobs-compare")
+    message = gr.Markdown("", elem_id="jobs-action-message")
+    compare_ids = gr.State(None)
+
+    def to_compare(text):
+        try:
+            ids = removal.job_ids_of(text)
+        except removal.BadIds as error:
+            return None, str(error)
+        if len(ids) < 2:
+            return None, "Compare selected: type at least 2 job ids, e.g. 3, 5"
+        return ids, ""
+
+    compared = compare.click(to_compare, ids, [compare_ids, message], show_progress="hidden")
+
+    def arm(text):
+        try:
+            label = removal.confirm_label(text)
+        except removal.BadIds as error:
+            return gr.Button(visible=False), gr.Button(visible=False), str(error)
+        return gr.Button(label, visible=True), gr.Button(visible=True), ""
+
+    def disarm():
+        return gr.Button(visible=False), gr.Button(visible=False)
+
+    def delete_now(text, request: gr.Request):
+        return removal.delete_jobs(principal_of(request), text, database=database,
+                                   settings=settings, client=_client(request))
+
+    def archiving(archived: bool):
+        def act(text, request: gr.Request):
+            return removal.archive_jobs(principal_of(request), text, archived,
+                                        database=database, client=_client(request))
+        return act
+
+    delete.click(arm, ids, [confirm, cancel, message], show_progress="hidden")
+    cancel.click(disarm, None, [confirm, cancel], show_progress="hidden")
+    deleted = confirm.click(delete_now, ids, message).then(disarm, None, [confirm, cancel])
+    archived = archive.click(archiving(True), ids, message)
+    unarchived = unarchive.click(archiving(False), ids, message)
+    return [deleted, archived, unarchived], compared, compare_ids
+
+
+def _client(request: gr.Request) -> str | None:
+    return request.client.host if request and request.client else None
+
+
+def build_jobs_tab(*, database, worker_lost_seconds: float, settings) -> JobsTab:
     gr.Markdown("Your jobs (an admin's: everyone's), newest first. Click a row to open the "
                 "job's page; its id links the page's own address.")
     with gr.Row():
@@ -30,13 +93,16 @@ def build_jobs_tab(*, database, worker_lost_seconds: float) -> JobsTab:
                             elem_id="jobs-owner")
         model = gr.Dropdown([ANY], value=ANY, label="Model (any part of it)",
                             allow_custom_value=True, elem_id="jobs-model")
+        show_archived = gr.Checkbox(False, label="Show archived (only)",
+                                    elem_id="jobs-show-archived")
 
-    def refresh(status_value=None, owner_value=None, model_value=None,
+    def refresh(status_value=None, owner_value=None, model_value=None, archived_value=False,
                 request: gr.Request | None = None):
         if request is None:  # Gradio reads the value once while building: nobody asks yet
             return jobs_table.empty_jobs_table()
         return jobs_table.jobs_table(database=database, principal=principal_of(request),
-                                     shown=JobsFilter.of(status_value, owner_value, model_value),
+                                     shown=JobsFilter.of(status_value, owner_value, model_value,
+                                                         archived_value),
                                      worker_lost_seconds=worker_lost_seconds)
 
     def choices(request: gr.Request):
@@ -54,11 +120,16 @@ def build_jobs_tab(*, database, worker_lost_seconds: float) -> JobsTab:
     def select_row(event: gr.SelectData):
         return job_id_from_row(event.row_value)
 
-    filters = [status, owner, model]
+    removal_events, compared, compare_ids = _build_removal_row(database=database,
+                                                               settings=settings)
+    filters = [status, owner, model, show_archived]
     refresh_timer.tick(refresh, filters, table, show_progress="hidden", concurrency_limit=None)
     for box in filters:
         box.change(refresh, filters, table, show_progress="hidden")
     owner.focus(choices, None, [owner, model], show_progress="hidden")
     model.focus(choices, None, [owner, model], show_progress="hidden")
+    for done in removal_events:
+        done.then(refresh, filters, table, show_progress="hidden")
     selected = table.select(select_row, None, selected_job_id, show_progress="hidden")
-    return JobsTab(selected=selected, selected_job_id=selected_job_id)
+    return JobsTab(selected=selected, selected_job_id=selected_job_id, compared=compared,
+                   compare_ids=compare_ids)
