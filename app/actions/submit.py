@@ -12,6 +12,8 @@ from app.auth.principal import Principal
 from app.auth.spec_access import spec_access_problems
 from tunedeck import job_store
 from tunedeck.accounts import audit
+from tunedeck.cluster import workers as worker_registry
+from tunedeck.cluster.host_capability import host_problems
 from tunedeck.broker import enqueue_job
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
@@ -26,6 +28,7 @@ def submit(principal: Principal, spec: JobSpec, *, database: Database, celery_ap
     """The new queued job; Invalid (by field) for paths or switches the principal may not
     use, and nothing is stored."""
     problems = spec_access_problems(spec, principal=principal, settings=settings)
+    problems += host_refusals(spec, database=database, settings=settings)
     if problems:
         raise Invalid.of_fields(problems)
     with database.transaction() as session:
@@ -34,6 +37,16 @@ def submit(principal: Principal, spec: JobSpec, *, database: Database, celery_ap
                      detail=job.name, client=client)
     enqueue_stored_job(celery_app, job)
     return job
+
+
+def host_refusals(spec: JobSpec, *, database: Database,
+                  settings: Settings) -> list[tuple[str, str]]:
+    """The spec's choices no live worker that could place it can run (the form shows
+    them beside their fields before submit; submit refuses them by field)."""
+    with database.transaction() as session:
+        workers = worker_registry.live_worker_views(
+            session=session, silent_seconds=settings.worker_lost_seconds)
+    return host_problems(spec, workers)
 
 
 def submit_job(*, database: Database, celery_app, spec: JobSpec, owner: str | None = None) -> Job:

@@ -201,10 +201,11 @@ def _validated(form: dict[str, Any]) -> tuple[JobSpec | None, str]:
         return None, format_validation_error(error)
 
 
-def preview_form(form: dict[str, Any], *, principal: Principal,
-                 settings: Settings) -> FormPreview:
+def preview_form(form: dict[str, Any], *, principal: Principal, settings: Settings,
+                 database=None) -> FormPreview:
     """What the job would run: the backend config and the torchrun command, or the errors,
-    and its memory plan as `principal` may see it."""
+    and its memory plan as `principal` may see it. With `database`, a choice no registered
+    worker can run is marked beside its field (submit refuses it the same way)."""
     spec, raw_problems = _validated(form)
     if spec is None:
         return FormPreview("Generated config: the last valid form's (fix the fields marked in red)",
@@ -216,6 +217,13 @@ def preview_form(form: dict[str, Any], *, principal: Principal,
     trainer_json = json.dumps(trainer_settings(spec), indent=2)
     command_line = shlex.join(build_torchrun_argv(spec, PREVIEW_RUN_DIR))
     plan = plan_view(spec, form, principal=principal, settings=settings)
+    refused = ([] if database is None
+               else submit.host_refusals(spec, database=database, settings=settings))
+    if refused:
+        lines = "\n".join(f"{name}: {message}" for name, message in refused)
+        return FormPreview(title, config_json, trainer_json, command_line,
+                           problems_markdown(label_fields(lines)), plan,
+                           field_errors=field_errors(lines))
     return FormPreview(title, config_json, trainer_json, command_line, plan.warning, plan)
 
 

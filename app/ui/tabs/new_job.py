@@ -60,7 +60,7 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
 
     def preview(request: gr.Request, *values):
         shown = form_handlers.preview_form(form_values(values), principal=principal_of(request),
-                                           settings=settings)
+                                           settings=settings, database=database)
         # Each bad field says why under itself, in the error colour; the rest of the preview
         # keeps the last valid form's config, command and plan.
         marks = [gr.update(info=shown.field_errors.get(name, infos[name]),
