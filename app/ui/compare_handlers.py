@@ -32,6 +32,10 @@ SUMMARY_COLUMNS = ["figure"]
 JOB_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939"]
 EVAL_TINT = 0.45  # an eval line is its job's colour, this much lighter
+# And one dash pattern a job (the first solid): two jobs whose curves coincide still show
+# both, the dashed one's gaps letting the other's colour through.
+JOB_DASHES = ["none", "9 5", "3 4", "12 4 3 4"]
+COMPARE_CHARTS = ("#compare-loss-plot", "#compare-throughput-plot", "#compare-memory-plot")
 FIGURE_ROWS = [("final loss", "final_loss", "{:.4f}"), ("best loss", "best_loss", "{:.4f}"),
                ("final eval loss", "final_eval_loss", "{:.4f}"),
                ("tokens/s (last 20 steps)", "tokens_per_second", "{:,.0f}"),
@@ -115,6 +119,19 @@ def line_colours(labels: dict[int, str], lines: dict[str, list[str]]) -> dict[st
             if line == label or line.startswith(f"{label} "):
                 colours[line] = _tint(colour) if line.endswith(" eval") else colour
     return colours
+
+
+def line_dash_css() -> str:
+    """The page CSS that draws each job's lines on the Compare charts with its dash pattern.
+    Vega draws a line as a path whose `stroke` is its colour from `line_colours`, so a
+    job's colour (and its eval tint) selects its lines on every chart."""
+    rules = []
+    for index, colour in enumerate(JOB_COLOURS):
+        dash = JOB_DASHES[index % len(JOB_DASHES)]
+        selectors = ", ".join(f'{chart} g.mark-line path[stroke="{shade}"]'
+                              for chart in COMPARE_CHARTS for shade in (colour, _tint(colour)))
+        rules.append(f"{selectors} {{ stroke-dasharray: {dash}; }}")
+    return "\n".join(rules) + "\n"
 
 
 def _tint(colour: str) -> str:

@@ -207,3 +207,14 @@ def test_identical_curves_are_named_above_the_charts(database):
     other = compare_handlers.load_comparison(f"{first}, {third}", database=database,
                                              principal=OPEN_PRINCIPAL)
     assert "Identical" not in other.message
+
+
+def test_each_jobs_lines_have_its_dash_pattern_on_every_compare_chart():
+    css = compare_handlers.line_dash_css()
+    first, second = compare_handlers.JOB_COLOURS[:2]
+    assert f'#compare-loss-plot g.mark-line path[stroke="{first}"]' in css
+    assert f'#compare-memory-plot g.mark-line path[stroke="{second}"]' in css
+    rules = css.splitlines()
+    assert rules[0].endswith("{ stroke-dasharray: none; }")  # the first job solid
+    assert rules[1].endswith("{ stroke-dasharray: 9 5; }")
+    assert len(rules) == len(compare_handlers.JOB_COLOURS)

@@ -194,6 +194,10 @@ def test_compare_overlays_the_two_jobs_loss_and_names_the_differing_field(page, 
         throughput = _eventually(lambda: line_colours(compare_page, "#compare-throughput-plot"),
                                  lambda seen: len(seen) == 2, what=f"{opened} throughput")
         assert throughput == colours, (opened, throughput, colours)
+    # One dash pattern a job too: curves that coincide still show both jobs.
+    dashes = page.locator(f"{plot} g.mark-line path").evaluate_all(
+        "paths => paths.map(path => getComputedStyle(path).strokeDasharray)")
+    assert len(set(dashes)) == 2 and dashes[0] == "none", dashes
     figures = {row["figure"]: row for row in _eventually(
         lambda: table_rows(page, "#compare-summary"), lambda rows: len(rows) >= 5)}
     assert {"final loss", "best loss", "tokens/s (last 20 steps)", "peak memory (MB)",
