@@ -10,6 +10,7 @@ worker runs one job at a time. Screenshots go to SCREENS, one a page, to be look
 """
 from __future__ import annotations
 
+import os
 import re
 import time
 from contextlib import contextmanager
@@ -280,3 +281,26 @@ def test_a_failed_job_opens_on_its_failure_with_no_empty_charts(browser, tunedec
                       "#job-lr-plot", "#job-step-time-plot"):
             expect(page.locator(chart)).to_be_hidden()  # nothing was measured
         _shot(page, "job-failed")
+
+
+def test_the_model_and_dataset_fields_offer_recent_and_available_values(browser,
+                                                                       tunedeck_server, jobs):
+    expect = _expect()
+    # The allowed folder (tests/conftest.py: the session's temporary folder, which holds
+    # every test's folders: a name that sorts first is within the form's scan limit).
+    own = Path(os.environ["TUNEDECK_ALLOWED_ROOTS"]) / "0-support-chats.jsonl"
+    own.write_text('{"prompt": "Hi", "response": "Hello"}\n')
+    with _opened(browser, tunedeck_server) as page:
+        dataset = page.locator("#new-job-dataset textarea, #new-job-dataset input").first
+        dataset.fill("org/typo")
+        offered = page.locator("#new-job-dataset-suggestions input")
+        offered.click()
+        # The recent one (the jobs this module submitted) first, then what the folder holds.
+        options = page.get_by_role("option")
+        expect(options.first).to_have_attribute("aria-label", "builtin:arithmetic")
+        expect(page.get_by_role("option", name=str(own))).to_be_visible()
+        labels = options.evaluate_all("items => items.map(item => item.ariaLabel)")
+        assert len(labels) == len(set(labels)), labels  # each value offered once
+        _shot(page, "new-job-suggestions")
+        page.get_by_role("option", name=str(own)).click()
+        expect(dataset).to_have_value(str(own))

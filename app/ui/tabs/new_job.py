@@ -13,6 +13,7 @@ from app.ui.new_job.form_handlers import SAME_AS_PRECISION, form_values
 from app.ui.new_job.form_labels import COLUMN_ROLES, FORM_FIELDS, FORM_LABELS as LABELS
 from app.ui.tabs.new_job_fields import _backend_groups, _checkbox, _dtype, _integer, _lora_group
 from app.ui.tabs.plan_panel import build_plan_panel, plan_updates, wire_apply_buttons
+from app.views.input_suggestions import input_suggestions
 from tunedeck.job_spec import (BACKENDS, DTYPES, EXPORT_DTYPES, LEARNING_RATE_SCHEDULES, METHODS,
                                PRECISIONS, SHARDING_STRATEGIES)
 from tunedeck.settings import Settings
@@ -104,6 +105,17 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
         wanted = form_handlers.learning_rate_for_model(model, learning_rate)
         return gr.skip() if wanted is None else wanted
 
+    def offer_suggestions(request: gr.Request):
+        offered = input_suggestions(database=database, principal=principal_of(request),
+                                    settings=settings)
+        return gr.Dropdown(choices=offered.models), gr.Dropdown(choices=offered.datasets)
+
+    suggestions = groups["suggestions"]
+    for name, dropdown in suggestions.items():
+        dropdown.focus(offer_suggestions, None, [suggestions["model"], suggestions["dataset"]],
+                       show_progress="hidden")
+        dropdown.input(lambda picked: picked or gr.skip(), dropdown, fields[name],
+                       show_progress="hidden")
     fields["model"].change(learning_rate_for, [fields["model"], fields["learning_rate"]],
                            fields["learning_rate"], show_progress="hidden")
     upload_button.upload(upload, upload_button, [fields["dataset"], upload_message, upload_button],
@@ -147,11 +159,21 @@ def _form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
                                             "save_to_disk folder, Hugging Face id (org/name) "
                                             "or builtin:arithmetic",
                                        elem_id="new-job-dataset")
+    # Filled when opened (the user's own recent values, what the allowed folders hold); a
+    # pick is copied into the field above, which stays free text.
+    suggestions: dict[str, gr.Dropdown] = {}
+    with gr.Row():
+        for name, label in (("model", "Recent and available models"),
+                            ("dataset", "Recent, uploaded and available datasets")):
+            suggestions[name] = gr.Dropdown(
+                [], value=None, label=label, info="pick one to fill the field above",
+                elem_id=f"new-job-{name}-suggestions")
     dataset_options = _dataset_options(fields, defaults)
     with gr.Row():
         check_data = gr.Button("Check data", size="sm", elem_id="new-job-check-data")
     check_data_result = gr.HTML(elem_id="new-job-check-data-result")
-    dataset_options.update(check_data=check_data, check_data_result=check_data_result)
+    dataset_options.update(check_data=check_data, check_data_result=check_data_result,
+                           suggestions=suggestions)
     fields["name"] = gr.Textbox(defaults["name"], label=LABELS["name"], placeholder="optional",
                                 elem_id="new-job-name")
     with gr.Row():
