@@ -1,7 +1,6 @@
 """What the New job form offers under its model and dataset fields."""
 from __future__ import annotations
 
-
 from app.auth.principal import Principal
 from app.views.input_suggestions import input_suggestions
 from tunedeck import job_store
