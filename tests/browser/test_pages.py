@@ -295,12 +295,15 @@ def test_the_model_and_dataset_fields_offer_recent_and_available_values(browser,
         dataset.fill("org/typo")
         offered = page.locator("#new-job-dataset-suggestions input")
         offered.click()
-        # The recent one (the jobs this module submitted) first, then what the folder holds.
+        # The user's newest job's dataset first, then the older ones, the built-in one and
+        # what the folder holds.
+        newest = tunedeck_server.http.get("/api/jobs").json()[0]["spec"]["dataset"]
         options = page.get_by_role("option")
-        expect(options.first).to_have_attribute("aria-label", "builtin:arithmetic")
+        expect(options.first).to_have_attribute("aria-label", newest)
         expect(page.get_by_role("option", name=str(own))).to_be_visible()
         labels = options.evaluate_all("items => items.map(item => item.ariaLabel)")
         assert len(labels) == len(set(labels)), labels  # each value offered once
+        assert "builtin:arithmetic" in labels and labels.index(str(own)) > 0, labels
         _shot(page, "new-job-suggestions")
         page.get_by_role("option", name=str(own)).click()
         expect(dataset).to_have_value(str(own))
