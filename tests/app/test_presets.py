@@ -101,3 +101,65 @@ def test_a_too_long_name_is_422_naming_the_path_name(client):
     assert response.status_code == 422
     [problem] = response.json()["detail"]
     assert problem["loc"] == ["path", "name"] and problem["msg"].startswith("name: ")
+
+
+# The New job form's handlers (app/ui/new_job/preset_handlers.py).
+
+def _form(**changes):
+    from app.ui.new_job.form_handlers import default_form
+
+    return {**default_form(), **changes}
+
+
+@pytest.mark.parametrize("spec", [
+    JobSpec(max_steps=20),
+    JobSpec(name="full fsdp", method="full", backend="fsdp", epochs=2, precision="fp32",
+            fsdp={"param_dtype": "bf16", "cpu_offload": True}, columns={"prompt": "q"},
+            dataset_config="main", eval_dataset="builtin:arithmetic", eval_every_steps=5,
+            lr_schedule="linear", seed=7, packing=True),
+])
+def test_the_form_made_from_a_spec_gives_the_spec_back(spec):
+    from app.ui.new_job.form_handlers import form_to_spec, spec_to_form
+    from app.ui.new_job.form_labels import FORM_FIELDS
+
+    form = spec_to_form(spec)
+    assert set(form) == set(FORM_FIELDS) - {"gpu_memory_gb"}
+    assert form_to_spec({**form, "gpu_memory_gb": 80})[0] == spec
+
+
+def test_saving_the_form_then_loading_it_gives_the_same_fields(database):
+    from app.ui.new_job import preset_handlers
+
+    form = _form(seq_len=1024, backend="fsdp", name="long")
+    saved = preset_handlers.save_form_as_preset(form, " long run ", principal=ALICE,
+                                                database=database)
+    assert (saved.saved, saved.names) == ("long run", ["long run"])
+    loaded, message = preset_handlers.load_preset_into_form("long run", principal=ALICE,
+                                                            database=database)
+    assert "Loaded preset **long run**" in message and "no field" not in message
+    assert loaded == {key: value for key, value in form.items() if key != "gpu_memory_gb"}
+    assert preset_handlers.load_preset_into_form("long run", principal=BOB,
+                                                 database=database)[0] is None
+
+
+def test_a_form_with_errors_or_no_name_saves_nothing_and_says_why(database):
+    from app.ui.new_job import preset_handlers
+
+    bad = preset_handlers.save_form_as_preset(_form(seq_len=1), "x", principal=ALICE,
+                                              database=database)
+    assert bad.saved is None and "Not saved" in bad.message and "seq_len" in bad.message
+    unnamed = preset_handlers.save_form_as_preset(_form(), "  ", principal=ALICE,
+                                                  database=database)
+    assert unnamed.saved is None and "name: a preset needs a name" in unnamed.message
+    assert presets.list_presets(ALICE, database=database) == []
+
+
+def test_loading_a_spec_the_form_cannot_show_names_what_it_drops(database):
+    from app.ui.new_job import preset_handlers
+
+    presets.save_preset(ALICE, "api", JobSpec(max_steps=3, num_nodes=2, queue="big",
+                                              backend="fsdp"), database=database)
+    loaded, message = preset_handlers.load_preset_into_form("api", principal=ALICE,
+                                                            database=database)
+    assert loaded["backend"] == "fsdp"
+    assert "`num_nodes`, `queue`" in message
