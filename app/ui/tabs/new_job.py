@@ -138,16 +138,18 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
 
 def _preset_row() -> dict[str, Any]:
     """Presets: pick one and Load it into the form, or name the form and save it."""
-    with gr.Row(equal_height=True, elem_id="new-job-presets"):
+    # Buttons at their own height, on the inputs' baseline (page_chrome's CSS): stretched to
+    # the labelled inputs' height they read as two grey panels.
+    with gr.Row(equal_height=False, elem_id="new-job-presets"):
         # Choices come from the principal's presets when the list is opened (the tab is
         # built once for everyone, before any request says who).
         picker = gr.Dropdown([], value=None, label="Preset", scale=3, min_width=160,
                              elem_id="new-job-preset")
-        load = gr.Button("Load", size="sm", scale=0, min_width=80,
+        load = gr.Button("Load", size="md", scale=0, min_width=90,
                          elem_id="new-job-preset-load")
         name = gr.Textbox(label="Preset name", placeholder="name this form", max_length=80,
                           scale=3, min_width=160, elem_id="new-job-preset-name")
-        save = gr.Button("Save as preset", size="sm", scale=0, min_width=130,
+        save = gr.Button("Save as preset", size="md", scale=0, min_width=170,
                          elem_id="new-job-preset-save")
     message = gr.Markdown(elem_id="new-job-preset-result")
     return {"picker": picker, "load": load, "name": name, "save": save, "message": message}
