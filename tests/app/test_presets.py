@@ -163,3 +163,14 @@ def test_loading_a_spec_the_form_cannot_show_names_what_it_drops(database):
                                                             database=database)
     assert loaded["backend"] == "fsdp"
     assert "`num_nodes`, `queue`" in message
+
+
+def test_a_loaded_presets_learning_rate_survives_its_model_change():
+    from app.ui.new_job.form_handlers import learning_rate_for_model
+
+    # A builtin-model preset saved at LoRA's 2e-4: the model's change must not make it 5e-3.
+    assert learning_rate_for_model("builtin:tiny-llama", 2e-4,
+                                   ["builtin:tiny-llama", 2e-4]) is None
+    # Once the user names another model, the usual default follows again.
+    assert learning_rate_for_model("/models/Qwen2.5-0.5B", 5e-3,
+                                   ["builtin:tiny-llama", 5e-3]) == 2e-4

@@ -42,6 +42,10 @@ def test_a_saved_preset_loads_back_into_the_form(browser, tunedeck_server, api):
     try:
         seq_len = page.locator("#new-job-seq-len input")
         seq_len.fill("1024")
+        # LoRA's usual rate on the built-in model: Load must not let the model's change
+        # event swap it for the built-in model's default.
+        learning_rate = page.locator("#new-job-learning-rate input")
+        learning_rate.fill("0.0002")
         page.get_by_label("fsdp", exact=True).check()
         expect(page.locator("#new-job-fsdp-sharding-strategy")).to_be_visible()
         page.locator("#new-job-preset-name input, #new-job-preset-name textarea").first.fill(
@@ -51,9 +55,12 @@ def test_a_saved_preset_loads_back_into_the_form(browser, tunedeck_server, api):
             "Saved preset long fsdp")
         # Stored as the signed-in user's, through the same action the API uses.
         stored = api.get("/api/presets/long fsdp").json()["spec"]
-        assert (stored["seq_len"], stored["backend"]) == (1024, "fsdp")
+        assert (stored["seq_len"], stored["backend"], stored["learning_rate"]) == (
+            1024, "fsdp", 2e-4)
 
         seq_len.fill("512")
+        page.locator("#new-job-model input, #new-job-model textarea").first.fill(
+            "example-org/another-model")
         page.get_by_label("zero2", exact=True).check()
         expect(page.locator("#new-job-fsdp-sharding-strategy")).to_be_hidden()
         page.locator("#new-job-preset input").click()
@@ -62,6 +69,10 @@ def test_a_saved_preset_loads_back_into_the_form(browser, tunedeck_server, api):
         expect(page.locator("#new-job-preset-result")).to_contain_text(
             "Loaded preset long fsdp")
         expect(seq_len).to_have_value("1024")
+        expect(page.locator("#new-job-model input, #new-job-model textarea").first).to_have_value(
+            "builtin:tiny-llama")
+        page.wait_for_timeout(1000)  # the model's change event, had it swapped the rate
+        expect(learning_rate).to_have_value("0.0002")
         expect(page.get_by_label("fsdp", exact=True)).to_be_checked()
         expect(page.locator("#new-job-fsdp-sharding-strategy")).to_be_visible()
         SCREENS.mkdir(exist_ok=True)

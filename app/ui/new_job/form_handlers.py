@@ -58,9 +58,14 @@ def default_learning_rate(model: str) -> float:
         else REAL_MODEL_LEARNING_RATE
 
 
-def learning_rate_for_model(model: str, learning_rate: Any) -> float | None:
+def learning_rate_for_model(model: str, learning_rate: Any,
+                            loaded: list | None = None) -> float | None:
     """The learning rate to show once the model changes: the new model's default while the
-    box holds the other kind's default (a value the user typed is theirs); None: keep it."""
+    box holds the other kind's default (a value the user typed is theirs); None: keep it.
+    `loaded` is the [model, learning rate] a preset just set: the preset's rate is kept
+    (the model's change event fires for a loaded model too)."""
+    if loaded is not None and [model, learning_rate] == list(loaded):
+        return None
     if learning_rate not in (REAL_MODEL_LEARNING_RATE, BUILTIN_MODEL_LEARNING_RATE):
         return None
     wanted = default_learning_rate(model or "")

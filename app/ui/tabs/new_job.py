@@ -101,11 +101,13 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
             dataset, split, principal=principal_of(request), settings=settings)
         return (*(gr.Dropdown(choices=["", *names]) for _ in COLUMN_ROLES), hint)
 
-    def learning_rate_for(model, learning_rate):
-        wanted = form_handlers.learning_rate_for_model(model, learning_rate)
+    def learning_rate_for(model, learning_rate, loaded):
+        wanted = form_handlers.learning_rate_for_model(model, learning_rate, loaded)
         return gr.skip() if wanted is None else wanted
 
-    fields["model"].change(learning_rate_for, [fields["model"], fields["learning_rate"]],
+    loaded_from_preset = gr.State(None)  # [model, learning rate] the last Load set
+    fields["model"].change(learning_rate_for,
+                           [fields["model"], fields["learning_rate"], loaded_from_preset],
                            fields["learning_rate"], show_progress="hidden")
     upload_button.upload(upload, upload_button, [fields["dataset"], upload_message, upload_button],
                          show_progress="minimal")
@@ -132,7 +134,7 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
 
     groups["lora_targets_button"].click(show_lora_targets, inputs, groups["lora_targets"])
     submitted = submit_button.click(submit, inputs, [submitted_job_id, submit_message])
-    _wire_presets(preset_row, inputs, database=database)
+    _wire_presets(preset_row, inputs, loaded_from_preset, database=database)
     return NewJobTab(submitted=submitted, submitted_job_id=submitted_job_id)
 
 
@@ -155,9 +157,10 @@ def _preset_row() -> dict[str, Any]:
     return {"picker": picker, "load": load, "name": name, "save": save, "message": message}
 
 
-def _wire_presets(row: dict[str, Any], inputs: list, *, database) -> None:
+def _wire_presets(row: dict[str, Any], inputs: list, loaded: gr.State, *, database) -> None:
     """Save takes the form as Submit does; Load sets every field it has (the fields' change
-    events then re-run the preview, as after the plan's Apply)."""
+    events then re-run the preview, as after the plan's Apply) and notes the model and
+    rate it set in `loaded`, so the model's change keeps the preset's rate."""
     def refresh(request: gr.Request):
         try:
             names = preset_handlers.preset_names(principal=principal_of(request),
@@ -181,18 +184,18 @@ def _wire_presets(row: dict[str, Any], inputs: list, *, database) -> None:
         try:
             principal = principal_of(request)
         except PermissionError:
-            return (*[gr.skip()] * (len(inputs) + 1), "Not loaded: sign in first.")
+            return (*[gr.skip()] * (len(inputs) + 2), "Not loaded: sign in first.")
         form, message = preset_handlers.load_preset_into_form(name, principal=principal,
                                                               database=database)
         if form is None:
-            return (*[gr.skip()] * (len(inputs) + 1), message)
+            return (*[gr.skip()] * (len(inputs) + 2), message)
         values = [form[field] if field in form else gr.skip() for field in FORM_FIELDS]
-        return (*values, name, message)
+        return (*values, [form["model"], form["learning_rate"]], name, message)
 
     row["picker"].focus(refresh, None, row["picker"], show_progress="hidden")
     row["save"].click(save, [row["name"], *inputs], [row["picker"], row["name"], row["message"]],
                       show_progress="hidden")
-    row["load"].click(load, row["picker"], [*inputs, row["name"], row["message"]],
+    row["load"].click(load, row["picker"], [*inputs, loaded, row["name"], row["message"]],
                       show_progress="hidden")
 
 
