@@ -19,6 +19,7 @@ from app.api.accounts import account_router  # noqa: E402
 from app.api.errors import action_error_response  # noqa: E402
 from app.api.jobs import router  # noqa: E402
 from app.api.preflight import preflight_router  # noqa: E402
+from app.api.presets import preset_router  # noqa: E402
 from app.api.uploads import upload_router  # noqa: E402
 from app.auth.middleware import AccessMiddleware, check_open_access_allowed  # noqa: E402
 from app.auth.sign_in import sign_in_router  # noqa: E402
@@ -44,6 +45,7 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True,
     api.include_router(router)
     api.include_router(upload_router)
     api.include_router(preflight_router)
+    api.include_router(preset_router)
     api.include_router(sign_in_router)
     api.include_router(account_router)
     api.add_exception_handler(RequestValidationError, json_safe_validation_error)

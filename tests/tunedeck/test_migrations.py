@@ -89,3 +89,31 @@ def test_0009_leaves_jobs_written_before_it_unarchived_and_their_points_in_place
     finally:
         engine.dispose()
     assert (archived, points) == ([False], 1)
+
+
+def test_0010_goes_down_and_up_again_leaving_jobs_in_place(sqlite_url):
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine, inspect, text
+
+    from tunedeck.migrate import MIGRATIONS_DIR
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", sqlite_url)
+    command.downgrade(config, "0009")
+    engine = create_engine(sqlite_url)
+    try:
+        assert "presets" not in inspect(engine).get_table_names()
+        with engine.begin() as connection:
+            connection.execute(text(
+                "INSERT INTO jobs (id, name, status, spec, cancel_requested, resume_requested, "
+                "attempts, archived, created_at, updated_at) VALUES (1, 'old', 'succeeded', "
+                "'{}', false, false, 1, false, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"))
+        command.upgrade(config, "head")
+        with engine.connect() as connection:
+            jobs = connection.execute(text("SELECT count(*) FROM jobs")).scalar()
+            presets = connection.execute(text("SELECT count(*) FROM presets")).scalar()
+    finally:
+        engine.dispose()
+    assert (jobs, presets) == (1, 0)

@@ -1,6 +1,6 @@
 """The audit trail: who submitted, cancelled, resumed, retried, archived, deleted or
-downloaded what, who signed in (or failed to) and who made or revoked a token, and when.
-Rows are only added.
+downloaded what, who saved or deleted a preset, who signed in (or failed to) and who made
+or revoked a token, and when. Rows are only added.
 The caller owns the transaction, so an action and its record commit together."""
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ PREFLIGHT = "preflight"  # a worker was asked to read a dataset (and the model's
 SIGN_IN, SIGN_IN_FAILED, SIGN_OUT = "sign_in", "sign_in_failed", "sign_out"
 TOKEN_CREATED, TOKEN_REVOKED = "token_created", "token_revoked"
 USER_CREATED, USER_CHANGED = "user_created", "user_changed"
+PRESET_SAVED, PRESET_DELETED = "preset_saved", "preset_deleted"  # detail: the preset's name
 
 
 def record(*, session: Session, actor: str, action: str, job_id: int | None = None,

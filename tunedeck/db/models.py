@@ -254,3 +254,31 @@ class DatasetPreflight(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Preset(Base):
+    """A named New job form: the spec it would submit, kept per user to load again."""
+
+    __tablename__ = "presets"
+    # Open-access presets have no owner; SQL counts NULLs as distinct, so tunedeck.presets
+    # finds a same-named one itself before it inserts rather than relying on this alone.
+    __table_args__ = (UniqueConstraint("owner", "name", name="uq_presets_owner_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # users.name; null for presets saved with open access (as jobs.owner).
+    owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    name: Mapped[str] = mapped_column(String(80))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utc_now, onupdate=utc_now
+    )
+
+    @property
+    def spec_model(self) -> JobSpec:
+        """The stored spec as the typed model (as Job.spec_model)."""
+        try:
+            return JobSpec.model_validate(self.spec)
+        except ValueError as error:
+            raise StoredSpecInvalid(f"preset {self.name!r}: its stored spec is no longer "
+                                    f"valid: {error}") from error

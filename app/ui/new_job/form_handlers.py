@@ -58,9 +58,14 @@ def default_learning_rate(model: str) -> float:
         else REAL_MODEL_LEARNING_RATE
 
 
-def learning_rate_for_model(model: str, learning_rate: Any) -> float | None:
+def learning_rate_for_model(model: str, learning_rate: Any,
+                            loaded: list | None = None) -> float | None:
     """The learning rate to show once the model changes: the new model's default while the
-    box holds the other kind's default (a value the user typed is theirs); None: keep it."""
+    box holds the other kind's default (a value the user typed is theirs); None: keep it.
+    `loaded` is the [model, learning rate] a preset just set: the preset's rate is kept
+    (the model's change event fires for a loaded model too)."""
+    if loaded is not None and [model, learning_rate] == list(loaded):
+        return None
     if learning_rate not in (REAL_MODEL_LEARNING_RATE, BUILTIN_MODEL_LEARNING_RATE):
         return None
     wanted = default_learning_rate(model or "")
@@ -71,19 +76,30 @@ def default_form() -> dict[str, Any]:
     """The form's starting values: the spec's defaults, with a short run of 2 ranks (and a
     learning rate the default model learns at)."""
     spec = JobSpec(num_gpus=2, max_steps=20)
+    return {**spec_to_form(spec), "gpu_memory_gb": DEFAULT_GPU_MEMORY_GB,
+            "learning_rate": default_learning_rate(spec.model)}
+
+
+def spec_to_form(spec: JobSpec) -> dict[str, Any]:
+    """The form's values that make `spec` (form_to_spec gives it back, for what the form
+    has fields for): every field but gpu_memory_gb, which is the planner's, not the spec's.
+    Unset texts are empty boxes, as the form's own empty fields are."""
     return {
-        "name": "", "model": spec.model, "dataset": spec.dataset, "method": spec.method,
-        "dataset_config": "", "dataset_split": spec.dataset_split,
+        "name": spec.name or "", "model": spec.model, "dataset": spec.dataset,
+        "method": spec.method,
+        "dataset_config": spec.dataset_config or "", "dataset_split": spec.dataset_split,
         "eval_dataset_split": spec.eval_dataset_split,
-        **{f"columns_{role}": "" for role in COLUMN_ROLES},
+        **{f"columns_{role}": getattr(spec.columns, role) or "" for role in COLUMN_ROLES},
         "backend": spec.backend, "precision": spec.precision, "num_gpus": spec.num_gpus,
-        "gpu_memory_gb": DEFAULT_GPU_MEMORY_GB, "max_steps": spec.max_steps, "epochs": "",
-        "learning_rate": default_learning_rate(spec.model),
+        # A text box (see the tab): "" is unset; %g keeps 2 as "2", not "2.0".
+        "max_steps": spec.max_steps, "epochs": "" if spec.epochs is None else f"{spec.epochs:g}",
+        "learning_rate": spec.learning_rate,
         "micro_batch_size": spec.micro_batch_size, "grad_accum": spec.grad_accum,
         "seq_len": spec.seq_len, "lr_schedule": spec.lr_schedule,
         "warmup_steps": spec.warmup_steps, "weight_decay": spec.weight_decay,
         "max_grad_norm": spec.max_grad_norm, "seed": spec.seed, "packing": spec.packing,
-        "eval_split": spec.eval_split, "eval_dataset": "", "eval_every_steps": spec.eval_every_steps,
+        "eval_split": spec.eval_split, "eval_dataset": spec.eval_dataset or "",
+        "eval_every_steps": spec.eval_every_steps,
         "checkpoint_every_steps": spec.checkpoint_every_steps,
         "keep_checkpoints": spec.keep_checkpoints, "export_dtype": spec.export_dtype,
         "lora_r": spec.lora.r, "lora_alpha": spec.lora.alpha,

@@ -7,8 +7,8 @@ from typing import Any
 import gradio as gr
 
 from app.auth.principal import OPEN_PRINCIPAL, principal_of
-from app.ui.new_job import (column_handlers, form_handlers, preflight_handlers, target_handlers,
-                            upload_handlers)
+from app.ui.new_job import (column_handlers, form_handlers, preflight_handlers, preset_handlers,
+                            target_handlers, upload_handlers)
 from app.ui.new_job.form_handlers import SAME_AS_PRECISION, form_values
 from app.ui.new_job.form_labels import COLUMN_ROLES, FORM_FIELDS, FORM_LABELS as LABELS
 from app.ui.tabs.new_job_fields import _backend_groups, _checkbox, _dtype, _integer, _lora_group
@@ -34,6 +34,7 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
                 "command the worker will write and run.")
     with gr.Row():
         with gr.Column(scale=3):
+            preset_row = _preset_row()
             fields, groups = _form_fields(defaults)
             upload_button = gr.UploadButton(
                 "Upload a dataset (.jsonl or .json)", file_types=[".jsonl", ".json"],
@@ -101,8 +102,8 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
             dataset, split, principal=principal_of(request), settings=settings)
         return (*(gr.Dropdown(choices=["", *names]) for _ in COLUMN_ROLES), hint)
 
-    def learning_rate_for(model, learning_rate):
-        wanted = form_handlers.learning_rate_for_model(model, learning_rate)
+    def learning_rate_for(model, learning_rate, loaded):
+        wanted = form_handlers.learning_rate_for_model(model, learning_rate, loaded)
         return gr.skip() if wanted is None else wanted
 
     def offer_suggestions(request: gr.Request):
@@ -116,7 +117,9 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
                        show_progress="hidden")
         dropdown.input(lambda picked: picked or gr.skip(), dropdown, fields[name],
                        show_progress="hidden")
-    fields["model"].change(learning_rate_for, [fields["model"], fields["learning_rate"]],
+    loaded_from_preset = gr.State(None)  # [model, learning rate] the last Load set
+    fields["model"].change(learning_rate_for,
+                           [fields["model"], fields["learning_rate"], loaded_from_preset],
                            fields["learning_rate"], show_progress="hidden")
     upload_button.upload(upload, upload_button, [fields["dataset"], upload_message, upload_button],
                          show_progress="minimal")
@@ -143,7 +146,69 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
 
     groups["lora_targets_button"].click(show_lora_targets, inputs, groups["lora_targets"])
     submitted = submit_button.click(submit, inputs, [submitted_job_id, submit_message])
+    _wire_presets(preset_row, inputs, loaded_from_preset, database=database)
     return NewJobTab(submitted=submitted, submitted_job_id=submitted_job_id)
+
+
+def _preset_row() -> dict[str, Any]:
+    """Presets: pick one and Load it into the form, or name the form and save it."""
+    # Buttons at their own height, on the inputs' baseline (page_chrome's CSS): stretched to
+    # the labelled inputs' height they read as two grey panels.
+    with gr.Row(equal_height=False, elem_id="new-job-presets"):
+        # Choices come from the principal's presets when the list is opened (the tab is
+        # built once for everyone, before any request says who).
+        picker = gr.Dropdown([], value=None, label="Preset", scale=3, min_width=160,
+                             elem_id="new-job-preset")
+        load = gr.Button("Load", size="md", scale=0, min_width=90,
+                         elem_id="new-job-preset-load")
+        name = gr.Textbox(label="Preset name", placeholder="name this form", max_length=80,
+                          scale=3, min_width=160, elem_id="new-job-preset-name")
+        save = gr.Button("Save as preset", size="md", scale=0, min_width=170,
+                         elem_id="new-job-preset-save")
+    message = gr.Markdown(elem_id="new-job-preset-result")
+    return {"picker": picker, "load": load, "name": name, "save": save, "message": message}
+
+
+def _wire_presets(row: dict[str, Any], inputs: list, loaded: gr.State, *, database) -> None:
+    """Save takes the form as Submit does; Load sets every field it has (the fields' change
+    events then re-run the preview, as after the plan's Apply) and notes the model and
+    rate it set in `loaded`, so the model's change keeps the preset's rate."""
+    def refresh(request: gr.Request):
+        try:
+            names = preset_handlers.preset_names(principal=principal_of(request),
+                                                 database=database)
+        except PermissionError:
+            return gr.skip()
+        return gr.Dropdown(choices=names)
+
+    def save(name, request: gr.Request, *values):
+        try:
+            principal = principal_of(request)
+        except PermissionError:
+            return gr.skip(), gr.skip(), "Not saved: sign in first."
+        saved = preset_handlers.save_form_as_preset(form_values(values), name,
+                                                    principal=principal, database=database)
+        picked = gr.Dropdown(choices=saved.names,
+                             **({"value": saved.saved} if saved.saved else {}))
+        return picked, (saved.saved if saved.saved else gr.skip()), saved.message
+
+    def load(name, request: gr.Request):
+        try:
+            principal = principal_of(request)
+        except PermissionError:
+            return (*[gr.skip()] * (len(inputs) + 2), "Not loaded: sign in first.")
+        form, message = preset_handlers.load_preset_into_form(name, principal=principal,
+                                                              database=database)
+        if form is None:
+            return (*[gr.skip()] * (len(inputs) + 2), message)
+        values = [form[field] if field in form else gr.skip() for field in FORM_FIELDS]
+        return (*values, [form["model"], form["learning_rate"]], name, message)
+
+    row["picker"].focus(refresh, None, row["picker"], show_progress="hidden")
+    row["save"].click(save, [row["name"], *inputs], [row["picker"], row["name"], row["message"]],
+                      show_progress="hidden")
+    row["load"].click(load, row["picker"], [*inputs, loaded, row["name"], row["message"]],
+                      show_progress="hidden")
 
 
 def _form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
