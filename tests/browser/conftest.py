@@ -17,6 +17,13 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-component-update", "--disable-sync"]
 SERVER_START_SECONDS = 120
 VIEWPORT = {"width": 1400, "height": 1000}
+# The pages' screenshots: the issue's 1440 x 900, in one folder to look through.
+SCREENS = Path("/tmp/tunedeck-screens")
+SCREEN_VIEWPORT = {"width": 1440, "height": 900}
+# A tiny LoRA job that runs until cancelled: a running job for a page to show.
+LONG_JOB = {"model": "builtin:tiny-llama", "dataset": "builtin:arithmetic", "method": "lora",
+            "backend": "fsdp", "num_gpus": 2, "max_steps": 100_000, "micro_batch_size": 4,
+            "seq_len": 64, "precision": "bf16", "learning_rate": 5e-3}
 # The browser signs in as a plain user (not an admin): it sees its own jobs only.
 USER, PASSWORD = "browser-user", "a browser's password"
 EXPECT_SECONDS = 20

@@ -4,21 +4,17 @@ reason, an archived job leaves the table and is shown with "Show archived". Scre
 to SCREENS, to be looked at."""
 from __future__ import annotations
 
-from pathlib import Path
+import re
 
 import pytest
 
 from harness.servers import RunningServer
-from tests.browser.conftest import signed_in_page
+from tests.browser.conftest import LONG_JOB, SCREEN_VIEWPORT as VIEWPORT, SCREENS, signed_in_page
 from tests.browser.tables import table_rows
 
 pytestmark = [pytest.mark.browser, pytest.mark.torchrun]
 
-SCREENS = Path("/tmp/tunedeck-screens")
-VIEWPORT = {"width": 1440, "height": 900}
-LONG = {"model": "builtin:tiny-llama", "dataset": "builtin:arithmetic", "method": "lora",
-        "backend": "fsdp", "num_gpus": 2, "max_steps": 100_000, "micro_batch_size": 4,
-        "seq_len": 64, "precision": "bf16", "learning_rate": 5e-3}
+LONG = LONG_JOB
 
 
 def _names(page) -> set[str]:
@@ -97,7 +93,12 @@ def test_compare_selected_opens_the_compare_tab_with_those_jobs_picked(
         ids.fill(str(first))
         page.locator("#jobs-compare").click()
         expect(page.locator("#jobs-action-message")).to_contain_text("at least 2 job ids")
-        ids.fill(f"{first}, {second}")
+        # Picked from the list, not typed: the picks become the ids.
+        ids.fill("")
+        for job_id in (first, second):
+            page.locator("#jobs-select input").click()
+            page.get_by_role("option", name=re.compile(rf"^{job_id} · cmp-")).click()
+        expect(ids).to_have_value(f"{first}, {second}")
         page.locator("#jobs-compare").click()
         picker = page.locator("#compare-picker")
         expect(picker).to_be_visible()

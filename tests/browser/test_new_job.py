@@ -3,16 +3,13 @@ registers with no GPU): a choice the host cannot run is marked beside its field.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import signed_in_page
+from tests.browser.conftest import SCREEN_VIEWPORT as VIEWPORT, SCREENS, signed_in_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.torchrun]
 
-SCREENS = Path("/tmp/tunedeck-screens")
-VIEWPORT = {"width": 1440, "height": 900}
 
 
 def test_fp16_under_zero2_is_refused_beside_precision_on_a_host_without_gpus(

@@ -20,17 +20,14 @@ from typing import Iterator
 import pytest
 
 from harness.servers import RunningServer
-from tests.browser.conftest import USER, signed_in_page
+from tests.browser.conftest import (LONG_JOB, SCREEN_VIEWPORT as VIEWPORT, SCREENS, USER,
+                                    signed_in_page)
 from tests.browser.tables import table_rows
 from tests.browser.vega import legend_labels, line_colours
 
 pytestmark = [pytest.mark.browser, pytest.mark.torchrun]
 
-SCREENS = Path("/tmp/tunedeck-screens")
-VIEWPORT = {"width": 1440, "height": 900}
-LONG = {"model": "builtin:tiny-llama", "dataset": "builtin:arithmetic", "method": "lora",
-        "backend": "fsdp", "num_gpus": 2, "max_steps": 100_000, "micro_batch_size": 4,
-        "seq_len": 64, "precision": "bf16", "learning_rate": 5e-3}
+LONG = LONG_JOB
 SHORT = {**LONG, "max_steps": 3}
 WAIT_SECONDS = 240
 

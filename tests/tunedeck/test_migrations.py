@@ -6,6 +6,18 @@ from alembic.migration import MigrationContext
 from tunedeck.db.models import Base
 
 
+def alembic_config(url: str):
+    """The project's migrations against `url`, for alembic's command API."""
+    from alembic.config import Config
+
+    from tunedeck.migrate import MIGRATIONS_DIR
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", url)
+    return config
+
+
 @pytest.mark.parametrize("url_fixture", ["sqlite_url",
                                          pytest.param("postgres_url", marks=pytest.mark.postgres)])
 def test_migrated_schema_matches_the_models(request, url_fixture):
@@ -24,15 +36,10 @@ def test_migrated_schema_matches_the_models(request, url_fixture):
                                          pytest.param("postgres_url", marks=pytest.mark.postgres)])
 def test_0005_fills_the_figure_columns_of_points_written_before_it(request, url_fixture):
     from alembic import command
-    from alembic.config import Config
     from sqlalchemy import create_engine, text
 
-    from tunedeck.migrate import MIGRATIONS_DIR
-
     url = request.getfixturevalue(url_fixture)
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    config.set_main_option("sqlalchemy.url", url)
+    config = alembic_config(url)
     command.downgrade(config, "0004")  # also checks that 0005 goes back down
     engine = create_engine(url)
     try:
@@ -63,14 +70,9 @@ def test_0005_fills_the_figure_columns_of_points_written_before_it(request, url_
 
 def test_0009_leaves_jobs_written_before_it_unarchived_and_their_points_in_place(sqlite_url):
     from alembic import command
-    from alembic.config import Config
     from sqlalchemy import create_engine, text
 
-    from tunedeck.migrate import MIGRATIONS_DIR
-
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    config.set_main_option("sqlalchemy.url", sqlite_url)
+    config = alembic_config(sqlite_url)
     command.downgrade(config, "0008")
     engine = create_engine(sqlite_url)
     try:
@@ -93,14 +95,9 @@ def test_0009_leaves_jobs_written_before_it_unarchived_and_their_points_in_place
 
 def test_0010_goes_down_and_up_again_leaving_jobs_in_place(sqlite_url):
     from alembic import command
-    from alembic.config import Config
     from sqlalchemy import create_engine, inspect, text
 
-    from tunedeck.migrate import MIGRATIONS_DIR
-
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    config.set_main_option("sqlalchemy.url", sqlite_url)
+    config = alembic_config(sqlite_url)
     command.downgrade(config, "0009")
     engine = create_engine(sqlite_url)
     try:

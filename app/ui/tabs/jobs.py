@@ -9,6 +9,7 @@ import gradio as gr
 
 from app.auth.principal import principal_of
 from app.ui import job_removal_handlers as removal, jobs_table
+from app.ui.compare_handlers import pickable_jobs
 from app.ui.job_ids import job_id_from_row
 from app.ui.jobs_table import ANY, STATUS_CHOICES, JobsFilter
 
@@ -24,12 +25,16 @@ class JobsTab:
 
 
 def _build_removal_row(*, database, settings) -> list[Any]:
-    """Archive, unarchive, delete or compare the jobs whose ids are typed; Delete only arms
-    a Confirm button naming what goes. The events after which the table refreshes, the
+    """Archive, unarchive, delete or compare the jobs picked (or whose ids are typed); Delete
+    only arms a Confirm button naming what goes. The events after which the table refreshes, the
     "Compare selected" event and the ids it passes on."""
-    with gr.Row(equal_height=True):
+    with gr.Row(elem_id="jobs-actions"):
+        # Picked from a list (the jobs the user may see, newest first) or typed: the picks
+        # become the ids the buttons act on.
+        picker = gr.Dropdown([], multiselect=True, label="Select jobs", scale=4,
+                             info="pick from your jobs, newest first", elem_id="jobs-select")
         ids = gr.Textbox(label="Job ids (for archive / delete)", placeholder="e.g. 3, 5",
-                         scale=3, elem_id="jobs-action-ids")
+                         scale=2, elem_id="jobs-action-ids")
         archive = gr.Button("Archive", size="sm", scale=1, elem_id="jobs-archive")
         unarchive = gr.Button("Unarchive", size="sm", scale=1, elem_id="jobs-unarchive")
         delete = gr.Button("Delete…", size="sm", variant="stop", scale=1, elem_id="jobs-delete")
@@ -40,6 +45,14 @@ def _build_removal_row(*, database, settings) -> list[Any]:
         compare = gr.Button("Compare selected", size="sm", scale=1, elem_id="jobs-compare")
     message = gr.Markdown("", elem_id="jobs-action-message")
     compare_ids = gr.State(None)
+
+    def offer_jobs(request: gr.Request):
+        return gr.Dropdown(choices=pickable_jobs(database=database,
+                                                 principal=principal_of(request)))
+
+    picker.focus(offer_jobs, None, picker, show_progress="hidden")
+    picker.input(lambda picked: ", ".join(str(job_id) for job_id in picked or ()), picker, ids,
+                 show_progress="hidden")
 
     def to_compare(text):
         try:
