@@ -28,7 +28,7 @@ JOBS_TABLE_COLUMNS = ["id", "name", "status", "progress", "loss", "tokens/s", "p
                       "method · backend", "owner", "created", "reason"]
 COLUMN_TYPES = ["markdown"] + ["str"] * (len(JOBS_TABLE_COLUMNS) - 2) + ["markdown"]
 # Wide enough for each header on one line at 1440 px (the browser test measures it).
-COLUMN_WIDTHS = ["3%", "8%", "9%", "9%", "6%", "7%", "7%", "12%", "12%", "7%", "10%", "10%"]
+COLUMN_WIDTHS = ["3%", "8%", "9%", "9%", "6%", "7%", "7%", "11%", "13%", "7%", "9%", "11%"]
 REASON_CHARS = 90
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
 JOBS_TABLE_LIMIT = 100

@@ -51,9 +51,8 @@ div.field-error, div.field-error *, .block.field-error .info-text {
 }
 .job-log-box pre { margin: 0; white-space: pre-wrap; word-break: break-word; font-size: 12px; }
 .job-log-label { font-size: var(--block-label-text-size); color: var(--block-label-text-color); }
-#new-job-presets > button, #jobs-actions > button {
-  align-self: flex-end; margin-bottom: 12px; white-space: nowrap;
-}
+#new-job-presets > button { align-self: flex-end; margin-bottom: 12px; white-space: nowrap; }
+#jobs-buttons > button { white-space: nowrap; }
 .block.field-error input, .block.field-error textarea {
   border-color: var(--error-border-color, #ef4444) !important;
 }

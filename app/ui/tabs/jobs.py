@@ -31,10 +31,11 @@ def _build_removal_row(*, database, settings) -> list[Any]:
     with gr.Row(elem_id="jobs-actions"):
         # Picked from a list (the jobs the user may see, newest first) or typed: the picks
         # become the ids the buttons act on.
-        picker = gr.Dropdown([], multiselect=True, label="Select jobs", scale=4,
+        picker = gr.Dropdown([], multiselect=True, label="Select jobs", scale=3,
                              info="pick from your jobs, newest first", elem_id="jobs-select")
         ids = gr.Textbox(label="Job ids (for archive / delete)", placeholder="e.g. 3, 5",
-                         scale=2, elem_id="jobs-action-ids")
+                         info="or type them", scale=2, elem_id="jobs-action-ids")
+    with gr.Row(elem_id="jobs-buttons"):
         archive = gr.Button("Archive", size="sm", scale=1, elem_id="jobs-archive")
         unarchive = gr.Button("Unarchive", size="sm", scale=1, elem_id="jobs-unarchive")
         delete = gr.Button("Delete…", size="sm", variant="stop", scale=1, elem_id="jobs-delete")
