@@ -13,12 +13,15 @@ from app.api.errors import client_of, http_error
 from app.auth.principal import principal_of
 from tunedeck.db.models import Preset, as_utc
 from tunedeck.job_spec import JobSpec
+from tunedeck.presets import NAME_MAX_LENGTH
 
 preset_router = APIRouter()
 
-# Checked by the action (not by Path's max_length), so a bad name's 422 says what a name
-# may be in the same words the UI shows.
-PresetName = Annotated[str, Path(description="the preset's name: 1 to 80 characters, "
+# The length limit is in the schema too, so clients (and the API fuzz) see it; the action
+# still checks the trimmed name, so an all-spaces name's 422 says what a name may be in
+# the words the UI shows.
+PresetName = Annotated[str, Path(max_length=NAME_MAX_LENGTH,
+                                 description="the preset's name: 1 to 80 characters, "
                                              "spaces around it dropped")]
 MISSING = {404: {"description": "you have no preset of that name"}}
 

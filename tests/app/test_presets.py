@@ -96,8 +96,12 @@ def test_a_bad_spec_is_422_naming_the_field_and_nothing_is_saved(client, body, l
     assert client.get("/api/presets").json() == []
 
 
-def test_a_too_long_name_is_422_naming_the_path_name(client):
+def test_a_too_long_or_blank_name_is_422_naming_the_path_name(client):
     response = client.put(f"/api/presets/{'n' * 81}", json={"max_steps": 3})
+    assert response.status_code == 422
+    [problem] = response.json()["detail"]
+    assert problem["loc"] == ["path", "name"] and "80 characters" in problem["msg"]
+    response = client.put("/api/presets/%20%20", json={"max_steps": 3})  # spaces only
     assert response.status_code == 422
     [problem] = response.json()["detail"]
     assert problem["loc"] == ["path", "name"] and problem["msg"].startswith("name: ")
