@@ -40,7 +40,7 @@ def progress_line(job: dict[str, Any], series: dict[str, Any]) -> str:
         if latest.get("tokens_per_second") is not None:
             words.append(f"{latest['tokens_per_second']:,.0f} tokens/s")
     elif series.get("phase") and job["status"] == "running":
-        words.append(phase_text(series["phase"]))
+        words.append(phase_text(series["phase"][0]))  # the newest phase line, a list of one
     return " · ".join(words)
 
 
