@@ -1,4 +1,5 @@
-"""The New job form's small field builders: one Gradio component per form field, by name."""
+"""The New job form's fields: the layout of every input (`form_fields`), and the small
+builders it uses, one Gradio component per form field, by name."""
 from __future__ import annotations
 
 from typing import Any
@@ -6,7 +7,10 @@ from typing import Any
 import gradio as gr
 
 from app.ui.new_job import form_handlers
-from app.ui.new_job.form_labels import FORM_LABELS as LABELS
+from app.ui.new_job.form_handlers import SAME_AS_PRECISION
+from app.ui.new_job.form_labels import COLUMN_ROLES, FORM_LABELS as LABELS
+from tunedeck.job_spec import (BACKENDS, DTYPES, EXPORT_DTYPES, LEARNING_RATE_SCHEDULES, METHODS,
+                               PRECISIONS, SHARDING_STRATEGIES)
 
 
 def _dtype(name: str, defaults: dict[str, Any], choices: list[str],
@@ -32,3 +36,173 @@ def _backend_groups(backend: str):
 
 def _lora_group(method: str):
     return gr.Group(visible=form_handlers.lora_options_visible(method))
+
+
+def form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The form's inputs by FORM_FIELDS name, and the option groups shown per choice (and
+    the column pickers' hint, "columns_hint"; the data check's button and panel)."""
+    fields: dict[str, Any] = {}
+    with gr.Row():
+        fields["model"] = gr.Textbox(defaults["model"], label=LABELS["model"],
+                                     info="local folder, Hugging Face id or builtin:tiny-llama",
+                                     elem_id="new-job-model")
+        fields["dataset"] = gr.Textbox(defaults["dataset"], label=LABELS["dataset"],
+                                       info="local .jsonl/.json/.jsonl.gz/.parquet/.csv file, "
+                                            "save_to_disk folder, Hugging Face id (org/name) "
+                                            "or builtin:arithmetic",
+                                       elem_id="new-job-dataset")
+    # Filled when opened (the user's own recent values, what the allowed folders hold); a
+    # pick is copied into the field above, which stays free text.
+    suggestions: dict[str, gr.Dropdown] = {}
+    with gr.Row():
+        for name, label in (("model", "Recent and available models"),
+                            ("dataset", "Recent, uploaded and available datasets")):
+            suggestions[name] = gr.Dropdown(
+                [], value=None, label=label, info="pick one to fill the field above",
+                elem_id=f"new-job-{name}-suggestions")
+    dataset_options = _dataset_options(fields, defaults)
+    with gr.Row():
+        check_data = gr.Button("Check data", size="sm", elem_id="new-job-check-data")
+    check_data_result = gr.HTML(elem_id="new-job-check-data-result")
+    dataset_options.update(check_data=check_data, check_data_result=check_data_result,
+                           suggestions=suggestions)
+    fields["name"] = gr.Textbox(defaults["name"], label=LABELS["name"], placeholder="optional",
+                                elem_id="new-job-name")
+    with gr.Row():
+        fields["method"] = gr.Radio(list(METHODS), value=defaults["method"],
+                                    label=LABELS["method"], elem_id="new-job-method")
+        fields["backend"] = gr.Radio(list(BACKENDS), value=defaults["backend"],
+                                     label=LABELS["backend"], elem_id="new-job-backend")
+        fields["precision"] = gr.Radio(list(PRECISIONS), value=defaults["precision"],
+                                       label=LABELS["precision"], elem_id="new-job-precision")
+    with gr.Row():
+        fields["num_gpus"] = _integer("num_gpus", defaults, info="ranks on this host")
+        fields["gpu_memory_gb"] = gr.Number(defaults["gpu_memory_gb"], label=LABELS["gpu_memory_gb"],
+                                            info="for the memory plan", elem_id="new-job-gpu-memory-gb")
+        fields["max_steps"] = _integer("max_steps", defaults, info="or leave empty and set epochs")
+        # A text box: Gradio draws an empty number box as 0, and 0 epochs is not "unset".
+        fields["epochs"] = gr.Textbox(defaults["epochs"], label=LABELS["epochs"],
+                                      info="passes over the data, instead of steps",
+                                      placeholder="empty: the steps say", elem_id="new-job-epochs")
+        fields["learning_rate"] = gr.Number(defaults["learning_rate"],
+                                            label=LABELS["learning_rate"], step=1e-5,
+                                            info="2e-4 suits LoRA on real models, 5e-3 the "
+                                                 "tiny built-in one (set as the model changes)",
+                                            elem_id="new-job-learning-rate")
+    with gr.Row():
+        fields["micro_batch_size"] = _integer("micro_batch_size", defaults)
+        fields["grad_accum"] = _integer("grad_accum", defaults)
+        fields["seq_len"] = _integer("seq_len", defaults)
+    with gr.Row():
+        fields["lr_schedule"] = gr.Dropdown(list(LEARNING_RATE_SCHEDULES),
+                                            value=defaults["lr_schedule"],
+                                            label=LABELS["lr_schedule"],
+                                            info="after warmup; decays to 10% of the peak",
+                                            elem_id="new-job-lr-schedule")
+        fields["warmup_steps"] = _integer("warmup_steps", defaults)
+        fields["weight_decay"] = gr.Number(defaults["weight_decay"], step=0.01,
+                                           label=LABELS["weight_decay"],
+                                           elem_id="new-job-weight-decay")
+        fields["max_grad_norm"] = gr.Number(defaults["max_grad_norm"], step=0.1,
+                                            label=LABELS["max_grad_norm"], info="0: no clipping",
+                                            elem_id="new-job-max-grad-norm")
+    with gr.Accordion("Evaluation, packing, checkpoints and export", open=False,
+                      elem_id="new-job-more-options"):
+        with gr.Row():
+            fields["eval_split"] = gr.Number(defaults["eval_split"], label=LABELS["eval_split"],
+                                             step=0.05, info="fraction held out (0: none)",
+                                             elem_id="new-job-eval-split")
+            fields["eval_dataset"] = gr.Textbox(defaults["eval_dataset"],
+                                                label=LABELS["eval_dataset"],
+                                                placeholder="or a separate dataset",
+                                                elem_id="new-job-eval-dataset")
+            fields["eval_dataset_split"] = gr.Textbox(
+                defaults["eval_dataset_split"], label=LABELS["eval_dataset_split"],
+                info="when it is a Hugging Face id or a folder", elem_id="new-job-eval-dataset-split")
+            fields["eval_every_steps"] = _integer("eval_every_steps", defaults,
+                                                  info="0: only at the end")
+        with gr.Row():
+            fields["checkpoint_every_steps"] = _integer("checkpoint_every_steps", defaults,
+                                                        info="0: none; needed to Resume")
+            fields["keep_checkpoints"] = _integer("keep_checkpoints", defaults, info="newest kept")
+            fields["seed"] = _integer("seed", defaults, info="data order, init and dropout")
+            fields["packing"] = _checkbox("packing", defaults)
+        with gr.Row():
+            fields["export_dtype"] = _dtype("export_dtype", defaults, list(EXPORT_DTYPES),
+                                            info="auto: the base model's stored dtype")
+    groups = {**dataset_options, **_option_groups(fields, defaults)}
+    return fields, groups
+
+
+def _dataset_options(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """A Hugging Face id's config and split, and the column pickers (choices: the dataset's
+    columns where the web can read them cheaply; any name can be typed)."""
+    with gr.Accordion("Dataset config, split and columns", open=False,
+                      elem_id="new-job-dataset-options"):
+        with gr.Row():
+            fields["dataset_config"] = gr.Textbox(defaults["dataset_config"],
+                                                  label=LABELS["dataset_config"],
+                                                  placeholder="a Hugging Face id's, optional",
+                                                  elem_id="new-job-dataset-config")
+            fields["dataset_split"] = gr.Textbox(defaults["dataset_split"],
+                                                 label=LABELS["dataset_split"],
+                                                 info="e.g. train or train[:10%]; a file is read whole",
+                                                 elem_id="new-job-dataset-split")
+        with gr.Row():
+            for role in COLUMN_ROLES:
+                name = f"columns_{role}"
+                fields[name] = gr.Dropdown([""], value=defaults[name], label=LABELS[name],
+                                           allow_custom_value=True,
+                                           elem_id=f"new-job-columns-{role}")
+        hint = gr.Markdown(elem_id="new-job-columns-hint")
+    return {"columns_hint": hint}
+
+
+def _option_groups(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    zero2_visible, fsdp_visible = form_handlers.backend_options_visible(defaults["backend"])
+    groups: dict[str, Any] = {}  # the groups, and the LoRA targets' button and answer
+    with gr.Group(visible=form_handlers.lora_options_visible(defaults["method"]),
+                  elem_id="new-job-lora-options") as groups["lora"]:
+        with gr.Row():
+            fields["lora_r"] = _integer("lora_r", defaults)
+            fields["lora_alpha"] = gr.Number(defaults["lora_alpha"], label=LABELS["lora_alpha"],
+                                             elem_id="new-job-lora-alpha")
+            fields["lora_dropout"] = gr.Number(defaults["lora_dropout"], step=0.01,
+                                               label=LABELS["lora_dropout"],
+                                               elem_id="new-job-lora-dropout")
+        with gr.Row():
+            # Mixture-of-experts models only; a dense model has neither.
+            fields["lora_experts"] = _checkbox("lora_experts", defaults)
+            fields["lora_train_router"] = _checkbox("lora_train_router", defaults)
+            groups["lora_targets_button"] = gr.Button(
+                "What LoRA adapts", size="sm", elem_id="new-job-lora-targets-button")
+        groups["lora_targets"] = gr.Markdown(elem_id="new-job-lora-targets")
+    with gr.Group(visible=zero2_visible, elem_id="new-job-zero2-options") as groups["zero2"]:
+        gr.Markdown("**DeepSpeed ZeRO-2 options**", padding=True)
+        with gr.Row():
+            for name in ("zero2_offload_optimizer", "zero2_overlap_comm",
+                         "zero2_contiguous_gradients", "zero2_activation_checkpointing"):
+                fields[name] = _checkbox(name, defaults)
+        with gr.Row():
+            for name in ("zero2_reduce_bucket_size", "zero2_allgather_bucket_size"):
+                fields[name] = _integer(name, defaults, info="elements")
+    with gr.Group(visible=fsdp_visible, elem_id="new-job-fsdp-options") as groups["fsdp"]:
+        gr.Markdown("**FSDP options**", padding=True)
+        with gr.Row():
+            fields["fsdp_sharding_strategy"] = gr.Dropdown(
+                list(SHARDING_STRATEGIES), value=defaults["fsdp_sharding_strategy"],
+                label=LABELS["fsdp_sharding_strategy"],
+                info="hybrid_shard needs several nodes", elem_id="new-job-fsdp-sharding-strategy")
+            for name in ("fsdp_cpu_offload", "fsdp_activation_checkpointing"):
+                fields[name] = _checkbox(name, defaults)
+        with gr.Row():
+            fields["fsdp_param_dtype"] = _dtype("fsdp_param_dtype", defaults,
+                                                [SAME_AS_PRECISION, *DTYPES],
+                                                info="forward/backward; masters stay fp32")
+            fields["fsdp_reduce_dtype"] = _dtype("fsdp_reduce_dtype", defaults, list(DTYPES))
+            fields["fsdp_buffer_dtype"] = _dtype("fsdp_buffer_dtype", defaults, list(DTYPES))
+        with gr.Row():
+            for name in ("fsdp_backward_prefetch", "fsdp_forward_prefetch", "fsdp_compile"):
+                fields[name] = _checkbox(name, defaults)
+    return groups
+
