@@ -55,6 +55,7 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True,
 
         from app.ui.build_ui import build_ui
         from app.ui.compare_handlers import line_dash_css
+        from app.ui.line_chart import CHART_CSS
         from app.ui.page_chrome import CSS, HEAD
 
         blocks = build_ui(database=api.state.database, celery_app=api.state.celery_app,
@@ -62,7 +63,7 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True,
                           settings=settings)
         # Gradio's own upload route (the New job form's dataset upload) has the API's cap.
         api = gr.mount_gradio_app(api, blocks, path="/", max_file_size=settings.max_upload_bytes,
-                                  css=CSS + line_dash_css(), head=HEAD)
+                                  css=CSS + CHART_CSS + line_dash_css(), head=HEAD)
         _slow_down_idle_queue_polling(blocks)
     # Outermost, so no route (REST, Gradio's own, its files) answers before it has decided.
     api.add_middleware(AccessMiddleware, database=api.state.database)

@@ -12,7 +12,6 @@ Like the memory planner, it reads a hub model's config only from the Hugging Fac
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import sys
 import threading

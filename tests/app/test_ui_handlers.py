@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from pathlib import Path
@@ -458,8 +459,18 @@ def test_loss_and_throughput_are_smoothed_with_the_raw_line_behind_and_loss_can_
     assert loss["series"].tolist()[:4] == ["train (raw)"] * 4  # drawn first, under it
     rates = job_handlers.throughput_frame(train, view=view)
     assert sorted(rates["series"].unique()) == ["tokens/s", "tokens/s (raw)"]
-    logged = job_handlers.loss_frame(train, view=job_handlers.ChartView(0.0, log_scale=True))
-    assert logged["loss"].tolist() == pytest.approx([0.60206, 0.30103, 0.60206, 0.30103])
+    # The log scale is the chart's axis (ticks at 1, 2, 5 of each decade); the values stay.
+    log_chart = job_handlers.loss_chart_html(loss, log_scale=True)
+    assert [tick for tick in re.findall(r'class="td-y-tick"[^>]*>([^<]*)<', log_chart)] == \
+        ["2", "3", "4"]
+    evaluated = job_handlers.loss_frame(train, [{"step": 2, "eval_loss": 3.0},
+                                                {"step": 4, "eval_loss": 2.5}], view=view)
+    # Eval losses are points as measured: not smoothed, no raw twin.
+    assert evaluated[evaluated["series"] == "eval"]["loss"].tolist() == [3.0, 2.5]
+    assert "eval (raw)" not in set(evaluated["series"])
+    drawn = job_handlers.loss_chart_html(evaluated)
+    assert re.search(r'class="td-series td-points" data-series="eval"', drawn)
+    assert re.search(r'class="td-series td-faint" data-series="train \(raw\)"', drawn)
     assert job_handlers.ChartView.of("0.3", "on") == job_handlers.ChartView(0.3, True)
     assert job_handlers.ChartView.of(5, None).smoothing == job_handlers.MAX_SMOOTHING
     assert job_handlers.ChartView.of(None, None).smoothing == job_handlers.ChartView.smoothing

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.browser.vega import line_colours, line_points
+from tests.browser.chart_reading import line_colours, line_points
 
 pytestmark = pytest.mark.browser
 

@@ -18,7 +18,7 @@ import pytest
 from harness.servers import RunningServer
 from tests.browser.conftest import signed_in_page
 from tests.browser.tables import table_rows
-from tests.browser.vega import legend_labels, line_colours, line_points
+from tests.browser.chart_reading import legend_labels, line_colours, line_points
 
 pytestmark = [pytest.mark.browser, pytest.mark.torchrun]
 
@@ -85,8 +85,8 @@ def _eventually(read: Callable[[], T], wanted: Callable[[T], bool], *, what: str
 
 
 def _count_redraws(page, *selectors: str, seconds: float) -> dict[str, int]:
-    """How many DOM changes each chart's drawing (its vega view, not Gradio's status line
-    beside it) went through in `seconds`."""
+    """How many DOM changes each chart's drawing (a chart redrawn, or a vega view's parts;
+    not Gradio's status line beside it) went through in `seconds`."""
     page.evaluate("""selectors => {
         window.__redraws = {};
         for (const selector of selectors) {
@@ -94,7 +94,9 @@ def _count_redraws(page, *selectors: str, seconds: float) -> dict[str, int]:
           const inDrawing = record => {
             const element = record.target.nodeType === 1 ? record.target
                                                          : record.target.parentElement;
-            return element && element.closest('.vega-embed, svg');
+            const drawn = [...record.addedNodes, ...record.removedNodes].some(
+                node => node.nodeType === 1 && node.matches('.td-chart, .vega-embed'));
+            return drawn || (element && element.closest('.vega-embed, svg, .td-chart'));
           };
           new MutationObserver(records => {
             window.__redraws[selector] += records.filter(inDrawing).length;

@@ -23,7 +23,7 @@ from harness.servers import RunningServer
 from tests.browser.conftest import (LONG_JOB, SCREEN_VIEWPORT as VIEWPORT, SCREENS, USER,
                                     signed_in_page)
 from tests.browser.tables import table_rows
-from tests.browser.vega import legend_labels, line_colours
+from tests.browser.chart_reading import legend_labels, line_colours, line_points
 
 pytestmark = [pytest.mark.browser, pytest.mark.torchrun]
 
@@ -195,7 +195,7 @@ def test_the_job_page_keeps_the_log_at_its_newest_line_and_one_memory_chart(
             clipped = cell.evaluate("node => node.scrollWidth > node.clientWidth + 1")
             assert not clipped, cell.inner_text()  # whole messages, wrapped
         page.locator("#job-log-scale input").check()
-        expect(page.locator("#job-loss-plot")).to_contain_text("log10 loss")
+        expect(page.locator("#job-loss-plot .td-y-title")).to_have_text("loss (log scale)")
         _shot(page, "job-running")
 
 
@@ -216,6 +216,28 @@ def test_a_cancelled_job_drops_the_cancel_note_and_says_why_resume_is_greyed(
             "Resume needs a checkpoint, and this job saved none")
         _shot(page, "job-cancelled")
         tunedeck_server.wait_for(short_job, {"succeeded"}, timeout_seconds=WAIT_SECONDS)
+
+
+def test_eval_losses_are_points_over_the_smoothed_training_line(browser, tunedeck_server, jobs):
+    expect = _expect()
+    evaluated = tunedeck_server.submit({**SHORT, "name": "pages-eval", "eval_split": 0.25,
+                                        "eval_every_steps": 1})
+    job = tunedeck_server.wait_for(evaluated, {"succeeded", "failed", "cancelled"},
+                                   timeout_seconds=WAIT_SECONDS)
+    assert job["status"] == "succeeded", (job["error"], tunedeck_server.log_tail(evaluated))
+    with _opened(browser, tunedeck_server, f"/?job={evaluated}") as page:
+        plot = "#job-loss-plot"
+        expect(page.locator(f"{plot} .td-legend")).to_contain_text("eval")
+        assert legend_labels(page, plot) == ["train (raw)", "train", "eval"]
+        # A point an eval (after each of the 3 steps), drawn over the two lines of 3 points.
+        assert line_points(page, plot) == [3, 3, 3]
+        eval_kind = page.locator(f'{plot} path[data-series="eval"]').get_attribute("class")
+        assert "td-points" in eval_kind
+        # Hovering the plot names each line's value at that step.
+        titles = page.locator(f"{plot} .td-band title").all_text_contents()
+        assert titles and all("train:" in title for title in titles), titles
+        assert any("eval:" in title for title in titles), titles
+        _shot(page, "job-eval")
 
 
 def test_the_cluster_tab_describes_a_host_without_gpus(wide_page, jobs):

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
@@ -18,6 +17,7 @@ from app.ui.job_ids import parse_job_id
 from app.ui.job_page.job_actions import checkpoints_frame, is_resumable
 from app.ui.job_page.live_charts import LiveCharts, live_charts
 from app.ui.job_page.planned_memory import memory_comparison_markdown
+from app.ui.line_chart import Axes, Line, chart_html, frame_lines
 from app.views.artifacts import ARTIFACT_KINDS, artifact_summary, summary_text
 from app.views.failure import FailureView, failure_view
 from app.views.jobs import job_config, job_run_folder, read_job_log_tail
@@ -37,6 +37,7 @@ THROUGHPUT_COLUMNS = ["step", TOKENS_PER_SECOND.field, "series"]
 # A chart is about 650 px wide at 1440 px: more points than every other pixel only cost the browser
 # its redraw each second, and a week-long job must not ship 10^5 points a tick.
 MAX_POINTS_PER_LINE = 400
+CHART_HEIGHT = 240  # the plot area, CSS pixels
 NO_JOB_HEADLINE = "Pick a job: type its id, or click it in the Jobs tab."
 
 
@@ -59,7 +60,7 @@ class JobPage:
     checkpoints: pd.DataFrame = field(default_factory=lambda: checkpoints_frame(None))
     memory_comparison: str = ""
     resume_hint: str = ""
-    log_scale: bool = False  # the loss frame holds log10 of the loss
+    log_scale: bool = False  # the loss chart's axis
     failure: FailureView = field(default_factory=FailureView)
     live: LiveCharts = field(default_factory=LiveCharts)
 
@@ -206,26 +207,45 @@ def _config_texts(job: Job) -> tuple[str, str]:
 
 def loss_frame(train: list[dict[str, Any]], evaluations: list[dict[str, Any]] = (), *,
                with_eval: bool = False, view: ChartView = ChartView(smoothing=0.0)) -> pd.DataFrame:
-    """The training loss by step, and the eval loss as its own line ("series"), smoothed
-    as `view` says (each raw line kept as "NAME (raw)") and on a log10 scale if asked.
+    """The training loss by step, smoothed as `view` says (its raw line kept as
+    "train (raw)"), and the eval loss as it was measured, its own series: a point an eval.
 
-    A line with no point yet is one empty (NaN) row: the chart picks its colours from the
-    series in its first data and keeps them, and the eval line comes only after
-    `eval_every_steps` steps. Plots skip the NaN rows.
-    """
-    lines = {TRAIN_SERIES: _step_points(train, LOSS.field)}
+    A series with no point yet is one empty (NaN) row, so the legend names it from the
+    start (the eval points come only after `eval_every_steps` steps)."""
+    rows = _with_smoothing({TRAIN_SERIES: _step_points(train, LOSS.field)}, view.smoothing)
     if with_eval or evaluations:
-        lines[EVAL_SERIES] = _step_points(evaluations, EVAL_LOSS.field)
-    if view.log_scale:  # log10 of what is positive: a loss of 0 has no place on the axis
-        lines = {name: [(step, math.log10(value)) for step, value in points if value > 0]
-                 for name, points in lines.items()}
-    return _typed_frame(_with_smoothing(lines, view.smoothing), LOSS_COLUMNS)
+        rows += _with_smoothing({EVAL_SERIES: _step_points(evaluations, EVAL_LOSS.field)}, 0.0)
+    return _typed_frame(rows, LOSS_COLUMNS)
 
 
 def throughput_frame(train: list[dict[str, Any]], *,
                      view: ChartView = ChartView(smoothing=0.0)) -> pd.DataFrame:
     lines = {TOKENS_SERIES: _step_points(train, TOKENS_PER_SECOND.field)}
     return _typed_frame(_with_smoothing(lines, view.smoothing), THROUGHPUT_COLUMNS)
+
+
+LOSS_AXES = Axes("Loss (train and eval)", x_title="step", y_title="loss",
+                 height=CHART_HEIGHT)
+THROUGHPUT_AXES = Axes("Throughput", x_title="step", y_title=TOKENS_PER_SECOND.unit,
+                       height=CHART_HEIGHT)
+
+
+def loss_chart_html(frame: pd.DataFrame, *, log_scale: bool = False) -> str:
+    """The loss chart: the smoothed line over its faint raw one, eval losses as points."""
+    return chart_html(_step_lines(frame, LOSS.field),
+                      replace(LOSS_AXES, log_y=log_scale))
+
+
+def throughput_chart_html(frame: pd.DataFrame) -> str:
+    return chart_html(_step_lines(frame, TOKENS_PER_SECOND.field), THROUGHPUT_AXES)
+
+
+def _step_lines(frame: pd.DataFrame, field_name: str) -> list[Line]:
+    kinds = {name: ("faint" if name.endswith(RAW_SUFFIX) else
+                    "points" if name == EVAL_SERIES else "line")
+             for name in frame["series"].dropna().unique()}
+    return frame_lines(frame, x="step", y=field_name, series="series", colours=LINE_COLOURS,
+                       kinds=kinds)
 
 
 def _with_smoothing(lines: dict[str, list[tuple[int, float]]],

@@ -20,7 +20,6 @@ REFRESH_SECONDS = 1.0
 # The charts under the loss and throughput are below the fold at 1440 x 900: while the job
 # runs, each of these groups redraws every third tick, one group a tick, so no tick carries
 # all their redraws at once (a tick that did would delay the headline's update with them).
-PLOT_HEIGHT = 280
 
 
 @dataclass(frozen=True)
@@ -146,16 +145,13 @@ def build_job_page_tab(*, database, celery_app, tab: gr.Tab) -> JobPageTab:
                       compared_job_ids=compared_job_ids, looking=looking)
 
 
-def _charts() -> tuple[gr.LinePlot, gr.LinePlot]:
+def _charts() -> tuple[gr.HTML, gr.HTML]:
     """Loss (training, and eval when the job has an eval set) and throughput by step."""
     with gr.Row():
-        loss_plot = gr.LinePlot(x="step", y="loss", color="series", title="Loss (train and eval)",
-                                x_title="step", y_title="loss", height=PLOT_HEIGHT,
-                                color_map=job_handlers.LINE_COLOURS, elem_id="job-loss-plot")
-        throughput_plot = gr.LinePlot(x="step", y="tokens_per_second", color="series",
-                                      title="Throughput", x_title="step", y_title="tokens / s",
-                                      height=PLOT_HEIGHT, color_map=job_handlers.LINE_COLOURS,
-                                      elem_id="job-throughput-plot")
+        loss_plot = gr.HTML(job_handlers.loss_chart_html(job_handlers.loss_frame([])),
+                            js_on_load=None, elem_id="job-loss-plot")
+        throughput_plot = gr.HTML(job_handlers.throughput_chart_html(
+            job_handlers.throughput_frame([])), js_on_load=None, elem_id="job-throughput-plot")
     return loss_plot, throughput_plot
 
 
@@ -196,9 +192,10 @@ def _show(page: JobPage) -> tuple:
         gr.HTML(job_handlers.error_html(page.error), visible=bool(page.error)),
         gr.HTML(page.downloads_html, visible=bool(page.downloads_html)),
         # A finished job's chart with no point (it failed before its first step) is hidden.
-        gr.LinePlot(page.loss, visible=page.charts_shown(page.loss),
-                    y_title="log10 loss" if page.log_scale else "loss"),
-        gr.LinePlot(page.throughput, visible=page.charts_shown(page.throughput)),
+        gr.HTML(job_handlers.loss_chart_html(page.loss, log_scale=page.log_scale),
+                visible=page.charts_shown(page.loss)),
+        gr.HTML(job_handlers.throughput_chart_html(page.throughput),
+                visible=page.charts_shown(page.throughput)),
         log_html(page.log_tail, page.log_link_html), page.events, page.config_json,
         page.command_line, page.checkpoints,
         gr.Button(interactive=page.cancellable),

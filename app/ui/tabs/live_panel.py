@@ -8,22 +8,23 @@ from typing import Callable
 import gradio as gr
 import pandas as pd
 
-from app.ui.job_page.live_charts import LiveCharts
-from tunedeck.metrics.figures import (GPU_USED_MB, GRAD_NORM, LEARNING_RATE, MFU, STEP_SECONDS,
-                                      Figure)
+from app.ui.job_page.live_charts import CAPACITY_SERIES, PLANNED_SERIES, LiveCharts
+from app.ui.line_chart import Axes, chart_html, frame_lines
+from tunedeck.metrics.figures import GRAD_NORM, LEARNING_RATE, MFU, STEP_SECONDS, Figure
 
-PLOT_HEIGHT = 240
+PLOT_HEIGHT = 200  # the plot area, CSS pixels
+MEMORY_X_TITLE = "seconds since the job started"
 
 
 @dataclass(frozen=True)
 class LivePanel:
     progress: gr.HTML
-    sampled_memory: gr.LinePlot
+    sampled_memory: gr.HTML
     memory_comparison: gr.Markdown  # the planner's bytes against each rank's
-    learning_rate: gr.LinePlot
-    grad_norm: gr.LinePlot
-    step_time: gr.LinePlot
-    mfu: gr.LinePlot
+    learning_rate: gr.HTML
+    grad_norm: gr.HTML
+    step_time: gr.HTML
+    mfu: gr.HTML
     more_charts: gr.Accordion  # the four charts after the memory chart
 
     @property
@@ -42,39 +43,54 @@ def build_progress() -> gr.HTML:
 
 
 def build_live_panel(progress: gr.HTML) -> LivePanel:
-    sampled_memory = gr.LinePlot(x="seconds", y="memory_mb", color="series",
-                                 title=GPU_USED_MB.title, x_title="seconds since the job started",
-                                 y_title="MiB", height=PLOT_HEIGHT, elem_id="job-memory-plot")
+    sampled_memory = gr.HTML(memory_chart_html(LiveCharts()), js_on_load=None,
+                             elem_id="job-memory-plot")
     memory_comparison = gr.Markdown(elem_id="job-memory-comparison")
     # Folded away, these charts cost the browser nothing: the page holds their updates.
     with gr.Accordion("Learning rate, gradient norm, step time, MFU", open=True,
                       elem_id="job-more-charts") as more_charts:
+        empty = LiveCharts()
         with gr.Row():
-            learning_rate = _step_plot(LEARNING_RATE, "job-lr-plot")
-            grad_norm = _step_plot(GRAD_NORM, "job-grad-norm-plot")
+            learning_rate = _step_plot(LEARNING_RATE, empty.learning_rate, "job-lr-plot")
+            grad_norm = _step_plot(GRAD_NORM, empty.grad_norm, "job-grad-norm-plot")
         with gr.Row():
-            step_time = _step_plot(STEP_SECONDS, "job-step-time-plot")
-            mfu = _step_plot(MFU, "job-mfu-plot", visible=False)
+            step_time = _step_plot(STEP_SECONDS, empty.step_time, "job-step-time-plot")
+            mfu = _step_plot(MFU, empty.mfu, "job-mfu-plot", visible=False)
     return LivePanel(progress, sampled_memory, memory_comparison, learning_rate, grad_norm,
                      step_time, mfu, more_charts)
 
 
-def _step_plot(figure: Figure, elem_id: str, *, visible: bool = True) -> gr.LinePlot:
-    return gr.LinePlot(x="step", y=figure.field, title=figure.title, x_title="step",
-                       y_title=figure.title,
-                       height=PLOT_HEIGHT, elem_id=elem_id, visible=visible)
+def _step_plot(figure: Figure, frame: pd.DataFrame, elem_id: str, *,
+               visible: bool = True) -> gr.HTML:
+    return gr.HTML(step_chart_html(figure, frame), js_on_load=None, elem_id=elem_id,
+                   visible=visible)
+
+
+def memory_chart_html(live: LiveCharts) -> str:
+    """A line a GPU (or a rank), the card's capacity and the planned peak dashed across."""
+    lines = frame_lines(live.sampled_memory, x="seconds", y="memory_mb", series="series",
+                        kinds={CAPACITY_SERIES: "reference", PLANNED_SERIES: "reference"})
+    return chart_html(lines, Axes(live.sampled_memory_title, x_title=MEMORY_X_TITLE,
+                                  y_title="MiB", height=PLOT_HEIGHT))
+
+
+def step_chart_html(figure: Figure, frame: pd.DataFrame) -> str:
+    return chart_html(frame_lines(frame, x="step", y=figure.field),
+                      Axes(figure.title, x_title="step", y_title=figure.unit or figure.title,
+                           height=PLOT_HEIGHT))
 
 
 def show_live(live: LiveCharts, memory_comparison: str,
               shown: Callable[[pd.DataFrame], bool] = lambda _frame: True) -> tuple:
     """Updates in the order of `LivePanel.outputs`; `shown` says whether a chart of a
     frame is drawn (a finished job's empty charts are not)."""
+    step_charts = ((LEARNING_RATE, live.learning_rate), (GRAD_NORM, live.grad_norm),
+                   (STEP_SECONDS, live.step_time))
     return (
         live.progress_html,
-        gr.LinePlot(live.sampled_memory, title=live.sampled_memory_title,
-                    visible=shown(live.sampled_memory)),
+        gr.HTML(memory_chart_html(live), visible=shown(live.sampled_memory)),
         memory_comparison,
-        *(gr.LinePlot(frame, visible=shown(frame))
-          for frame in (live.learning_rate, live.grad_norm, live.step_time)),
-        gr.LinePlot(live.mfu, visible=live.has_mfu),
+        *(gr.HTML(step_chart_html(figure, frame), visible=shown(frame))
+          for figure, frame in step_charts),
+        gr.HTML(step_chart_html(MFU, live.mfu), visible=live.has_mfu),
     )
