@@ -22,10 +22,7 @@ def job_link(job_id: int) -> str:
     return f"[{job_id}](?{JOB_PARAMETER}={job_id})"
 
 
-def job_id_from_row(row_value: list[Any] | None) -> int | None:
-    """The job id in a jobs-table row (its first cell, a number or a `job_link`), or None."""
-    if not row_value:
-        return None
-    cell = row_value[0]
+def job_id_from_cell(cell: Any) -> int | None:
+    """The job id in a table's id cell (a number or a `job_link`), or None."""
     link = _LINK.match(cell) if isinstance(cell, str) else None
     return parse_job_id(link.group(1) if link else cell)

@@ -1,47 +1,52 @@
-"""The Jobs tab's archive, unarchive and delete: the ids typed in, each action's result or
-refusal as the message shown. Delete asks first: the first press only arms the Confirm
-button, whose label names what will go."""
+"""The Jobs tab's archive, unarchive, delete and "Compare selected" on the jobs ticked in the
+table: each action's result or refusal as the message shown. Delete asks first: the first
+press only arms the Confirm button, whose label names what will go."""
 from __future__ import annotations
 
 from app.actions import job_removal
 from app.actions.errors import ActionError
 from app.auth.principal import Principal
-from tunedeck.job_store import MAX_JOB_ID
 
+# One press's work stays bounded: each job is its own action, audit event and folder removal.
 MAX_JOBS_AT_ONCE = 50
+MIN_JOBS_COMPARED = 2
 
 
-class BadIds(ValueError):
-    """The "Job ids" box holds something other than job ids."""
+class NothingToActOn(ValueError):
+    """No job is ticked, or more than one press acts on."""
 
 
-def job_ids_of(text: str | None) -> list[int]:
-    """The distinct ids in "3, 5 7", in order; BadIds naming the field otherwise."""
-    parts = (text or "").replace(",", " ").split()
-    if not parts:
-        raise BadIds("Job ids: type the id of one or more jobs, e.g. 3, 5")
-    if not all(part.isdigit() and 1 <= int(part) <= MAX_JOB_ID for part in parts):
-        raise BadIds(f"Job ids: whole numbers from 1 separated by commas, got {text!r}")
-    ids = list(dict.fromkeys(int(part) for part in parts))
-    if len(ids) > MAX_JOBS_AT_ONCE:
-        raise BadIds(f"Job ids: at most {MAX_JOBS_AT_ONCE} jobs at a time")
-    return ids
+def checked_ids(job_ids: list[int] | None) -> list[int]:
+    """The ticked jobs, when a button may act on them; NothingToActOn says why not."""
+    if not job_ids:
+        raise NothingToActOn("Tick one or more jobs in the table first.")
+    if len(job_ids) > MAX_JOBS_AT_ONCE:
+        raise NothingToActOn(f"At most {MAX_JOBS_AT_ONCE} jobs at a time: "
+                             f"{len(job_ids)} are ticked.")
+    return list(job_ids)
 
 
-def confirm_label(text: str | None) -> str:
-    """The Confirm button's words for the ids typed; raises BadIds."""
-    ids = job_ids_of(text)
+def to_compare(job_ids: list[int] | None) -> tuple[list[int] | None, str]:
+    """The jobs for the Compare tab (None when too few are ticked), and the message."""
+    if len(job_ids or ()) < MIN_JOBS_COMPARED:
+        return None, f"Compare selected: tick at least {MIN_JOBS_COMPARED} jobs in the table."
+    return list(job_ids), ""
+
+
+def confirm_label(job_ids: list[int]) -> str:
+    """The Confirm button's words for the jobs ticked; raises NothingToActOn."""
+    ids = checked_ids(job_ids)
     named = f"job {ids[0]}" if len(ids) == 1 else "jobs " + ", ".join(map(str, ids))
     folders = "its run folder" if len(ids) == 1 else "their run folders"
     return f"Really delete {named} and {folders}?"
 
 
-def delete_jobs(principal: Principal, text: str | None, *, database, settings,
+def delete_jobs(principal: Principal, job_ids: list[int] | None, *, database, settings,
                 client: str | None = None) -> str:
     """One line a job: deleted (and what became of its folder), or why not."""
     try:
-        ids = job_ids_of(text)
-    except BadIds as error:
+        ids = checked_ids(job_ids)
+    except NothingToActOn as error:
         return str(error)
     lines = []
     for job_id in ids:
@@ -55,11 +60,11 @@ def delete_jobs(principal: Principal, text: str | None, *, database, settings,
     return "\n\n".join(lines)
 
 
-def archive_jobs(principal: Principal, text: str | None, archived: bool, *, database,
+def archive_jobs(principal: Principal, job_ids: list[int] | None, archived: bool, *, database,
                  client: str | None = None) -> str:
     try:
-        ids = job_ids_of(text)
-    except BadIds as error:
+        ids = checked_ids(job_ids)
+    except NothingToActOn as error:
         return str(error)
     word = "archived" if archived else "unarchived"
     lines = []

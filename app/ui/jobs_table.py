@@ -1,6 +1,7 @@
-"""The Jobs tab's table: one row a job the principal may see, newest first, with its
-progress, latest figures, peak memory and why it is not running (queued) or failed; filtered
-by status, owner and model."""
+"""The Jobs tab's table: one row a job the principal may see, newest first, with a tick box,
+its progress, latest figures, peak memory and why it is not running (queued) or failed;
+filtered by status, owner and model. The ticks are the browser's own (a list of job ids the
+tab keeps); the table only shows them."""
 from __future__ import annotations
 
 import html
@@ -13,7 +14,7 @@ import pandas as pd
 from app.auth.job_access import visible_jobs
 from app.auth.principal import Principal
 from app.ui.figure_text import first_line, format_number, format_time, step_progress
-from app.ui.job_ids import job_link
+from app.ui.job_ids import job_id_from_cell, job_link
 from app.views.cluster import waiting_reasons
 from tunedeck.db.models import Job
 from tunedeck.failure_kinds import failure_label
@@ -22,13 +23,17 @@ from tunedeck.metrics import store as metric_store
 from tunedeck.metrics.figures import LOSS, TOKENS_PER_SECOND
 from tunedeck.settings import Settings
 
-# Units once, in the header; the id cell links the job's own page; the reason (what a queued
-# job waits for, why a failed one failed) is cut short with the whole of it on hover.
-JOBS_TABLE_COLUMNS = ["id", "name", "status", "progress", "loss", "tokens/s", "peak MB", "model",
-                      "method · backend", "owner", "created", "reason"]
-COLUMN_TYPES = ["markdown"] + ["str"] * (len(JOBS_TABLE_COLUMNS) - 2) + ["markdown"]
+# The tick box first (a bool column draws as checkboxes); units once, in the header; the id
+# cell links the job's own page; the reason (what a queued job waits for, why a failed one
+# failed) is cut short with the whole of it on hover.
+TICK = "✓"
+JOBS_TABLE_COLUMNS = [TICK, "id", "name", "status", "progress", "loss", "tokens/s", "peak MB",
+                      "model", "method · backend", "owner", "created", "reason"]
+TICK_COLUMN = JOBS_TABLE_COLUMNS.index(TICK)
+ID_COLUMN = JOBS_TABLE_COLUMNS.index("id")
+COLUMN_TYPES = ["bool", "markdown"] + ["str"] * (len(JOBS_TABLE_COLUMNS) - 3) + ["markdown"]
 # Wide enough for each header on one line at 1440 px (the browser test measures it).
-COLUMN_WIDTHS = ["3%", "8%", "9%", "9%", "6%", "7%", "7%", "11%", "13%", "7%", "9%", "11%"]
+COLUMN_WIDTHS = ["3%", "3%", "8%", "8%", "9%", "6%", "7%", "7%", "10%", "13%", "7%", "9%", "10%"]
 REASON_CHARS = 90
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
 JOBS_TABLE_LIMIT = 100
@@ -77,6 +82,39 @@ def empty_jobs_table() -> pd.DataFrame:
     return pd.DataFrame([], columns=JOBS_TABLE_COLUMNS)
 
 
+def row_job_id(row: list[Any] | None) -> int | None:
+    """The job a table row (as a select event hands it over) is about, or None."""
+    return job_id_from_cell(row[ID_COLUMN]) if row and len(row) > ID_COLUMN else None
+
+
+def listed_job_ids(table: pd.DataFrame | None) -> list[int]:
+    """The jobs the table lists, top to bottom."""
+    if table is None or "id" not in table:
+        return []
+    return [job_id for job_id in map(job_id_from_cell, table["id"]) if job_id is not None]
+
+
+def with_ticks(table: pd.DataFrame, ticked: list[int]) -> pd.DataFrame:
+    """The table with its tick box set on each listed job in `ticked`, cleared on the rest."""
+    ticks = set(ticked)
+    marked = table.copy()
+    marked[TICK] = [job_id in ticks for job_id in map(job_id_from_cell, table["id"])]
+    return marked
+
+
+def toggled(ticked: list[int], job_id: int) -> list[int]:
+    """`ticked` with `job_id` unticked when it was ticked, else ticked last."""
+    return [other for other in ticked if other != job_id] if job_id in ticked \
+        else [*ticked, job_id]
+
+
+def ticked_jobs(table: pd.DataFrame | None, ticked: list[int]) -> list[int]:
+    """What the buttons act on: the ticked jobs the table lists now, in the order ticked. A
+    tick on a job a filter hides stays (it shows again with the job) but is not acted on."""
+    listed = set(listed_job_ids(table))
+    return [job_id for job_id in ticked if job_id in listed]
+
+
 def filter_choices(*, database, principal: Principal) -> tuple[list[str], list[str]]:
     """The owners and models of the jobs the principal sees, for the filters' lists."""
     with database.transaction() as session:
@@ -90,7 +128,7 @@ def _job_row(job: Job, latest_step: dict[str, Any] | None, waiting: str | None) 
     latest_step = latest_step or {}
     spec = job.spec_model
     return [
-        job_link(job.id), job.name, job.status, _progress(latest_step.get("step"), spec.max_steps),
+        False, job_link(job.id), job.name, job.status, _progress(latest_step.get("step"), spec.max_steps),
         format_number(latest_step.get(LOSS.field), "{:.4f}"),
         format_number(latest_step.get(TOKENS_PER_SECOND.field), "{:,.0f}"),
         format_number(latest_step.get("peak_mb"), "{:,.0f}"),

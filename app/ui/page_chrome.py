@@ -35,7 +35,11 @@ document.addEventListener("click", (event) => {
 </script>
 """
 
-# Table headers never break inside a word; the error colour is the theme's.
+# Table headers never break inside a word; the error colour is the theme's. The Jobs table's
+# tick boxes are read-only checkboxes (see tabs/jobs.py): drawn as enabled ones, and a click
+# passes through the box to its cell, whose select event toggles the tick. A click there
+# ticks and anywhere else opens the job, so Gradio's cell selection (a ring, and buttons that
+# would cover the id link) means nothing in that table.
 CSS = """
 #jobs-table th, #jobs-table th *, #compare-summary th, #compare-summary th * {
   word-break: keep-all !important; overflow-wrap: normal !important; white-space: nowrap;
@@ -53,6 +57,10 @@ div.field-error, div.field-error *, .block.field-error .info-text {
 .job-log-label { font-size: var(--block-label-text-size); color: var(--block-label-text-color); }
 #new-job-presets > button { align-self: flex-end; margin-bottom: 12px; white-space: nowrap; }
 #jobs-buttons > button { white-space: nowrap; }
+#jobs-table .bool-cell input[disabled] { opacity: 1; cursor: pointer; pointer-events: none; }
+#jobs-table .bool-cell label { cursor: pointer; }
+#jobs-table .body-cell.cell-selected { box-shadow: none; }
+#jobs-table .selection-button { display: none; }
 .block.field-error input, .block.field-error textarea {
   border-color: var(--error-border-color, #ef4444) !important;
 }

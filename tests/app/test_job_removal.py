@@ -177,28 +177,35 @@ def test_the_cli_deletes_after_confirmation_and_archives(client, monkeypatch, ca
     assert f"job {job_id} deleted; run folder" in capsys.readouterr().out
 
 
-def test_the_jobs_tab_handlers_confirm_delete_archive_and_name_bad_ids(database, settings):
+def test_the_jobs_tab_handlers_confirm_delete_archive_and_compare_the_ticked_jobs(
+        database, settings):
     from app.ui import job_removal_handlers as removal
-    from app.ui.jobs_table import JobsFilter, jobs_table
+    from app.ui.jobs_table import JobsFilter, jobs_table, listed_job_ids
 
     done = finished_job(database, settings)
     running = finished_job(database, settings, finish=False)
-    assert removal.confirm_label(f"{done}") == f"Really delete job {done} and its run folder?"
-    with pytest.raises(removal.BadIds, match="Job ids"):
-        removal.confirm_label("3; drop")
-    assert removal.archive_jobs(ALICE, "", True, database=database).startswith("Job ids")
-    assert removal.archive_jobs(BOB, f"{done}", True, database=database) == (
+    assert removal.confirm_label([done]) == f"Really delete job {done} and its run folder?"
+    assert removal.confirm_label([done, running]) == (
+        f"Really delete jobs {done}, {running} and their run folders?")
+    with pytest.raises(removal.NothingToActOn, match="Tick one or more jobs"):
+        removal.confirm_label([])
+    with pytest.raises(removal.NothingToActOn, match="At most 50 jobs"):
+        removal.confirm_label(list(range(1, 52)))
+    assert removal.archive_jobs(ALICE, [], True, database=database).startswith("Tick one")
+    assert removal.archive_jobs(BOB, [done], True, database=database) == (
         f"Job {done} not archived: job {done} does not exist")
-    assert removal.archive_jobs(ALICE, f"{done}", True, database=database) == (
+    assert removal.archive_jobs(ALICE, [done], True, database=database) == (
         f"Job {done} archived.")
+    assert removal.to_compare([done]) == (None, "Compare selected: tick at least 2 jobs in "
+                                                "the table.")
+    assert removal.to_compare([running, done]) == ([running, done], "")
 
     def table_ids(archived):
-        table = jobs_table(database=database, principal=ALICE,
-                           shown=JobsFilter.of(archived=archived))
-        return [int(cell.split("]")[0].lstrip("[")) for cell in table["id"]]
+        return listed_job_ids(jobs_table(database=database, principal=ALICE,
+                                         shown=JobsFilter.of(archived=archived)))
 
     assert (table_ids(False), table_ids(True)) == ([running], [done])
-    message = removal.delete_jobs(ALICE, f"{done}, {running}", database=database,
+    message = removal.delete_jobs(ALICE, [done, running], database=database,
                                   settings=settings)
     assert f"Job {done} deleted; run folder" in message
     assert f"Job {running} not deleted: job {running} is running; cancel it" in message

@@ -8,7 +8,7 @@ import pytest
 
 from app.auth.principal import OPEN_PRINCIPAL
 from app.ui import jobs_table
-from app.ui.job_ids import job_id_from_row
+from app.ui.job_ids import job_id_from_cell
 from app.ui.job_page import live_charts
 from tunedeck import job_store
 from tunedeck.job_spec import JobSpec
@@ -140,7 +140,7 @@ def test_jobs_table_shows_progress_loss_throughput_and_peak_memory(database):
             (0, {"kind": "step", "rank": 0, "time": 1.0, "step": 7, "loss": 1.0}),
             (1, {"kind": "memory", "rank": 0, "time": 1.0, "rss_mb": 640.0})])
     table = jobs_table.jobs_table(database=database, principal=OPEN_PRINCIPAL)
-    rows = {job_id_from_row([row["id"]]): row for row in table.to_dict("records")}
+    rows = {job_id_from_cell(row["id"]): row for row in table.to_dict("records")}
     assert rows[gpu_job]["progress"] == "2 / 20 (10%)" and rows[gpu_job]["loss"] == "2.2500"
     assert rows[gpu_job]["tokens/s"] == "1,200" and rows[gpu_job]["peak MB"] == "3,500"
     assert rows[cpu_job]["progress"] == "7 / 30 (23%)" and rows[cpu_job]["peak MB"] == "640"

@@ -10,7 +10,7 @@ from pathlib import Path
 from app.auth.principal import OPEN_PRINCIPAL
 from app.ui import jobs_table
 from app.ui.build_ui import build_ui
-from app.ui.job_ids import job_id_from_row, job_link
+from app.ui.job_ids import job_id_from_cell, job_link
 from app.ui.job_page import job_actions, job_handlers
 from app.ui.new_job import form_handlers
 from tunedeck import job_store
@@ -305,7 +305,7 @@ def test_the_jobs_table_filters_by_status_owner_and_model(database):
     def shown(**choice):
         table = jobs_table.jobs_table(database=database, principal=OPEN_PRINCIPAL,
                                       shown=jobs_table.JobsFilter.of(**choice))
-        return [job_id_from_row([cell]) for cell in table["id"]]
+        return jobs_table.listed_job_ids(table)
 
     assert shown() == [bob, ada]
     assert shown(status="cancelled") == [bob] and shown(status="any") == [bob, ada]
@@ -317,11 +317,29 @@ def test_the_jobs_table_filters_by_status_owner_and_model(database):
 
 
 def test_job_id_from_a_table_row():
-    assert job_id_from_row([7, "name", "lora"]) == 7
-    assert job_id_from_row(["12", "x"]) == 12
-    assert job_id_from_row([job_link(31), "x"]) == 31
-    assert job_id_from_row(None) is None
-    assert job_id_from_row(["id"]) is None
+    assert job_id_from_cell(7) == 7 and job_id_from_cell("12") == 12
+    assert job_id_from_cell(job_link(31)) == 31
+    assert job_id_from_cell(None) is None and job_id_from_cell("id") is None
+    assert jobs_table.row_job_id([True, job_link(31), "x"]) == 31
+    assert jobs_table.row_job_id(None) is None and jobs_table.row_job_id([False]) is None
+
+
+def test_the_ticks_are_the_browsers_shown_on_the_jobs_listed_and_acted_on_in_order(database):
+    first, second, third = (create_job(database, name=name) for name in ("a", "b", "c"))
+    table = jobs_table.jobs_table(database=database, principal=OPEN_PRINCIPAL)
+    assert list(table[jobs_table.TICK]) == [False, False, False]  # nothing ticked yet
+    ticked = jobs_table.toggled(jobs_table.toggled([], first), third)
+    assert ticked == [first, third]
+    assert list(jobs_table.with_ticks(table, ticked)[jobs_table.TICK]) == [True, False, True]
+    assert jobs_table.toggled(ticked, first) == [third]  # a second click unticks
+    # A tick on a job the table no longer lists (filtered out, deleted) stays, unshown and
+    # not acted on.
+    listed_two = table[table["id"] != job_link(first)]
+    assert list(jobs_table.with_ticks(listed_two, ticked)[jobs_table.TICK]) == [True, False]
+    assert jobs_table.ticked_jobs(listed_two, ticked) == [third]
+    assert jobs_table.ticked_jobs(table, [second, first]) == [second, first]
+    assert jobs_table.ticked_jobs(None, ticked) == []
+    assert jobs_table.with_ticks(jobs_table.empty_jobs_table(), ticked).empty
 
 
 # The job page

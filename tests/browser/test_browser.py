@@ -143,7 +143,7 @@ def test_clicking_a_job_in_the_table_opens_it(page, api):
     if not jobs:
         pytest.skip("no job was submitted by the test before")
     page.get_by_role("tab", name="Jobs", exact=True).click()
-    name_cell = page.locator("#jobs-table [data-testid=cell-0-1]")  # row 0, column "name"
+    name_cell = page.locator("#jobs-table [data-testid=cell-0-2]")  # row 0, column "name"
     expect(name_cell).to_have_text(jobs[0]["name"])
     name_cell.click()
     expect(page.locator("#job-id input")).to_have_value(str(jobs[0]["id"]))
@@ -190,7 +190,7 @@ def test_script_in_a_job_name_is_shown_as_text_never_run(page, api):
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     page.get_by_role("tab", name="Jobs", exact=True).click()
     expect(page.locator("#jobs-table")).to_contain_text("<img src=x onerror=")
-    page.locator("#jobs-table [data-testid=cell-0-1]").click()
+    page.locator("#jobs-table [data-testid=cell-0-2]").click()  # row 0, column "name"
     expect(page.locator("#job-status")).to_contain_text(f"Job {job_id}")
     expect(page.locator("#job-status")).to_contain_text("<script>")
     assert page.evaluate("window.pwned") is None

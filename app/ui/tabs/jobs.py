@@ -1,5 +1,6 @@
 """The "Jobs" tab: every job, refreshed every couple of seconds, filtered by status, owner
-and model; click a row (or its id, a link to the job's own address) to open it."""
+and model; click a row (or its id, a link to the job's own address) to open it, or tick rows
+to compare, archive, unarchive or delete those jobs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,8 +10,6 @@ import gradio as gr
 
 from app.auth.principal import principal_of
 from app.ui import job_removal_handlers as removal, jobs_table
-from app.ui.compare_handlers import pickable_jobs
-from app.ui.job_ids import job_id_from_row
 from app.ui.jobs_table import ANY, STATUS_CHOICES, JobsFilter
 
 REFRESH_SECONDS = 2.0
@@ -18,24 +17,27 @@ REFRESH_SECONDS = 2.0
 
 @dataclass(frozen=True)
 class JobsTab:
-    selected: Any  # the row-select event, for build_ui to chain "open the job" onto
+    selected: Any  # a row clicked (not its tick box), for build_ui to chain "open the job" onto
     selected_job_id: gr.State
     compared: Any  # "Compare selected" pressed, for build_ui to open the Compare tab on
     compare_ids: gr.State  # the ids to compare, or None when they were refused
 
 
-def _build_removal_row(*, database, settings) -> list[Any]:
-    """Archive, unarchive, delete or compare the jobs picked (or whose ids are typed); Delete
-    only arms a Confirm button naming what goes. The events after which the table refreshes, the
-    "Compare selected" event and the ids it passes on."""
-    with gr.Row(elem_id="jobs-actions"):
-        # Picked from a list (the jobs the user may see, newest first) or typed: the picks
-        # become the ids the buttons act on.
-        picker = gr.Dropdown([], multiselect=True, label="Select jobs", scale=3,
-                             info="pick from your jobs, newest first", elem_id="jobs-select")
-        ids = gr.Textbox(label="Job ids (for archive / delete)", placeholder="e.g. 3, 5",
-                         info="or type them", scale=2, elem_id="jobs-action-ids")
+@dataclass(frozen=True)
+class _Buttons:
+    archive: gr.Button
+    unarchive: gr.Button
+    delete: gr.Button
+    confirm: gr.Button  # shown by Delete, labelled with what goes
+    cancel: gr.Button
+    compare: gr.Button
+    message: gr.Markdown
+
+
+def _build_buttons() -> _Buttons:
+    """The row above the table (nearer than below a 640 px table) of what the ticks are for."""
     with gr.Row(elem_id="jobs-buttons"):
+        compare = gr.Button("Compare selected", size="sm", scale=1, elem_id="jobs-compare")
         archive = gr.Button("Archive", size="sm", scale=1, elem_id="jobs-archive")
         unarchive = gr.Button("Unarchive", size="sm", scale=1, elem_id="jobs-unarchive")
         delete = gr.Button("Delete…", size="sm", variant="stop", scale=1, elem_id="jobs-delete")
@@ -43,55 +45,64 @@ def _build_removal_row(*, database, settings) -> list[Any]:
                             elem_id="jobs-delete-confirm")
         cancel = gr.Button("Cancel", size="sm", visible=False, scale=1,
                            elem_id="jobs-delete-cancel")
-        compare = gr.Button("Compare selected", size="sm", scale=1, elem_id="jobs-compare")
     message = gr.Markdown("", elem_id="jobs-action-message")
+    return _Buttons(archive, unarchive, delete, confirm, cancel, compare, message)
+
+
+def _wire_buttons(buttons: _Buttons, table: gr.Dataframe, ticked: gr.State, *, database,
+                  settings) -> tuple[list[Any], Any, gr.State]:
+    """Each button acts on the jobs ticked in the table; Delete only arms a Confirm button
+    naming what goes, and Confirm deletes exactly those (a tick added meanwhile is not).
+    Returns the events after which the table refreshes, the "Compare selected" event and the
+    ids it passes on."""
     compare_ids = gr.State(None)
+    doomed = gr.State([])  # what the shown Confirm button names
+    shown = [table, ticked]
 
-    def offer_jobs(request: gr.Request):
-        return gr.Dropdown(choices=pickable_jobs(database=database,
-                                                 principal=principal_of(request)))
+    def to_compare(frame, ticks):
+        return removal.to_compare(jobs_table.ticked_jobs(frame, ticks))
 
-    picker.focus(offer_jobs, None, picker, show_progress="hidden")
-    picker.input(lambda picked: ", ".join(str(job_id) for job_id in picked or ()), picker, ids,
-                 show_progress="hidden")
-
-    def to_compare(text):
+    def arm(frame, ticks):
+        job_ids = jobs_table.ticked_jobs(frame, ticks)
         try:
-            ids = removal.job_ids_of(text)
-        except removal.BadIds as error:
-            return None, str(error)
-        if len(ids) < 2:
-            return None, "Compare selected: type at least 2 job ids, e.g. 3, 5"
-        return ids, ""
-
-    compared = compare.click(to_compare, ids, [compare_ids, message], show_progress="hidden")
-
-    def arm(text):
-        try:
-            label = removal.confirm_label(text)
-        except removal.BadIds as error:
-            return gr.Button(visible=False), gr.Button(visible=False), str(error)
-        return gr.Button(label, visible=True), gr.Button(visible=True), ""
+            label = removal.confirm_label(job_ids)
+        except removal.NothingToActOn as error:
+            return gr.Button(visible=False), gr.Button(visible=False), str(error), []
+        return gr.Button(label, visible=True), gr.Button(visible=True), "", job_ids
 
     def disarm():
-        return gr.Button(visible=False), gr.Button(visible=False)
+        return gr.Button(visible=False), gr.Button(visible=False), []
 
-    def delete_now(text, request: gr.Request):
-        return removal.delete_jobs(principal_of(request), text, database=database,
-                                   settings=settings, client=_client(request))
+    def delete_now(job_ids, ticks, request: gr.Request):
+        message = removal.delete_jobs(principal_of(request), job_ids, database=database,
+                                      settings=settings, client=_client(request))
+        return message, _unticked(ticks, job_ids)
 
     def archiving(archived: bool):
-        def act(text, request: gr.Request):
-            return removal.archive_jobs(principal_of(request), text, archived,
-                                        database=database, client=_client(request))
+        def act(frame, ticks, request: gr.Request):
+            job_ids = jobs_table.ticked_jobs(frame, ticks)
+            message = removal.archive_jobs(principal_of(request), job_ids, archived,
+                                           database=database, client=_client(request))
+            return message, _unticked(ticks, job_ids)
         return act
 
-    delete.click(arm, ids, [confirm, cancel, message], show_progress="hidden")
-    cancel.click(disarm, None, [confirm, cancel], show_progress="hidden")
-    deleted = confirm.click(delete_now, ids, message).then(disarm, None, [confirm, cancel])
-    archived = archive.click(archiving(True), ids, message)
-    unarchived = unarchive.click(archiving(False), ids, message)
+    confirming = [buttons.confirm, buttons.cancel]
+    compared = buttons.compare.click(to_compare, shown, [compare_ids, buttons.message],
+                                     show_progress="hidden")
+    buttons.delete.click(arm, shown, [*confirming, buttons.message, doomed],
+                         show_progress="hidden")
+    buttons.cancel.click(disarm, None, [*confirming, doomed], show_progress="hidden")
+    deleted = buttons.confirm.click(delete_now, [doomed, ticked], [buttons.message, ticked]) \
+        .then(disarm, None, [*confirming, doomed])
+    archived = buttons.archive.click(archiving(True), shown, [buttons.message, ticked])
+    unarchived = buttons.unarchive.click(archiving(False), shown, [buttons.message, ticked])
     return [deleted, archived, unarchived], compared, compare_ids
+
+
+def _unticked(ticks: list[int], acted_on: list[int]) -> list[int]:
+    """The ticks left once a button acted: done with (or refused, and said so), each job
+    acted on is unticked, so an archived job shown again is not still picked."""
+    return [job_id for job_id in ticks if job_id not in acted_on]
 
 
 def _client(request: gr.Request) -> str | None:
@@ -100,7 +111,8 @@ def _client(request: gr.Request) -> str | None:
 
 def build_jobs_tab(*, database, worker_lost_seconds: float, settings) -> JobsTab:
     gr.Markdown("Your jobs (an admin's: everyone's), newest first. Click a row to open the "
-                "job's page; its id links the page's own address.")
+                "job's page; its id links the page's own address. Tick rows to compare, "
+                "archive or delete those jobs.")
     with gr.Row():
         status = gr.Dropdown(STATUS_CHOICES, value=ANY, label="Status", elem_id="jobs-status")
         owner = gr.Dropdown([ANY], value=ANY, label="Owner", allow_custom_value=True,
@@ -109,41 +121,58 @@ def build_jobs_tab(*, database, worker_lost_seconds: float, settings) -> JobsTab
                             allow_custom_value=True, elem_id="jobs-model")
         show_archived = gr.Checkbox(False, label="Show archived (only)",
                                     elem_id="jobs-show-archived")
+    buttons = _build_buttons()
+    # The job ids ticked in this browser, in the order ticked. Kept here and changed only by
+    # a click, never read back from the table: a timer refresh answered just after a click
+    # draws the tick late (on the next refresh) instead of losing it.
+    ticked = gr.State([])
 
     def refresh(status_value=None, owner_value=None, model_value=None, archived_value=False,
-                request: gr.Request | None = None):
+                ticks=None, request: gr.Request | None = None):
         if request is None:  # Gradio reads the value once while building: nobody asks yet
             return jobs_table.empty_jobs_table()
-        return jobs_table.jobs_table(database=database, principal=principal_of(request),
+        rows = jobs_table.jobs_table(database=database, principal=principal_of(request),
                                      shown=JobsFilter.of(status_value, owner_value, model_value,
                                                          archived_value),
                                      worker_lost_seconds=worker_lost_seconds)
+        return jobs_table.with_ticks(rows, ticks or [])
 
     def choices(request: gr.Request):
         owners, models = jobs_table.filter_choices(database=database,
                                                    principal=principal_of(request))
         return gr.Dropdown(choices=owners), gr.Dropdown(choices=models)
 
-    # A callable value is read again on each page load, so a new browser never sees stale rows.
+    # Not interactive: Gradio's editable checkbox cells take a first click as selecting the
+    # cell (its menu button then covers the box), and every other header would show a lock.
+    # A click on a tick cell is a select event instead, which toggles the job (page_chrome's
+    # CSS lets the click through the read-only box). A callable value is read again on each
+    # page load, so a new browser never sees stale rows.
     table = gr.Dataframe(refresh, interactive=False, wrap=True, max_height=640,
                          datatype=jobs_table.COLUMN_TYPES,
                          column_widths=jobs_table.COLUMN_WIDTHS, elem_id="jobs-table")
     refresh_timer = gr.Timer(REFRESH_SECONDS)
     selected_job_id = gr.State(None)
 
-    def select_row(event: gr.SelectData):
-        return job_id_from_row(event.row_value)
+    def select_cell(frame, ticks, event: gr.SelectData):
+        """A tick cell toggles its job; any other cell opens it."""
+        job_id = jobs_table.row_job_id(event.row_value)
+        if event.index[1] != jobs_table.TICK_COLUMN or job_id is None:
+            return gr.skip(), gr.skip(), job_id
+        ticks = jobs_table.toggled(ticks, job_id)
+        return jobs_table.with_ticks(frame, ticks), ticks, None
 
-    removal_events, compared, compare_ids = _build_removal_row(database=database,
-                                                               settings=settings)
+    removal_events, compared, compare_ids = _wire_buttons(buttons, table, ticked,
+                                                          database=database, settings=settings)
     filters = [status, owner, model, show_archived]
-    refresh_timer.tick(refresh, filters, table, show_progress="hidden", concurrency_limit=None)
+    refresh_timer.tick(refresh, [*filters, ticked], table, show_progress="hidden",
+                       concurrency_limit=None)
     for box in filters:
-        box.change(refresh, filters, table, show_progress="hidden")
+        box.change(refresh, [*filters, ticked], table, show_progress="hidden")
     owner.focus(choices, None, [owner, model], show_progress="hidden")
     model.focus(choices, None, [owner, model], show_progress="hidden")
     for done in removal_events:
-        done.then(refresh, filters, table, show_progress="hidden")
-    selected = table.select(select_row, None, selected_job_id, show_progress="hidden")
+        done.then(refresh, [*filters, ticked], table, show_progress="hidden")
+    selected = table.select(select_cell, [table, ticked], [table, ticked, selected_job_id],
+                            show_progress="hidden")
     return JobsTab(selected=selected, selected_job_id=selected_job_id, compared=compared,
                    compare_ids=compare_ids)
