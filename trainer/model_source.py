@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunedeck.metrics.events import LOAD_SHARDS
+from tunedeck.safetensors_headers import tensor_bytes
 
 from trainer.builtin_model import BUILTIN_MODEL_NAME, ensure_builtin_model
-from trainer.progress import Phase, download_progress_class
+from trainer.progress import Phase, download_progress_class, loading_weights_progress
 from trainer.telemetry import NullTelemetry
 
 if TYPE_CHECKING:
@@ -51,8 +52,9 @@ def load_base_model(source: str, *, quantization: dict[str, Any] | None = None,
                     telemetry=None):
     """`quantization` is `BitsAndBytesConfig` keywords (tunedeck.backend_config's
     `quantization_config`); it needs the `device` the rank trains on. With `telemetry`, the
-    load is a "load_shards" phase, and each file fetched from the hub a "download" phase
-    of its bytes (huggingface_hub's own progress, through `tqdm_class`)."""
+    load is a "load_shards" phase of the checkpoint's bytes as the weights land (transformers'
+    own "Loading weights" bar, trainer/progress.py), and each file fetched from the hub a
+    "download" phase of its bytes (huggingface_hub's own progress, through `tqdm_class`)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -67,27 +69,61 @@ def load_base_model(source: str, *, quantization: dict[str, Any] | None = None,
                      "device_map": {"": str(device or "cpu")}}
     if telemetry is not None:
         placement["tqdm_class"] = download_progress_class(telemetry)
-    # transformers 5 maps every shard lazily and then materialises the weights in one pass,
-    # so there is no per-shard moment to count: the phase says N shards, and when all are in.
-    shards = shard_count(source)
-    with Phase(telemetry or NullTelemetry(), LOAD_SHARDS, total=shards,
-               unit="shards" if shards else None) as phase:
+    # A local folder's checkpoint size is known before the load; a hub id's once its files
+    # are downloaded, which is when the loading pass asks again (and sets the total).
+    total = sum(checkpoint_tensor_bytes(source).values()) or None
+    with Phase(telemetry or NullTelemetry(), LOAD_SHARDS, total=total,
+               unit="bytes" if total else None) as phase, \
+            loading_weights_progress(phase, lambda: checkpoint_tensor_bytes(source)):
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32,
                                                      trust_remote_code=trust_remote_code,
                                                      **placement)
-        phase.done = shards or 0
+        # Where transformers drew no "Loading weights" bar (another version, or a loader of
+        # its own such as ZeRO-3's), nothing counted on the way: all of it is in now.
+        phase.done = phase.total or 0
     model.config.use_cache = False  # a KV cache is only for generation
     return model
 
 
-def shard_count(source: str) -> int | None:
-    """How many weight files a local model folder has (its safetensors index names them);
-    None for a hub id, whose files are not here yet."""
+def checkpoint_tensor_bytes(source: str) -> dict[str, int]:
+    """Each checkpoint tensor's size in bytes, by name, from the safetensors headers of the
+    files `from_pretrained` reads: a local folder's, or a hub id's in the hub cache. Empty
+    when there is nothing to read yet (not downloaded) or the weights are not safetensors."""
+    folder = model_folder(source)
+    if folder is None:
+        return {}
+    try:
+        return {name: size for path in weight_files(folder)
+                for name, size in tensor_bytes(path).items()}
+    except (OSError, ValueError, KeyError):
+        # A shard missing, a torn header (HeaderError) or index: the load counts tensors.
+        return {}
+
+
+def model_folder(source: str) -> Path | None:
+    """The folder holding the model's files: `source` itself, or a hub id's snapshot in the
+    hub cache (None before its first download)."""
     folder = Path(source)
+    if folder.is_dir():
+        return folder
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        config = try_to_load_from_cache(source, "config.json")
+    except ValueError:  # not a valid repo id either: from_pretrained will say so
+        return None
+    return Path(config).parent if isinstance(config, str) else None
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The weight files `from_pretrained` reads: those the safetensors index names, or the
+    one `model.safetensors`; none for a checkpoint in another format."""
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        return len(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-    return 1 if (folder / "model.safetensors").is_file() else None
+        names = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+        return [folder / name for name in sorted(names)]
+    single = folder / "model.safetensors"
+    return [single] if single.is_file() else []
 
 
 def load_tokenizer(source: str, *, trust_remote_code: bool = False):

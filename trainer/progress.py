@@ -1,4 +1,4 @@
-"""What a rank reports while it sits before step 1: a download, shards loading, records
+"""What a rank reports while it sits before step 1: a download, the weights loading, records
 tokenizing, DeepSpeed's ops compiling. Each is one "phase" (tunedeck.metrics.events): a
 start line, progress lines, an end line, in the rank's metrics file.
 
@@ -11,6 +11,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Callable
 
 from tunedeck.metrics.events import PHASE_END, PHASE_FAILED, PHASE_PROGRESS, PHASE_START
@@ -119,3 +120,106 @@ def download_progress_class(telemetry):
             super().close()
 
     return DownloadProgress
+
+
+# The bar transformers 5 draws over the one pass that materialises every weight
+# (core_model_loading.py: `tqdm(param_name_to_load.items(), desc="Loading weights")`), made
+# through `transformers.utils.logging.tqdm`, whose `set_tqdm_hook` lets a caller build it.
+LOADING_WEIGHTS_DESC = "Loading weights"
+
+
+@dataclass
+class _Load:
+    phase: Phase
+    tensor_bytes: Callable[[], dict[str, int]]
+    counted: bool = False  # its pass is counted: a second bar (a sub-model's) is not
+
+
+class _LoadingWeightsHook:
+    """transformers has one tqdm hook a process. It is ours while any load runs: the first
+    load in installs it, the last one out puts back whatever was there. Each thread's load
+    has its own phase, and every other bar (or a thread not loading) goes to that previous
+    hook, or to transformers' own bar."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._loads = threading.local()
+        self._users = 0
+        self._previous = None
+
+    @contextlib.contextmanager
+    def reporting(self, phase: Phase,
+                  tensor_bytes: Callable[[], dict[str, int]]) -> Iterator[None]:
+        set_tqdm_hook = _set_tqdm_hook()
+        if set_tqdm_hook is None:  # another transformers: the phase says only start and end
+            yield
+            return
+        with self._lock:
+            if self._users == 0:
+                self._previous = set_tqdm_hook(self._bar)
+            self._users += 1
+        outer = getattr(self._loads, "current", None)
+        self._loads.current = _Load(phase, tensor_bytes)
+        try:
+            yield
+        finally:
+            self._loads.current = outer
+            with self._lock:
+                self._users -= 1
+                if self._users == 0:
+                    set_tqdm_hook(self._previous)
+                    self._previous = None
+
+    def _bar(self, factory, args: tuple, kwargs: dict):
+        make = self._previous or (lambda factory, args, kwargs: factory(*args, **kwargs))
+        load = getattr(self._loads, "current", None)
+        if (load is None or load.counted or not args
+                or kwargs.get("desc") != LOADING_WEIGHTS_DESC):
+            return make(factory, args, kwargs)
+        load.counted = True
+        weights = list(args[0])
+        amounts, unit = weight_amounts(weights, load.tensor_bytes())
+        load.phase.total, load.phase.unit = sum(amounts), unit
+        return make(factory, (_counted(weights, amounts, load.phase), *args[1:]),
+                    {"total": len(weights), **kwargs})
+
+
+def _set_tqdm_hook():
+    try:
+        from transformers.utils import logging
+    except ImportError:
+        return None
+    return getattr(logging, "set_tqdm_hook", None)
+
+
+def weight_amounts(weights: list[tuple[str, object]],
+                   tensor_bytes: dict[str, int]) -> tuple[list[int], str]:
+    """What each weight of the loading pass counts for: the bytes of the checkpoint tensors
+    it is made from (a mapping's `layer_targets` name them; a fused weight has several),
+    when every one of them is in `tensor_bytes`; else 1 each, in "tensors"."""
+    amounts = []
+    for _, mapping in weights:
+        sources = [name for names in getattr(mapping, "layer_targets", {}).values()
+                   for name in names]
+        if not sources or any(name not in tensor_bytes for name in sources):
+            return [1] * len(weights), "tensors"
+        amounts.append(sum(tensor_bytes[name] for name in sources))
+    return amounts, "bytes"
+
+
+def _counted(weights: list, amounts: list[int], phase: Phase) -> Iterator:
+    # The loop asks for the next weight once the last is in place: count it then.
+    for weight, amount in zip(weights, amounts):
+        yield weight
+        phase.advance(amount)
+
+
+_loading_weights_hook = _LoadingWeightsHook()
+
+
+def loading_weights_progress(phase: Phase, tensor_bytes: Callable[[], dict[str, int]]
+                             ) -> contextlib.AbstractContextManager[None]:
+    """Around `from_pretrained`: `phase` counts the weights as they land, in bytes of the
+    checkpoint (`tensor_bytes()`, asked once the files are here: each tensor's size by name),
+    or in tensors when those sizes are unknown. The total is set when the pass starts."""
+    return _loading_weights_hook.reporting(phase, tensor_bytes)

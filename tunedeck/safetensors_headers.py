@@ -1,10 +1,10 @@
 """What a folder of `*.safetensors` files holds, read from their headers alone.
 
 A safetensors file opens with an 8-byte little-endian header length and a JSON header that
-names every tensor with its dtype, shape and byte range, so dtypes and element counts come
-out without loading (or even reading) a tensor. Pure: no torch, no safetensors package, so the
-web (which has neither) can describe a download, and the trainer can learn a base model's
-stored dtype before it loads anything.
+names every tensor with its dtype, shape and byte range, so dtypes, element counts and sizes
+come out without loading (or even reading) a tensor. Pure: no torch, no safetensors package,
+so the web (which has neither) can describe a download, and the trainer can learn a base
+model's stored dtype, and how many bytes its load reads, before it loads anything.
 """
 from __future__ import annotations
 
@@ -73,6 +73,20 @@ def tensor_entries(path: Path) -> list[TensorEntry]:
         except (KeyError, TypeError, ValueError) as error:
             raise HeaderError(f"{path}: tensor {name!r} has no valid dtype/shape") from error
     return entries
+
+
+def tensor_bytes(path: Path) -> dict[str, int]:
+    """Each tensor's size in bytes in one file, from its byte range: what loading it reads."""
+    sizes = {}
+    for name, info in read_header(path).items():
+        if name == METADATA_KEY:
+            continue
+        try:
+            start, end = (int(offset) for offset in info["data_offsets"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise HeaderError(f"{path}: tensor {name!r} has no valid data_offsets") from error
+        sizes[name] = end - start
+    return sizes
 
 
 def safetensors_files(folder: Path) -> list[Path]:

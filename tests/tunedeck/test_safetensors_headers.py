@@ -7,7 +7,7 @@ from safetensors.torch import save_file
 
 from tunedeck.safetensors_headers import (HeaderError, TensorEntry, dominant_float_dtype,
                                           folder_dominant_float_dtype, folder_tensor_entries,
-                                          tensor_entries)
+                                          tensor_bytes, tensor_entries)
 
 
 def test_entries_name_each_tensor_with_its_dtype_and_shape(tmp_path):
@@ -56,3 +56,11 @@ def test_a_file_that_is_not_safetensors_is_a_header_error_not_a_huge_read(tmp_pa
     for path in (short, huge_length, not_json):
         with pytest.raises(HeaderError):
             tensor_entries(path)
+
+
+def test_tensor_bytes_are_each_tensors_byte_range(tmp_path):
+    path = tmp_path / "model.safetensors"
+    save_file({"embed.weight": torch.zeros(10, 4, dtype=torch.bfloat16),
+               "norm.weight": torch.ones(4, dtype=torch.float32),
+               "ids": torch.arange(3, dtype=torch.int64)}, str(path), metadata={"format": "pt"})
+    assert tensor_bytes(path) == {"embed.weight": 80, "norm.weight": 16, "ids": 24}

@@ -24,7 +24,7 @@ def test_phase_lines_become_the_latest_phase_and_start_end_events(database, tmp_
     with Phase(telemetry, "tokenize", total=10, unit="records", min_interval=0.0) as phase:
         phase.advance(4)
         phase.advance(6)
-    with Phase(telemetry, "load_shards", total=3, unit="shards") as phase:
+    with Phase(telemetry, "load_shards", total=3, unit="bytes") as phase:
         pass
     telemetry.close()
     tail, supervision = MetricsTail(run), Supervision()
@@ -41,6 +41,6 @@ def test_phase_lines_become_the_latest_phase_and_start_end_events(database, tmp_
     assert (latest[0]["phase"], latest[0]["state"], latest[0]["total"]) == (
         "load_shards", "end", 3)
     assert [message.split(" · ")[0] for message in events] == [
-        "rank 0: tokenizing", "rank 0: tokenizing", "rank 0: loading shards",
-        "rank 0: loading shards"]
+        "rank 0: tokenizing", "rank 0: tokenizing", "rank 0: loading weights",
+        "rank 0: loading weights"]
     assert "10 / 10 records · done" in events[1]

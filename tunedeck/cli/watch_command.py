@@ -17,7 +17,7 @@ METRIC_POINTS = 10
 def add_watch_command(commands, *, add_server_options) -> None:
     watch = commands.add_parser(
         "watch", help="follow a job until it stops: its status, what it does before step 1 "
-        "(download, shards, tokenizing), then its step, loss and tokens/s")
+        "(download, weights, tokenizing), then its step, loss and tokens/s")
     watch.add_argument("job_id", type=int)
     watch.add_argument("--interval", type=float, default=2.0,
                        help="seconds between two looks (default 2)")

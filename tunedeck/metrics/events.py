@@ -12,9 +12,9 @@ Each line is a JSON object with `kind` and `time` (Unix seconds) and `rank`:
 - kind "notice": level ("info" | "error"), message
 - kind "phase":  phase (one of PHASES: what a rank does before step 1), state ("start" |
                  "progress" | "end" | "failed": it raised), done, total (null when
-                 unknown), unit ("bytes" | "shards" | "records" | null), elapsed (seconds
-                 since the phase started), message (a file name, or null); progress lines
-                 come a few a second at most
+                 unknown), unit ("bytes" | "tensors" | "records" | null; "shards" in
+                 older jobs), elapsed (seconds since the phase started), message (a file
+                 name, or null); progress lines come a few a second at most
 Writer (trainer) and reader (worker) both import this module.
 """
 from __future__ import annotations
@@ -42,12 +42,14 @@ FOOTPRINT_FIELDS = ("step", "params_bytes", "grads_bytes", "optimizer_bytes")
 PHASE_FIELDS = ("phase", "state", "done", "total", "unit", "elapsed", "message")
 
 DOWNLOAD = "download"
+# The weights loading: bytes of the checkpoint as they land (tensors, when the checkpoint's
+# sizes are unknown). Its name keeps the word jobs before it stored: "load_shards".
 LOAD_SHARDS = "load_shards"
 TOKENIZE = "tokenize"
 COMPILE_OPS = "compile_ops"
 PHASES = (DOWNLOAD, LOAD_SHARDS, TOKENIZE, COMPILE_OPS)
 PHASE_START, PHASE_PROGRESS, PHASE_END, PHASE_FAILED = "start", "progress", "end", "failed"
-PHASE_WORDS = {DOWNLOAD: "downloading", LOAD_SHARDS: "loading shards",
+PHASE_WORDS = {DOWNLOAD: "downloading", LOAD_SHARDS: "loading weights",
                TOKENIZE: "tokenizing", COMPILE_OPS: "compiling ops"}
 
 
@@ -70,8 +72,8 @@ def decode_event(line: str) -> dict[str, Any] | None:
 
 def phase_text(event: dict[str, Any]) -> str:
     """One phase line in words, the one spelling the job page and the CLI show:
-    "downloading model.safetensors · 1.2 GB / 3.4 GB · 12 s", "tokenizing · 500 / 2,000
-    records · 3 s", "compiling ops · 42 s"."""
+    "downloading model.safetensors · 1.2 GB / 3.4 GB · 12 s", "loading weights · 3.10 GB /
+    13.5 GB · 40 s", "tokenizing · 500 / 2,000 records · 3 s", "compiling ops · 42 s"."""
     words = [PHASE_WORDS.get(event.get("phase"), str(event.get("phase")))]
     if event.get("message"):
         words[0] += f" {event['message']}"

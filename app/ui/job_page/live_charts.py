@@ -166,7 +166,7 @@ def progress_html(train: list[dict[str, Any]], *, max_steps: int | None, status:
                   now: datetime | None = None, phase: dict[str, Any] | None = None) -> str:
     """Steps done of the total as a bar, the time elapsed, and (while running) the ETA:
     the mean time a recent step took times the steps left. Running before step 1, the
-    newest `phase` line instead: a download, shards, records, with its own bar."""
+    newest `phase` line instead: a download, the weights, records, with its own bar."""
     if status is None:
         return ""
     if status == "running" and not train and phase is not None:
