@@ -24,7 +24,7 @@ from typing import Literal
 import pandas as pd
 
 SIZE = 1000  # the plot's SVG units, both ways
-HOVER_BANDS = 100
+HOVER_BANDS = 60
 # Vega's default categorical scheme (tableau10), for series with no colour of their own.
 PALETTE = ("#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2",
            "#ff9da6", "#9d755d", "#bab0ac")
