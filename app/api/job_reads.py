@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, HTTPException, Path, Query, Request
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 
 from app.actions import artifacts
 from app.actions.checkpoints import list_checkpoints
@@ -116,15 +116,32 @@ def get_job_logs(job_id: JobId, request: Request,
     return {"lines": read_job_log_tail(_load_job(request, job_id), lines)}
 
 
-@read_router.get("/api/jobs/{job_id}/logs/full", response_class=FileResponse,
+@read_router.get("/api/jobs/{job_id}/logs/full", response_class=StreamingResponse,
                  responses={200: {"content": {"text/plain": {}}}})
-def download_job_log(job_id: JobId, request: Request) -> FileResponse:
-    """The whole torchrun log (every rank's lines) as a text file; 404 before it exists."""
+def download_job_log(job_id: JobId, request: Request) -> StreamingResponse:
+    """The whole torchrun log (every rank's lines) as a text file, as long as it was when
+    asked; 404 before it exists."""
     log_file = job_log_file(_load_job(request, job_id))
     if log_file is None:
         raise HTTPException(404, f"job {job_id} has no log yet")
-    return FileResponse(log_file, media_type="text/plain; charset=utf-8",
-                        filename=f"job-{job_id}-torchrun.log")
+    # A running job's log grows while it is sent: a FileResponse declares the size it saw
+    # and then sends what the file holds by then, more than declared, and the server drops
+    # the connection. Send exactly the bytes there were.
+    size = log_file.stat().st_size
+    return StreamingResponse(_first_bytes(log_file, size), media_type="text/plain; charset=utf-8",
+                             headers={"Content-Length": str(size), "Content-Disposition":
+                                      f'attachment; filename="job-{job_id}-torchrun.log"'})
+
+
+def _first_bytes(path, size: int, chunk_size: int = 1 << 16):
+    with open(path, "rb") as file:
+        left = size
+        while left > 0:
+            chunk = file.read(min(chunk_size, left))
+            if not chunk:
+                return
+            left -= len(chunk)
+            yield chunk
 
 
 @read_router.get("/api/jobs/{job_id}/checkpoints")

@@ -9,12 +9,15 @@ The plot area is an SVG in fixed units (0..1000 both ways) stretched to its box
 (`preserveAspectRatio="none"`), so one drawing fits any width. Strokes keep their width
 (`vector-effect: non-scaling-stroke`); a point is a zero-length segment with a round cap,
 so it stays round when the box stretches. Title, legend and tick labels are HTML around
-and over it. Hovering: the plot is cut into vertical bands, each with a <title> naming the
-nearest point of every line in it.
+and over it. Hovering: the plot carries, as one attribute, the text for each of a few dozen
+vertical bands (each line's point nearest the band's middle), and a listener attached once
+(`HOVER_JS`) shows the band under the pointer. Not an SVG <title> a band: Gradio's HTML
+component diffs its old and new content node by node on each update, so every node counts.
 """
 from __future__ import annotations
 
 import html
+import json
 import math
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
@@ -94,7 +97,6 @@ def chart_html(lines: Sequence[Line], axes: Axes) -> str:
         f'aria-hidden="true">',
         *(f'<path class="td-grid" d="M0,{_svg_y(position)}H{SIZE}"/>' for position, _ in y_labels),
         *(_series_path(line, x_scale, y_scale) for line in _drawing_order(lines)),
-        _hover_bands(lines, x_scale, axes),
         "</svg>",
     ])
     y_ticks = "".join(f'<span class="td-y-tick" style="bottom:{position * 100:.2f}%">'
@@ -106,7 +108,8 @@ def chart_html(lines: Sequence[Line], axes: Axes) -> str:
             f'<div class="td-chart-body" style="grid-template-columns:1.4em {gutter}ch 1fr">'
             f'<div class="td-y-title"><span>{_text(y_title)}</span></div>'
             f'<div class="td-y-ticks">{y_ticks}</div>'
-            f'<div class="td-chart-plot" style="height:{axes.height}px">{svg}</div>'
+            f'<div class="td-chart-plot" style="height:{axes.height}px" '
+            f'data-hover="{_text(json.dumps(hover_bands(lines, x_scale, axes)))}">{svg}</div>'
             f'<div></div><div></div><div class="td-x-ticks">{x_ticks}</div>'
             f'<div></div><div></div><div class="td-x-title">{_text(axes.x_title)}</div>'
             f"</div></div>")
@@ -213,15 +216,14 @@ def _series_path(line: Line, x_scale: Scale, y_scale: Scale) -> str:
             f'stroke="{_text(line.colour)}" d="{d}"/>')
 
 
-def _hover_bands(lines: Sequence[Line], x_scale: Scale, axes: Axes) -> str:
-    """Vertical bands over the plot; hovering one shows each line's point nearest its
-    middle, among the points inside it (a reference line's level anywhere)."""
+def hover_bands(lines: Sequence[Line], x_scale: Scale, axes: Axes) -> list[list]:
+    """[left, right, text] a band of the plot (positions 0..1): each line's point nearest
+    the band's middle among those inside it (a reference line's level anywhere); raw lines
+    are left out, their smoothed line is the one read."""
     shown = [line for line in lines if line.kind != "faint" and line.points]
-    if not shown:
-        return ""
     sorted_lines = [(line, sorted(line.points)) for line in shown]
     bands = []
-    for band in range(HOVER_BANDS):
+    for band in range(HOVER_BANDS if shown else 0):
         left, right = band / HOVER_BANDS, (band + 1) / HOVER_BANDS
         rows, at = [], None
         for line, points in sorted_lines:
@@ -231,13 +233,10 @@ def _hover_bands(lines: Sequence[Line], x_scale: Scale, axes: Axes) -> str:
             if at is None and line.kind != "reference":
                 at = point[0]
             rows.append(f"{line.name}: {_value_text(point[1])}")
-        if at is None:
-            continue
-        title = f"{axes.x_title} {_value_text(at)}\n" + "\n".join(rows)
-        bands.append(f'<rect class="td-band" x="{left * SIZE:g}" y="0" '
-                     f'width="{SIZE / HOVER_BANDS:g}" height="{SIZE}">'
-                     f"<title>{_text(title)}</title></rect>")
-    return "".join(bands)
+        if at is not None:
+            bands.append([round(left, 4), round(right, 4),
+                          f"{axes.x_title} {_value_text(at)}\n" + "\n".join(rows)])
+    return bands
 
 
 def _nearest_inside(points: list[tuple[float, float]], x_scale: Scale, left: float,
@@ -307,12 +306,51 @@ CHART_CSS = """
 .td-faint { stroke-width: 1; opacity: .8; }
 .td-reference { stroke-width: 1.5; stroke-dasharray: 6 4; }
 .td-points { stroke-width: 7; stroke-linecap: round; }
-.td-band { fill: transparent; }
-.td-band:hover { fill: var(--color-accent-soft, rgba(0, 0, 0, .06)); }
+.td-chart-plot[data-hover] { cursor: crosshair; }
+.td-tip { position: fixed; z-index: 1000; pointer-events: none; white-space: pre; font-size: 12px;
+  padding: 4px 8px; border-radius: 4px; background: var(--background-fill-primary, #fff);
+  color: var(--body-text-color, #111); border: 1px solid var(--border-color-primary, #e5e7eb);
+  box-shadow: 0 2px 6px rgba(0, 0, 0, .15); font-variant-numeric: tabular-nums; }
+.td-rule { position: absolute; top: 0; bottom: 0; width: 0; pointer-events: none;
+  border-left: 1px dashed var(--body-text-color-subdued, #6b7280); }
 .td-x-ticks { position: relative; height: 1.6em; }
 .td-x-tick { position: absolute; top: 3px; transform: translateX(-50%); white-space: nowrap;
   font-variant-numeric: tabular-nums; opacity: .75; }
 .td-x-title { text-align: center; color: var(--body-text-color-subdued, #6b7280); }
 .td-chart-empty { position: absolute; inset: 0; display: flex; align-items: center;
   justify-content: center; color: var(--body-text-color-subdued, #6b7280); }
+"""
+
+# A chart component's `js_on_load`: runs once per component, and its listeners outlive the
+# updates (they sit on the component's element, which the updates diff into, not replace).
+HOVER_JS = """
+const tip = document.createElement('div');
+tip.className = 'td-tip';
+tip.hidden = true;
+document.body.appendChild(tip);
+let parsed = {source: null, bands: []};
+const hide = () => {
+  tip.hidden = true;
+  element.querySelectorAll('.td-rule').forEach((rule) => rule.remove());
+};
+element.addEventListener('mousemove', (event) => {
+  const plot = event.target.closest && event.target.closest('.td-chart-plot[data-hover]');
+  if (!plot) { hide(); return; }
+  if (parsed.source !== plot.dataset.hover) {
+    parsed = {source: plot.dataset.hover, bands: JSON.parse(plot.dataset.hover || '[]')};
+  }
+  const box = plot.getBoundingClientRect();
+  const at = (event.clientX - box.left) / box.width;
+  const band = parsed.bands.find(([left, right]) => at >= left && at <= right);
+  if (!band) { hide(); return; }
+  tip.textContent = band[2];
+  tip.hidden = false;
+  const flip = event.clientX + tip.offsetWidth + 24 > window.innerWidth;
+  tip.style.left = (flip ? event.clientX - tip.offsetWidth - 12 : event.clientX + 12) + 'px';
+  tip.style.top = (event.clientY + 12) + 'px';
+  let rule = plot.querySelector('.td-rule');
+  if (!rule) { rule = document.createElement('div'); rule.className = 'td-rule'; plot.appendChild(rule); }
+  rule.style.left = (at * 100) + '%';
+});
+element.addEventListener('mouseleave', hide);
 """

@@ -39,3 +39,18 @@ def test_the_whole_log_downloads_as_text_once_it_exists(client, tmp_path):
     lines = answer.text.splitlines()
     assert (len(lines), lines[0], lines[-1]) == (500, "[default0]:step 1", "[default0]:step 500")
     assert client.get("/api/jobs/999/logs/full").status_code == 404
+
+
+def test_a_growing_log_is_sent_as_long_as_it_was_when_asked(tmp_path):
+    """A running job's log grows while it is sent: the body is the declared length, not
+    what the file holds by the last chunk (which made the server drop the connection)."""
+    from app.api.job_reads import _first_bytes
+
+    log = tmp_path / "torchrun.log"
+    log.write_bytes(b"x" * 100_000)
+    chunks = _first_bytes(log, 100_000, chunk_size=4096)
+    first = next(chunks)
+    with log.open("ab") as file:
+        file.write(b"y" * 50_000)  # the job writes on
+    body = first + b"".join(chunks)
+    assert body == b"x" * 100_000

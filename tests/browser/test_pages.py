@@ -233,10 +233,15 @@ def test_eval_losses_are_points_over_the_smoothed_training_line(browser, tunedec
         assert line_points(page, plot) == [3, 3, 3]
         eval_kind = page.locator(f'{plot} path[data-series="eval"]').get_attribute("class")
         assert "td-points" in eval_kind
-        # Hovering the plot names each line's value at that step.
-        titles = page.locator(f"{plot} .td-band title").all_text_contents()
-        assert titles and all("train:" in title for title in titles), titles
-        assert any("eval:" in title for title in titles), titles
+        # Hovering the plot names each line's value at that step: at its right edge, step 3.
+        area = page.locator(f"{plot} .td-chart-plot")
+        box = area.bounding_box()
+        page.mouse.move(box["x"] + box["width"] - 2, box["y"] + box["height"] / 2)
+        tip = page.locator(".td-tip:visible")
+        expect(tip).to_have_count(1)
+        expect(tip).to_contain_text("step 3")
+        expect(tip).to_contain_text("train:")
+        expect(tip).to_contain_text("eval:")
         _shot(page, "job-eval")
 
 

@@ -12,6 +12,7 @@ from app.auth.principal import principal_of
 from app.ui import compare_handlers
 from app.ui.job_page import job_actions, job_handlers
 from app.ui.job_page.job_handlers import JobPage
+from app.ui.line_chart import HOVER_JS
 from app.ui.tabs.failure_panel import build_failure_panel, show_failure
 from app.ui.tabs.live_panel import build_live_panel, build_progress, show_live
 from app.ui.unchanged_updates import only_changed
@@ -149,9 +150,9 @@ def _charts() -> tuple[gr.HTML, gr.HTML]:
     """Loss (training, and eval when the job has an eval set) and throughput by step."""
     with gr.Row():
         loss_plot = gr.HTML(job_handlers.loss_chart_html(job_handlers.loss_frame([])),
-                            js_on_load=None, elem_id="job-loss-plot")
+                            js_on_load=HOVER_JS, elem_id="job-loss-plot")
         throughput_plot = gr.HTML(job_handlers.throughput_chart_html(
-            job_handlers.throughput_frame([])), js_on_load=None, elem_id="job-throughput-plot")
+            job_handlers.throughput_frame([])), js_on_load=HOVER_JS, elem_id="job-throughput-plot")
     return loss_plot, throughput_plot
 
 

@@ -9,7 +9,7 @@ import gradio as gr
 import pandas as pd
 
 from app.ui.job_page.live_charts import CAPACITY_SERIES, PLANNED_SERIES, LiveCharts
-from app.ui.line_chart import Axes, chart_html, frame_lines
+from app.ui.line_chart import HOVER_JS, Axes, chart_html, frame_lines
 from tunedeck.metrics.figures import GRAD_NORM, LEARNING_RATE, MFU, STEP_SECONDS, Figure
 
 PLOT_HEIGHT = 200  # the plot area, CSS pixels
@@ -43,7 +43,7 @@ def build_progress() -> gr.HTML:
 
 
 def build_live_panel(progress: gr.HTML) -> LivePanel:
-    sampled_memory = gr.HTML(memory_chart_html(LiveCharts()), js_on_load=None,
+    sampled_memory = gr.HTML(memory_chart_html(LiveCharts()), js_on_load=HOVER_JS,
                              elem_id="job-memory-plot")
     memory_comparison = gr.Markdown(elem_id="job-memory-comparison")
     # Folded away, these charts cost the browser nothing: the page holds their updates.
@@ -62,7 +62,7 @@ def build_live_panel(progress: gr.HTML) -> LivePanel:
 
 def _step_plot(figure: Figure, frame: pd.DataFrame, elem_id: str, *,
                visible: bool = True) -> gr.HTML:
-    return gr.HTML(step_chart_html(figure, frame), js_on_load=None, elem_id=elem_id,
+    return gr.HTML(step_chart_html(figure, frame), js_on_load=HOVER_JS, elem_id=elem_id,
                    visible=visible)
 
 
