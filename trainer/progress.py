@@ -135,55 +135,6 @@ class _Load:
     counted: bool = False  # its pass is counted: a second bar (a sub-model's) is not
 
 
-class _LoadingWeightsHook:
-    """transformers has one tqdm hook a process. It is ours while any load runs: the first
-    load in installs it, the last one out puts back whatever was there. Each thread's load
-    has its own phase, and every other bar (or a thread not loading) goes to that previous
-    hook, or to transformers' own bar."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._loads = threading.local()
-        self._users = 0
-        self._previous = None
-
-    @contextlib.contextmanager
-    def reporting(self, phase: Phase,
-                  tensor_bytes: Callable[[], dict[str, int]]) -> Iterator[None]:
-        set_tqdm_hook = _set_tqdm_hook()
-        if set_tqdm_hook is None:  # another transformers: the phase says only start and end
-            yield
-            return
-        with self._lock:
-            if self._users == 0:
-                self._previous = set_tqdm_hook(self._bar)
-            self._users += 1
-        outer = getattr(self._loads, "current", None)
-        self._loads.current = _Load(phase, tensor_bytes)
-        try:
-            yield
-        finally:
-            self._loads.current = outer
-            with self._lock:
-                self._users -= 1
-                if self._users == 0:
-                    set_tqdm_hook(self._previous)
-                    self._previous = None
-
-    def _bar(self, factory, args: tuple, kwargs: dict):
-        make = self._previous or (lambda factory, args, kwargs: factory(*args, **kwargs))
-        load = getattr(self._loads, "current", None)
-        if (load is None or load.counted or not args
-                or kwargs.get("desc") != LOADING_WEIGHTS_DESC):
-            return make(factory, args, kwargs)
-        load.counted = True
-        weights = list(args[0])
-        amounts, unit = weight_amounts(weights, load.tensor_bytes())
-        load.phase.total, load.phase.unit = sum(amounts), unit
-        return make(factory, (_counted(weights, amounts, load.phase), *args[1:]),
-                    {"total": len(weights), **kwargs})
-
-
 def _set_tqdm_hook():
     try:
         from transformers.utils import logging
@@ -214,12 +165,36 @@ def _counted(weights: list, amounts: list[int], phase: Phase) -> Iterator:
         phase.advance(amount)
 
 
-_loading_weights_hook = _LoadingWeightsHook()
-
-
+@contextlib.contextmanager
 def loading_weights_progress(phase: Phase, tensor_bytes: Callable[[], dict[str, int]]
-                             ) -> contextlib.AbstractContextManager[None]:
+                             ) -> Iterator[None]:
     """Around `from_pretrained`: `phase` counts the weights as they land, in bytes of the
     checkpoint (`tensor_bytes()`, asked once the files are here: each tensor's size by name),
-    or in tensors when those sizes are unknown. The total is set when the pass starts."""
-    return _loading_weights_hook.reporting(phase, tensor_bytes)
+    or in tensors when those sizes are unknown. The total is set when the pass starts.
+
+    transformers has one tqdm hook a process; it is this load's for the load's duration and
+    whatever was there before is put back after. Every other bar goes to that previous hook
+    (or to transformers' own bar). A rank loads one model at a time, in its own process."""
+    set_tqdm_hook = _set_tqdm_hook()
+    if set_tqdm_hook is None:  # another transformers: the phase says only start and end
+        yield
+        return
+    load = _Load(phase, tensor_bytes)
+    previous = None
+
+    def bar(factory, args: tuple, kwargs: dict):
+        make = previous or (lambda factory, args, kwargs: factory(*args, **kwargs))
+        if load.counted or not args or kwargs.get("desc") != LOADING_WEIGHTS_DESC:
+            return make(factory, args, kwargs)
+        load.counted = True
+        weights = list(args[0])
+        amounts, unit = weight_amounts(weights, load.tensor_bytes())
+        load.phase.total, load.phase.unit = sum(amounts), unit
+        return make(factory, (_counted(weights, amounts, load.phase), *args[1:]),
+                    {"total": len(weights), **kwargs})
+
+    previous = set_tqdm_hook(bar)
+    try:
+        yield
+    finally:
+        set_tqdm_hook(previous)

@@ -231,30 +231,6 @@ def test_a_hook_already_there_still_sees_the_bars_and_is_put_back(tmp_path, tele
     assert loaded_phases(tmp_path / "metrics" / "rank-0.jsonl")[-1][0] == "end"
 
 
-def test_two_threads_loading_at_once_each_count_their_own(tmp_path, sharded_model,
-                                                          every_progress_line):
-    from transformers.utils import logging
-
-    folder, sizes = sharded_model
-    paths = [tmp_path / f"rank-{index}.jsonl" for index in range(2)]
-    telemetries = [FileTelemetry(path, rank=0, device=torch.device("cpu")) for path in paths]
-    threads = [threading.Thread(target=load_base_model, args=(str(folder),),
-                                kwargs={"telemetry": each}) for each in telemetries]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for each in telemetries:
-        each.close()
-    total = sum(sizes.values())
-    for path in paths:
-        phases = loaded_phases(path)
-        assert len(phases) == len(sizes) + 2 and phases[-1] == ("end", total, total, "bytes")
-        done = [done for _, done, *_ in phases]
-        assert done == sorted(done)
-    assert logging.set_tqdm_hook(None) is None  # the last one out put back none
-
-
 def test_a_load_that_raises_ends_failed_and_puts_the_hook_back(tmp_path, telemetry, sharded_model,
                                                                monkeypatch):
     from transformers import AutoModelForCausalLM
