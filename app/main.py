@@ -55,7 +55,7 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True,
 
         from app.ui.build_ui import build_ui
         from app.ui.compare_handlers import line_dash_css
-        from app.ui.line_chart import CHART_CSS
+        from app.ui.charts.page_assets import CHART_CSS
         from app.ui.page_chrome import CSS, HEAD
 
         blocks = build_ui(database=api.state.database, celery_app=api.state.celery_app,

@@ -12,6 +12,7 @@ from app.actions.errors import NotFound, Refused
 from app.actions.job_lookup import find_visible_job
 from app.auth.job_access import visible_jobs
 from app.auth.principal import Principal
+from app.ui.charts.line_chart import typed_frame
 from app.ui.job_ids import parse_job_id
 from app.ui.job_page.live_charts import format_duration
 from app.views.job_compare import BadJobIds, compare_jobs, parse_job_ids
@@ -220,10 +221,7 @@ def _cell(value: Any) -> str:
 
 
 def _frame(points: list[tuple], columns: list[str]) -> pd.DataFrame:
-    """Numbers stay numbers even when empty (see job_handlers._typed_frame)."""
-    frame = pd.DataFrame(points, columns=columns)
-    return frame.astype({column: ("string" if column == "job" else "float64")
-                         for column in columns})
+    return typed_frame(points, columns, text_columns=("job",))  # a line a job
 
 
 def compare_backends_from_page(job_id: Any, *, database, celery_app,

@@ -128,7 +128,8 @@ def _job_row(job: Job, latest_step: dict[str, Any] | None, waiting: str | None) 
     latest_step = latest_step or {}
     spec = job.spec_model
     return [
-        False, job_link(job.id), job.name, job.status, _progress(latest_step.get("step"), spec.max_steps),
+        False, job_link(job.id), job.name, job.status,
+        _progress(latest_step.get("step"), spec.max_steps),
         format_number(latest_step.get(LOSS.field), "{:.4f}"),
         format_number(latest_step.get(TOKENS_PER_SECOND.field), "{:,.0f}"),
         format_number(latest_step.get("peak_mb"), "{:,.0f}"),

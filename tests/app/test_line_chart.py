@@ -9,8 +9,8 @@ import re
 import pandas as pd
 import pytest
 
-from app.ui.line_chart import (PALETTE, Axes, Line, Scale, chart_html, frame_lines, nice_step,
-                               tick_labels)
+from app.ui.charts.line_chart import PALETTE, Axes, Line, chart_html, frame_lines
+from app.ui.charts.scale import Scale, nice_step, tick_labels
 
 AXES = Axes("Loss", x_title="step", y_title="loss")
 

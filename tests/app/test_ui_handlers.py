@@ -11,7 +11,7 @@ from app.auth.principal import OPEN_PRINCIPAL
 from app.ui import jobs_table
 from app.ui.build_ui import build_ui
 from app.ui.job_ids import job_id_from_cell, job_link
-from app.ui.job_page import job_actions, job_handlers
+from app.ui.job_page import job_actions, job_handlers, step_charts
 from app.ui.new_job import form_handlers
 from tunedeck import job_store
 from tunedeck.broker import RUN_JOB_TASK
@@ -354,7 +354,7 @@ def test_job_page_of_a_running_job(database):
                                   (0, 1002.0, {"allocated_mb": 120.0, "rss_mb": 990.0}),
                                   (1, 1002.1, {"allocated_mb": None, "rss_mb": 960.0})])
     page = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL,
-                                      view=job_handlers.ChartView(smoothing=0.0))
+                                      view=step_charts.ChartView(smoothing=0.0))
     assert page.status == "queued" and not page.finished and page.cancellable
     assert "step 3 / 20" in page.headline and "loss 1.5000" in page.headline
     assert page.loss.to_dict("list") == {"step": [1, 2, 3], "loss": [3.0, 2.0, 1.5],
@@ -379,10 +379,10 @@ def test_a_job_without_worker_samples_charts_its_ranks_own_rss(database):
 
 
 def test_long_lines_are_thinned_keeping_the_newest_point():
-    assert job_handlers.thin_points(list(range(10)), limit=20) == list(range(10))
-    thinned = job_handlers.thin_points(list(range(10_001)), limit=1000)
+    assert step_charts.thin_points(list(range(10)), limit=20) == list(range(10))
+    thinned = step_charts.thin_points(list(range(10_001)), limit=1000)
     assert len(thinned) <= 1001 and thinned[0] == 0 and thinned[-1] == 10_000
-    assert job_handlers.thin_points(list(range(9)), limit=4) == [0, 3, 6, 8]
+    assert step_charts.thin_points(list(range(9)), limit=4) == [0, 3, 6, 8]
 
 
 def test_job_page_of_a_failed_job_shows_its_error(database):
@@ -448,7 +448,7 @@ def test_ui_modules_do_not_import_torch_or_the_worker():
 def test_eval_loss_is_a_second_line_of_the_loss_chart(database):
     job_id = create_job(database, eval_split=0.1, eval_every_steps=2)
     page = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL,
-                                      view=job_handlers.ChartView(smoothing=0.0))
+                                      view=step_charts.ChartView(smoothing=0.0))
     # Before any point, each line is one empty row, so the chart knows both colours at once.
     assert page.loss["series"].tolist() == ["train", "eval"] and page.loss["loss"].isna().all()
     add_steps(database, job_id, [3.0, 2.0, 1.5])
@@ -457,7 +457,7 @@ def test_eval_loss_is_a_second_line_of_the_loss_chart(database):
             (100, {"kind": "eval", "rank": 0, "time": 2000.0, "step": 2, "eval_loss": 2.5,
                    "eval_tokens": 80})])
     page = job_handlers.load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL,
-                                      view=job_handlers.ChartView(smoothing=0.0))
+                                      view=step_charts.ChartView(smoothing=0.0))
     assert page.loss.dropna().to_dict("list") == {"step": [1, 2, 3, 2], "loss": [3.0, 2.0, 1.5, 2.5],
                                                   "series": ["train"] * 3 + ["eval"]}
     assert str(page.loss["step"].dtype) == "float64"
@@ -468,30 +468,30 @@ def test_loss_and_throughput_are_smoothed_with_the_raw_line_behind_and_loss_can_
     train = [{"step": step, "loss": loss, "tokens_per_second": rate}
              for step, (loss, rate) in enumerate([(4.0, 100.0), (2.0, 300.0), (4.0, 100.0),
                                                   (2.0, 300.0)], start=1)]
-    view = job_handlers.ChartView(smoothing=0.5)
-    loss = job_handlers.loss_frame(train, view=view)
+    view = step_charts.ChartView(smoothing=0.5)
+    loss = step_charts.loss_frame(train, view=view)
     lines = {name: rows["loss"].tolist() for name, rows in loss.groupby("series")}
     assert lines["train (raw)"] == [4.0, 2.0, 4.0, 2.0]
     # Debiased EMA: the first point is the first value, not half of it.
     assert lines["train"] == pytest.approx([4.0, 2.6666667, 3.4285714, 2.6666667])
     assert loss["series"].tolist()[:4] == ["train (raw)"] * 4  # drawn first, under it
-    rates = job_handlers.throughput_frame(train, view=view)
+    rates = step_charts.throughput_frame(train, view=view)
     assert sorted(rates["series"].unique()) == ["tokens/s", "tokens/s (raw)"]
     # The log scale is the chart's axis (ticks at 1, 2, 5 of each decade); the values stay.
-    log_chart = job_handlers.loss_chart_html(loss, log_scale=True)
+    log_chart = step_charts.loss_chart_html(loss, log_scale=True)
     assert [tick for tick in re.findall(r'class="td-y-tick"[^>]*>([^<]*)<', log_chart)] == \
         ["2", "3", "4"]
-    evaluated = job_handlers.loss_frame(train, [{"step": 2, "eval_loss": 3.0},
+    evaluated = step_charts.loss_frame(train, [{"step": 2, "eval_loss": 3.0},
                                                 {"step": 4, "eval_loss": 2.5}], view=view)
     # Eval losses are points as measured: not smoothed, no raw twin.
     assert evaluated[evaluated["series"] == "eval"]["loss"].tolist() == [3.0, 2.5]
     assert "eval (raw)" not in set(evaluated["series"])
-    drawn = job_handlers.loss_chart_html(evaluated)
+    drawn = step_charts.loss_chart_html(evaluated)
     assert re.search(r'class="td-series td-points" data-series="eval"', drawn)
     assert re.search(r'class="td-series td-faint" data-series="train \(raw\)"', drawn)
-    assert job_handlers.ChartView.of("0.3", "on") == job_handlers.ChartView(0.3, True)
-    assert job_handlers.ChartView.of(5, None).smoothing == job_handlers.MAX_SMOOTHING
-    assert job_handlers.ChartView.of(None, None).smoothing == job_handlers.ChartView.smoothing
+    assert step_charts.ChartView.of("0.3", "on") == step_charts.ChartView(0.3, True)
+    assert step_charts.ChartView.of(5, None).smoothing == step_charts.MAX_SMOOTHING
+    assert step_charts.ChartView.of(None, None).smoothing == step_charts.ChartView.smoothing
 
 
 def test_a_finished_jobs_empty_charts_are_hidden(database):
@@ -509,7 +509,7 @@ def test_a_finished_jobs_empty_charts_are_hidden(database):
 
 
 def test_a_job_without_eval_draws_one_loss_line():
-    frame = job_handlers.loss_frame([{"step": 1, "loss": 2.0}], [])
+    frame = step_charts.loss_frame([{"step": 1, "loss": 2.0}], [])
     assert frame.to_dict("list") == {"step": [1.0], "loss": [2.0], "series": ["train"]}
 
 

@@ -1,5 +1,5 @@
 """Reading what a chart drew, for both kinds on the pages: the job page's own charts
-(app/ui/line_chart.py: a `path.td-series` a series, a `.td-legend-item` a legend entry) and
+(app/ui/charts/line_chart.py: a `path.td-series` a series, a `.td-legend-item` a legend entry) and
 Gradio's LinePlot on the Compare tab (vega-lite SVG: a `g.mark-line path` a series, a
 `.role-legend-label text` a legend entry).
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import html
 import json
 import shlex
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -17,7 +17,8 @@ from app.ui.job_ids import parse_job_id
 from app.ui.job_page.job_actions import checkpoints_frame, is_resumable
 from app.ui.job_page.live_charts import LiveCharts, live_charts
 from app.ui.job_page.planned_memory import memory_comparison_markdown
-from app.ui.line_chart import Axes, Line, chart_html, frame_lines
+from app.ui.job_page.step_charts import (MAX_POINTS_PER_LINE, ChartView, loss_frame,
+                                         throughput_frame)
 from app.views.artifacts import ARTIFACT_KINDS, artifact_summary, summary_text
 from app.views.failure import FailureView, failure_view
 from app.views.jobs import job_config, job_run_folder, read_job_log_tail
@@ -30,14 +31,6 @@ from tunedeck.metrics.series import read_job_series
 
 LOG_TAIL_LINES = 200
 EVENT_COLUMNS = ["time", "kind", "message"]
-LOSS_COLUMNS = ["step", LOSS.field, "series"]
-TRAIN_SERIES, EVAL_SERIES = "train", "eval"
-TOKENS_SERIES = "tokens/s"
-THROUGHPUT_COLUMNS = ["step", TOKENS_PER_SECOND.field, "series"]
-# A chart is about 650 px wide at 1440 px: more points than every other pixel only cost the browser
-# its redraw each second, and a week-long job must not ship 10^5 points a tick.
-MAX_POINTS_PER_LINE = 400
-CHART_HEIGHT = 240  # the plot area, CSS pixels
 NO_JOB_HEADLINE = "Pick a job: type its id, or click it in the Jobs tab."
 
 
@@ -80,41 +73,6 @@ class JobPage:
     @property
     def resumable(self) -> bool:
         return is_resumable(self.status, self.checkpoints)
-
-
-@dataclass(frozen=True)
-class ChartView:
-    """How the page draws the step charts: EMA smoothing of loss and throughput (0: none;
-    the raw line stays, faint, behind the smoothed one) and the loss on a log scale."""
-
-    smoothing: float = 0.6  # W&B's and TensorBoard's default weight
-    log_scale: bool = False
-
-    @classmethod
-    def of(cls, smoothing: Any = None, log_scale: Any = None) -> "ChartView":
-        try:
-            weight = min(max(float(smoothing), 0.0), MAX_SMOOTHING)
-        except (TypeError, ValueError):
-            weight = cls.smoothing
-        return cls(weight, bool(log_scale))
-
-
-MAX_SMOOTHING = 0.99
-RAW_SUFFIX = " (raw)"
-# The smoothed line in the series' colour, its raw points faint behind it, eval apart.
-LINE_COLOURS = {TRAIN_SERIES: "#1f77b4", TRAIN_SERIES + RAW_SUFFIX: "#c6dbef",
-                EVAL_SERIES: "#ff7f0e", EVAL_SERIES + RAW_SUFFIX: "#fdd0a2",
-                TOKENS_SERIES: "#2ca02c", TOKENS_SERIES + RAW_SUFFIX: "#c7e9c0"}
-
-
-def smoothed(values: list[float], weight: float) -> list[float]:
-    """The exponential moving average TensorBoard and W&B draw, debiased so the first
-    points are not pulled towards 0."""
-    out, average = [], 0.0
-    for count, value in enumerate(values, start=1):
-        average = average * weight + (1 - weight) * value
-        out.append(average / (1 - weight ** count))
-    return out
 
 
 def load_job_page(job_id: Any, *, database, principal: Principal,
@@ -203,86 +161,6 @@ def _config_texts(job: Job) -> tuple[str, str]:
     except (ValidationError, OSError, ValueError, KeyError) as error:
         return "", f"(cannot show the config: {error})"
     return json.dumps(config["config"], indent=2), shlex.join(config["argv"])
-
-
-def loss_frame(train: list[dict[str, Any]], evaluations: list[dict[str, Any]] = (), *,
-               with_eval: bool = False, view: ChartView = ChartView(smoothing=0.0)) -> pd.DataFrame:
-    """The training loss by step, smoothed as `view` says (its raw line kept as
-    "train (raw)"), and the eval loss as it was measured, its own series: a point an eval.
-
-    A series with no point yet is one empty (NaN) row, so the legend names it from the
-    start (the eval points come only after `eval_every_steps` steps)."""
-    rows = _with_smoothing({TRAIN_SERIES: _step_points(train, LOSS.field)}, view.smoothing)
-    if with_eval or evaluations:
-        rows += _with_smoothing({EVAL_SERIES: _step_points(evaluations, EVAL_LOSS.field)}, 0.0)
-    return _typed_frame(rows, LOSS_COLUMNS)
-
-
-def throughput_frame(train: list[dict[str, Any]], *,
-                     view: ChartView = ChartView(smoothing=0.0)) -> pd.DataFrame:
-    lines = {TOKENS_SERIES: _step_points(train, TOKENS_PER_SECOND.field)}
-    return _typed_frame(_with_smoothing(lines, view.smoothing), THROUGHPUT_COLUMNS)
-
-
-LOSS_AXES = Axes("Loss (train and eval)", x_title="step", y_title="loss",
-                 height=CHART_HEIGHT)
-THROUGHPUT_AXES = Axes("Throughput", x_title="step", y_title=TOKENS_PER_SECOND.unit,
-                       height=CHART_HEIGHT)
-
-
-def loss_chart_html(frame: pd.DataFrame, *, log_scale: bool = False) -> str:
-    """The loss chart: the smoothed line over its faint raw one, eval losses as points."""
-    return chart_html(_step_lines(frame, LOSS.field),
-                      replace(LOSS_AXES, log_y=log_scale))
-
-
-def throughput_chart_html(frame: pd.DataFrame) -> str:
-    return chart_html(_step_lines(frame, TOKENS_PER_SECOND.field), THROUGHPUT_AXES)
-
-
-def _step_lines(frame: pd.DataFrame, field_name: str) -> list[Line]:
-    kinds = {name: ("faint" if name.endswith(RAW_SUFFIX) else
-                    "points" if name == EVAL_SERIES else "line")
-             for name in frame["series"].dropna().unique()}
-    return frame_lines(frame, x="step", y=field_name, series="series", colours=LINE_COLOURS,
-                       kinds=kinds)
-
-
-def _with_smoothing(lines: dict[str, list[tuple[int, float]]],
-                    weight: float) -> list[tuple[Any, Any, str]]:
-    """(step, value, series) rows: each line smoothed, and its raw points as "NAME (raw)",
-    drawn first so the smoothed line lies on top; unsmoothed lines as they are."""
-    rows: list[tuple[Any, Any, str]] = []
-    for name, points in lines.items():
-        points = thin_points(points)
-        if weight > 0:
-            rows += [(step, value, name + RAW_SUFFIX) for step, value in points] \
-                or [(None, None, name + RAW_SUFFIX)]
-            points = list(zip([step for step, _ in points],
-                              smoothed([value for _, value in points], weight)))
-        rows += [(step, value, name) for step, value in points] or [(None, None, name)]
-    return rows
-
-
-def _step_points(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
-    return [(row["step"], row[key]) for row in rows
-            if row.get("step") is not None and row.get(key) is not None]
-
-
-def thin_points(points: list, limit: int = MAX_POINTS_PER_LINE) -> list:
-    """At most about `limit` evenly spaced points, always keeping the newest."""
-    if len(points) <= limit:
-        return points
-    stride = -(-len(points) // limit)
-    return points[::stride] + ([points[-1]] if (len(points) - 1) % stride else [])
-
-
-def _typed_frame(points: list[tuple], columns: list[str]) -> pd.DataFrame:
-    """Numbers stay numbers even with no rows: an empty object column would make the plot
-    treat its axis as categories, and the chart keeps that scale once drawn."""
-    frame = pd.DataFrame(points, columns=columns)
-    return frame.astype({column: ("string" if column in ("rank", "series") else "float64")
-                         for column in columns})
 
 
 def downloads_html(job: Job) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from app.ui.charts.line_chart import typed_frame
 from tunedeck.db.models import as_utc
 from tunedeck.job_spec import JobSpec
 from tunedeck.metrics import events as metrics_event
@@ -42,7 +43,8 @@ def step_frames(train: list[dict[str, Any]]) -> dict[str, pd.DataFrame]:
 
 @dataclass(frozen=True)
 class LiveCharts:
-    sampled_memory: pd.DataFrame = field(default_factory=lambda: _frame([], SAMPLED_MEMORY_COLUMNS))
+    sampled_memory: pd.DataFrame = field(
+        default_factory=lambda: typed_frame([], SAMPLED_MEMORY_COLUMNS))
     sampled_memory_title: str = GPU_USED_MB.title
     step_charts: dict[str, pd.DataFrame] = field(default_factory=lambda: step_frames([]))
     progress_html: str = ""
@@ -96,7 +98,7 @@ def live_charts(*, spec: JobSpec, series: dict[str, list[dict[str, Any]]],
 def step_frame(train: list[dict[str, Any]], key: str) -> pd.DataFrame:
     points = [(row["step"], row[key]) for row in train
               if row.get("step") is not None and row.get(key) is not None]
-    return _frame(points, ["step", key])
+    return typed_frame(points, ["step", key])
 
 
 def gpu_memory_frame(gpus: list[dict[str, Any]], planned_mb: float | None, *,
@@ -114,7 +116,7 @@ def gpu_memory_frame(gpus: list[dict[str, Any]], planned_mb: float | None, *,
     for name, level in ((CAPACITY_SERIES, capacity), (PLANNED_SERIES, planned_mb)):
         if level is not None:
             rows += [(0.0, level, name), (max(0.0, end - start), level, name)]
-    return _frame(rows, SAMPLED_MEMORY_COLUMNS)
+    return typed_frame(rows, SAMPLED_MEMORY_COLUMNS)
 
 
 def rank_rss_frame(processes: list[dict[str, Any]], *, world_size: int = 0,
@@ -123,7 +125,7 @@ def rank_rss_frame(processes: list[dict[str, Any]], *, world_size: int = 0,
     the first reading), as the worker sampled it.
 
     A rank of the job with no reading yet is one empty (NaN) row, as in
-    `job_handlers.loss_frame`: the chart picks its colours and legend from the series in
+    `step_charts.loss_frame`: the chart picks its colours and legend from the series in
     its first data and keeps them, so a page opened before the first sample would otherwise
     draw every rank's line without a colour and with no legend. Plots skip the NaN rows.
     """
@@ -133,7 +135,7 @@ def rank_rss_frame(processes: list[dict[str, Any]], *, world_size: int = 0,
     rows = [(row["time"] - start, row[rss], f"rank {row['rank']}") for row in readings]
     sampled = {row["rank"] for row in readings}
     rows += [(None, None, f"rank {rank}") for rank in range(world_size) if rank not in sampled]
-    return _frame(rows, SAMPLED_MEMORY_COLUMNS)
+    return typed_frame(rows, SAMPLED_MEMORY_COLUMNS)
 
 
 def _rank_rss_readings(memory: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -228,10 +230,3 @@ def _elapsed_seconds(started_at: datetime | None, finished_at: datetime | None,
         return None
     end = finished_at or now or datetime.now(timezone.utc)
     return max(0.0, (as_utc(end) - as_utc(started_at)).total_seconds())
-
-
-def _frame(points: list[tuple], columns: list[str]) -> pd.DataFrame:
-    """Numeric columns stay numeric even when empty (see job_handlers._typed_frame)."""
-    frame = pd.DataFrame(points, columns=columns)
-    return frame.astype({column: ("string" if column == "series" else "float64")
-                         for column in columns})

@@ -10,9 +10,9 @@ import gradio as gr
 
 from app.auth.principal import principal_of
 from app.ui import compare_handlers
-from app.ui.job_page import job_actions, job_handlers
+from app.ui.job_page import job_actions, job_handlers, step_charts
 from app.ui.job_page.job_handlers import JobPage
-from app.ui.line_chart import HOVER_JS
+from app.ui.charts.page_assets import HOVER_JS
 from app.ui.tabs.failure_panel import build_failure_panel, show_failure
 from app.ui.tabs.live_panel import build_live_panel, build_progress, show_live
 from app.ui.unchanged_updates import only_changed
@@ -52,7 +52,7 @@ def build_job_page_tab(*, database, celery_app, tab: gr.Tab) -> JobPageTab:
     progress = build_progress()
     downloads = gr.HTML(visible=False, elem_id="job-downloads")
     with gr.Row():
-        smoothing = gr.Slider(0.0, job_handlers.MAX_SMOOTHING, value=job_handlers.ChartView.smoothing,
+        smoothing = gr.Slider(0.0, step_charts.MAX_SMOOTHING, value=step_charts.ChartView.smoothing,
                               step=0.01, label="Smoothing (EMA of loss and throughput)",
                               info="0: the raw line only", scale=3, elem_id="job-smoothing")
         log_scale = gr.Checkbox(False, label="Loss on a log scale", scale=1,
@@ -86,7 +86,7 @@ def build_job_page_tab(*, database, celery_app, tab: gr.Tab) -> JobPageTab:
             return (*(gr.skip() for _ in outputs), gr.skip(), gr.skip(), shown, tick)
         page = job_handlers.load_job_page(selected_job_id, database=database,
                                           principal=principal_of(request),
-                                          view=job_handlers.ChartView.of(smoothing_weight,
+                                          view=step_charts.ChartView.of(smoothing_weight,
                                                                          log_loss))
         stopped = cancelled_job_id is not None and page.job_id == cancelled_job_id \
             and page.finished
@@ -149,10 +149,10 @@ def build_job_page_tab(*, database, celery_app, tab: gr.Tab) -> JobPageTab:
 def _charts() -> tuple[gr.HTML, gr.HTML]:
     """Loss (training, and eval when the job has an eval set) and throughput by step."""
     with gr.Row():
-        loss_plot = gr.HTML(job_handlers.loss_chart_html(job_handlers.loss_frame([])),
+        loss_plot = gr.HTML(step_charts.loss_chart_html(step_charts.loss_frame([])),
                             js_on_load=HOVER_JS, elem_id="job-loss-plot")
-        throughput_plot = gr.HTML(job_handlers.throughput_chart_html(
-            job_handlers.throughput_frame([])), js_on_load=HOVER_JS, elem_id="job-throughput-plot")
+        throughput_plot = gr.HTML(step_charts.throughput_chart_html(
+            step_charts.throughput_frame([])), js_on_load=HOVER_JS, elem_id="job-throughput-plot")
     return loss_plot, throughput_plot
 
 
@@ -193,9 +193,9 @@ def _show(page: JobPage) -> tuple:
         gr.HTML(job_handlers.error_html(page.error), visible=bool(page.error)),
         gr.HTML(page.downloads_html, visible=bool(page.downloads_html)),
         # A finished job's chart with no point (it failed before its first step) is hidden.
-        gr.HTML(job_handlers.loss_chart_html(page.loss, log_scale=page.log_scale),
+        gr.HTML(step_charts.loss_chart_html(page.loss, log_scale=page.log_scale),
                 visible=page.charts_shown(page.loss)),
-        gr.HTML(job_handlers.throughput_chart_html(page.throughput),
+        gr.HTML(step_charts.throughput_chart_html(page.throughput),
                 visible=page.charts_shown(page.throughput)),
         log_html(page.log_tail, page.log_link_html), page.events, page.config_json,
         page.command_line, page.checkpoints,

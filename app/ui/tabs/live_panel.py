@@ -9,7 +9,8 @@ import gradio as gr
 import pandas as pd
 
 from app.ui.job_page.live_charts import CAPACITY_SERIES, PLANNED_SERIES, LiveCharts
-from app.ui.line_chart import HOVER_JS, Axes, chart_html, frame_lines
+from app.ui.charts.line_chart import Axes, chart_html, frame_lines
+from app.ui.charts.page_assets import HOVER_JS
 from tunedeck.metrics.figures import GRAD_NORM, LEARNING_RATE, MFU, STEP_SECONDS, Figure
 
 PLOT_HEIGHT = 200  # the plot area, CSS pixels

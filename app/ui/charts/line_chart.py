@@ -11,7 +11,7 @@ The plot area is an SVG in fixed units (0..1000 both ways) stretched to its box
 so it stays round when the box stretches. Title, legend and tick labels are HTML around
 and over it. Hovering: the plot carries, as one attribute, the text for each of a few dozen
 vertical bands (each line's point nearest the band's middle), and a listener attached once
-(`HOVER_JS`) shows the band under the pointer. Not an SVG <title> a band: Gradio's HTML
+(`page_assets.HOVER_JS`) shows the band under the pointer. Not an SVG <title> a band: Gradio's HTML
 component diffs its old and new content node by node on each update, so every node counts.
 """
 from __future__ import annotations
@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 import pandas as pd
+
+from app.ui.charts.scale import Scale, tick_labels
 
 SIZE = 1000  # the plot's SVG units, both ways
 HOVER_BANDS = 60
@@ -71,6 +73,15 @@ def frame_lines(frame: pd.DataFrame, *, x: str, y: str, series: str | None = Non
     return lines
 
 
+def typed_frame(points: list[tuple], columns: list[str], *,
+                text_columns: tuple[str, ...] = ("series",)) -> pd.DataFrame:
+    """A chart's rows as a frame whose numbers stay numbers even with no rows (an empty
+    object column would read as categories, e.g. to a LinePlot, which keeps that scale)."""
+    frame = pd.DataFrame(points, columns=columns)
+    return frame.astype({column: ("string" if column in text_columns else "float64")
+                         for column in columns})
+
+
 def chart_html(lines: Sequence[Line], axes: Axes) -> str:
     """The chart as one HTML fragment; equal inputs give equal text (the page sends a
     chart again only when its text changed)."""
@@ -113,87 +124,6 @@ def chart_html(lines: Sequence[Line], axes: Axes) -> str:
             f'<div></div><div></div><div class="td-x-ticks">{x_ticks}</div>'
             f'<div></div><div></div><div class="td-x-title">{_text(axes.x_title)}</div>'
             f"</div></div>")
-
-
-@dataclass(frozen=True)
-class Scale:
-    """Data values to a 0..1 position along an axis, with the ticks it labels."""
-    low: float
-    high: float
-    ticks: tuple[float, ...]
-    tick_step: float  # between a linear scale's ticks, for their format
-    logarithmic: bool = False
-
-    @staticmethod
-    def linear(low: float, high: float, *, pad: bool = True, count: int = 5,
-               whole: bool = False) -> Scale:
-        if high == low:  # one value: a window around it
-            spread = abs(low) * 0.1 or 1.0
-            low, high = low - spread, high + spread
-        elif pad:  # a line along the top or bottom edge is hard to read
-            margin = (high - low) * 0.05
-            low, high = low - margin, high + margin
-        step = max(nice_step((high - low) / count), 1.0) if whole else \
-            nice_step((high - low) / count)
-        first = math.ceil(low / step - 1e-9)
-        ticks = tuple(round(k * step, 12) for k in range(first, math.floor(high / step + 1e-9) + 1))
-        return Scale(low, high, ticks, step)
-
-    @staticmethod
-    def log(low: float, high: float) -> Scale:
-        low_exponent, high_exponent = math.log10(low), math.log10(high)
-        if high_exponent - low_exponent < 1e-9:
-            low_exponent, high_exponent = low_exponent - 0.1, high_exponent + 0.1
-        margin = (high_exponent - low_exponent) * 0.05
-        low_exponent, high_exponent = low_exponent - margin, high_exponent + margin
-        decades = range(math.floor(low_exponent), math.ceil(high_exponent) + 1)
-        ticks: list[float] = []
-        for mantissas in ((1,), (1, 2, 5), (1, 2, 3, 4, 5, 6, 7, 8, 9)):
-            ticks = [m * 10.0 ** d for d in decades for m in mantissas
-                     if low_exponent <= math.log10(m * 10.0 ** d) <= high_exponent]
-            if len(ticks) >= 3:
-                break
-        # Log ticks are labelled each by its own digits (tick_labels), not by a step.
-        return Scale(10.0 ** low_exponent, 10.0 ** high_exponent, tuple(ticks), 1.0,
-                     logarithmic=True)
-
-    def position(self, value: float) -> float:
-        if self.logarithmic:
-            low, high, value = math.log10(self.low), math.log10(self.high), math.log10(value)
-        else:
-            low, high = self.low, self.high
-        return (value - low) / (high - low)
-
-
-def nice_step(rough: float) -> float:
-    """1, 2, 2.5 or 5 times a power of ten, the nearest at or above `rough`."""
-    power = 10.0 ** math.floor(math.log10(rough))
-    for mantissa in (1, 2, 2.5, 5, 10):
-        if mantissa * power >= rough * (1 - 1e-9):
-            return mantissa * power
-    return 10 * power
-
-
-def tick_labels(scale: Scale) -> list[str]:
-    """A linear axis's labels with the decimals its step needs, thousands grouped; a log
-    axis's each with its own digits; an axis of tiny or huge numbers all in scientific
-    notation (1.5e-4), so one axis never mixes the two."""
-    largest = max((abs(tick) for tick in scale.ticks), default=0.0)
-    if largest and (largest < 1e-3 or largest >= 1e9):
-        return [_scientific(tick) for tick in scale.ticks]
-    if scale.logarithmic:
-        return [f"{tick:,g}" for tick in scale.ticks]
-    step = scale.tick_step  # 1, 2, 2.5 or 5 x 10^k: 2.5 needs a decimal more than 10^k
-    decimals = 0 if step >= 1 else -math.floor(math.log10(step) + 1e-9) + (
-        1 if round(step / 10 ** math.floor(math.log10(step) + 1e-9), 6) == 2.5 else 0)
-    return [f"{tick:,.{decimals}f}" if tick else "0" for tick in scale.ticks]
-
-
-def _scientific(value: float) -> str:
-    if value == 0:
-        return "0"
-    exponent = math.floor(math.log10(abs(value)) + 1e-9)
-    return f"{value / 10 ** exponent:.3g}e{exponent}"
 
 
 def _drawing_order(lines: Iterable[Line]) -> list[Line]:
@@ -275,82 +205,3 @@ def _svg_y(position: float) -> str:
 
 def _text(value: str) -> str:
     return html.escape(str(value), quote=True)
-
-
-CHART_CSS = """
-.td-chart { font-size: 12px; color: var(--body-text-color); padding: 6px 4px 2px; }
-.td-chart-head { display: flex; flex-wrap: wrap; gap: 4px 14px; align-items: baseline;
-  margin-bottom: 6px; }
-.td-chart-title { font-weight: 600; font-size: 13px; }
-.td-legend { display: flex; flex-wrap: wrap; gap: 2px 12px; color: var(--body-text-color-subdued, #6b7280); }
-.td-legend-item { white-space: nowrap; }
-.td-legend-item i { display: inline-block; width: 14px; height: 3px; margin: 0 5px 3px 0;
-  vertical-align: middle; background: var(--colour); }
-.td-legend-item[data-kind="faint"] i { height: 2px; }
-.td-legend-item[data-kind="points"] i { width: 7px; height: 7px; border-radius: 50%; }
-.td-legend-item[data-kind="reference"] i { background: none; height: 0;
-  border-top: 2px dashed var(--colour); }
-.td-chart-body { display: grid; grid-template-rows: auto auto auto; }
-.td-y-title { position: relative; }
-.td-y-title span { position: absolute; left: 50%; top: 50%; white-space: nowrap;
-  transform: translate(-50%, -50%) rotate(-90deg); color: var(--body-text-color-subdued, #6b7280); }
-.td-y-ticks { position: relative; }
-.td-y-tick { position: absolute; right: 6px; transform: translateY(50%); white-space: nowrap;
-  font-variant-numeric: tabular-nums; opacity: .75; }
-.td-chart-plot { position: relative; border-left: 1px solid var(--border-color-primary, #e5e7eb);
-  border-bottom: 1px solid var(--border-color-primary, #e5e7eb); }
-.td-chart-svg { position: absolute; inset: 0; width: 100%; height: 100%; overflow: visible; }
-.td-chart-svg path { fill: none; vector-effect: non-scaling-stroke; stroke-linejoin: round; }
-.td-grid { stroke: var(--border-color-primary, #e5e7eb); stroke-width: 1; opacity: .6; }
-.td-line { stroke-width: 2; }
-.td-faint { stroke-width: 1; opacity: .8; }
-.td-reference { stroke-width: 1.5; stroke-dasharray: 6 4; }
-.td-points { stroke-width: 7; stroke-linecap: round; }
-.td-chart-plot[data-hover] { cursor: crosshair; }
-.td-tip { position: fixed; z-index: 1000; pointer-events: none; white-space: pre; font-size: 12px;
-  padding: 4px 8px; border-radius: 4px; background: var(--background-fill-primary, #fff);
-  color: var(--body-text-color, #111); border: 1px solid var(--border-color-primary, #e5e7eb);
-  box-shadow: 0 2px 6px rgba(0, 0, 0, .15); font-variant-numeric: tabular-nums; }
-.td-rule { position: absolute; top: 0; bottom: 0; width: 0; pointer-events: none;
-  border-left: 1px dashed var(--body-text-color-subdued, #6b7280); }
-.td-x-ticks { position: relative; height: 1.6em; }
-.td-x-tick { position: absolute; top: 3px; transform: translateX(-50%); white-space: nowrap;
-  font-variant-numeric: tabular-nums; opacity: .75; }
-.td-x-title { text-align: center; color: var(--body-text-color-subdued, #6b7280); }
-.td-chart-empty { position: absolute; inset: 0; display: flex; align-items: center;
-  justify-content: center; color: var(--body-text-color-subdued, #6b7280); }
-"""
-
-# A chart component's `js_on_load`: runs once per component, and its listeners outlive the
-# updates (they sit on the component's element, which the updates diff into, not replace).
-HOVER_JS = """
-const tip = document.createElement('div');
-tip.className = 'td-tip';
-tip.hidden = true;
-document.body.appendChild(tip);
-let parsed = {source: null, bands: []};
-const hide = () => {
-  tip.hidden = true;
-  element.querySelectorAll('.td-rule').forEach((rule) => rule.remove());
-};
-element.addEventListener('mousemove', (event) => {
-  const plot = event.target.closest && event.target.closest('.td-chart-plot[data-hover]');
-  if (!plot) { hide(); return; }
-  if (parsed.source !== plot.dataset.hover) {
-    parsed = {source: plot.dataset.hover, bands: JSON.parse(plot.dataset.hover || '[]')};
-  }
-  const box = plot.getBoundingClientRect();
-  const at = (event.clientX - box.left) / box.width;
-  const band = parsed.bands.find(([left, right]) => at >= left && at <= right);
-  if (!band) { hide(); return; }
-  tip.textContent = band[2];
-  tip.hidden = false;
-  const flip = event.clientX + tip.offsetWidth + 24 > window.innerWidth;
-  tip.style.left = (flip ? event.clientX - tip.offsetWidth - 12 : event.clientX + 12) + 'px';
-  tip.style.top = (event.clientY + 12) + 'px';
-  let rule = plot.querySelector('.td-rule');
-  if (!rule) { rule = document.createElement('div'); rule.className = 'td-rule'; plot.appendChild(rule); }
-  rule.style.left = (at * 100) + '%';
-});
-element.addEventListener('mouseleave', hide);
-"""

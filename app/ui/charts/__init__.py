@@ -1,0 +1,1 @@
+"""The job page's charts, drawn on the server as static HTML and SVG."""
