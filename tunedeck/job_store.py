@@ -170,6 +170,18 @@ def note_job_waiting(*, session: Session, job_id: int, reason: str) -> None:
         add_job_event(session=session, job_id=job_id, kind=PLACEMENT_EVENT, message=reason)
 
 
+def latest_placement_notes(*, session: Session, job_ids: list[int]) -> dict[int, str]:
+    """The newest placement note of each job (one query for all of them)."""
+    if not job_ids:
+        return {}
+    newest = (select(func.max(JobEvent.id)).where(JobEvent.job_id.in_(job_ids),
+                                                  JobEvent.kind == PLACEMENT_EVENT)
+              .group_by(JobEvent.job_id))
+    rows = session.execute(select(JobEvent.job_id, JobEvent.message)
+                           .where(JobEvent.id.in_(newest.scalar_subquery())))
+    return {job_id: message for job_id, message in rows}
+
+
 def add_job_event(*, session: Session, job_id: int, kind: str, message: str) -> None:
     session.add(JobEvent(job_id=job_id, kind=kind, message=message))
 
@@ -225,6 +237,15 @@ def requeue_lost_job(*, session: Session, job_id: int, reason: str) -> Job:
     return job
 
 
+def requeue_slurm_job(*, session: Session, job_id: int, reason: str) -> Job:
+    """Slurm requeued the running job (a preemption, `scontrol requeue`): queued again
+    under the same Slurm job, which resumes from its latest checkpoint when it restarts."""
+    job = _transition(session=session, job_id=job_id, target=QUEUED, from_statuses=(RUNNING,),
+                      gpu_indices=None, cancel_requested=False, resume_requested=True)
+    add_job_event(session=session, job_id=job_id, kind="status", message=reason)
+    return job
+
+
 def resume_job(*, session: Session, job_id: int, checkpoint_step: int) -> Job:
     """Queue a failed or cancelled job again, to continue from its checkpoint at
     `checkpoint_step`; raises InvalidTransition for any other status."""
@@ -239,6 +260,29 @@ def resume_job(*, session: Session, job_id: int, checkpoint_step: int) -> Job:
 
 def record_launcher_pid(*, session: Session, job_id: int, launcher_pid: int) -> None:
     session.execute(update(Job).where(Job.id == job_id).values(launcher_pid=launcher_pid))
+
+
+def record_slurm_submission(*, session: Session, job_id: int, slurm_job_id: str,
+                            worker_name: str, run_dir: str) -> None:
+    """A Slurm executor submitted the queued job: its Slurm id and the executor that
+    follows it. The job stays queued (with Slurm's reason) until Slurm starts it."""
+    result = session.execute(update(Job).where(Job.id == job_id, Job.status == QUEUED)
+                             .values(slurm_job_id=slurm_job_id, worker_name=worker_name,
+                                     run_dir=run_dir, dispatched_at=utc_now())
+                             .execution_options(synchronize_session=False))
+    if result.rowcount != 1:
+        job = get_job(session=session, job_id=job_id)
+        raise InvalidTransition(job_id, job.status, QUEUED)
+    add_job_event(session=session, job_id=job_id, kind="slurm",
+                  message=f"submitted to Slurm as job {slurm_job_id}")
+
+
+def list_slurm_jobs_of_worker(*, session: Session, worker_name: str) -> list[Job]:
+    """The queued and running jobs an executor submitted to Slurm: the ones it follows
+    again when it starts."""
+    return list(session.scalars(select(Job).where(
+        Job.worker_name == worker_name, Job.slurm_job_id.is_not(None),
+        Job.status.in_((QUEUED, RUNNING))).order_by(Job.id)))
 
 
 def mark_job_succeeded(*, session: Session, job_id: int) -> Job:
@@ -338,7 +382,9 @@ __all__ = [
     "worker_load", "list_running_jobs_with_a_node_on", "assign_nodes", "list_job_nodes",
     "start_node", "finish_node", "add_job_event", "list_job_events", "mark_job_running",
     "resume_job",
-    "record_launcher_pid", "mark_job_succeeded", "mark_job_failed", "mark_job_cancelled",
+    "record_launcher_pid", "record_slurm_submission", "list_slurm_jobs_of_worker",
+    "requeue_slurm_job", "latest_placement_notes",
+    "mark_job_succeeded", "mark_job_failed", "mark_job_cancelled",
     "request_cancel", "is_cancel_requested", "set_job_archived", "delete_job",
     "JobStillActive", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED",
     "CANCELLED",

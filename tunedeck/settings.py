@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -90,6 +91,29 @@ class Settings(BaseSettings):
         None, description="a worker's `datasets` library cache (what it prepares of Hugging "
                           "Face ids, .parquet and .csv datasets; the ranks' HF_DATASETS_CACHE); "
                           "default HOME/hf-datasets")
+    # A Slurm executor (worker/slurm) runs on a login node: it holds no GPU, submits each
+    # job of its queues with sbatch and follows it on the shared filesystem.
+    executor: Literal["local", "slurm"] = Field(
+        "local", description="how this worker runs jobs: `local` (torchrun on this host's "
+                             "GPUs) or `slurm` (sbatch on a Slurm cluster)")
+    slurm_partition: str | None = Field(None, description="sbatch --partition (default: "
+                                        "the cluster's default partition)")
+    slurm_account: str | None = Field(None, description="sbatch --account")
+    slurm_qos: str | None = Field(None, description="sbatch --qos")
+    slurm_time_limit: str | None = Field(
+        None, description="sbatch --time, in Slurm's formats (90, 4:00:00, 2-00:00:00)")
+    slurm_extra_args: str = Field(
+        "", max_length=2000, description="more sbatch options, space-separated "
+                                         "--option=value words (e.g. --exclusive)")
+    slurm_cpus_per_task: int | None = Field(
+        None, ge=1, le=1024, description="sbatch --cpus-per-task (default: a core a rank on "
+                                         "a partition without GPUs, Slurm's own otherwise)")
+    slurm_shared_dir: Path | None = Field(
+        None, description="where a Slurm executor writes run folders: a folder every node "
+                          "mounts at the same path; default HOME/runs")
+    slurm_poll_seconds: float = Field(
+        5.0, gt=0, le=300, description="how often a Slurm executor asks squeue/sacct "
+                                       "about all its jobs (one call each)")
 
     @field_validator("allowed_roots")
     @classmethod
@@ -156,6 +180,8 @@ class Settings(BaseSettings):
         return [queue for queue in self.worker_queues.split(",") if queue]
 
     def run_dir_for(self, job_id: int) -> Path:
+        if self.executor == "slurm" and self.slurm_shared_dir is not None:
+            return self.slurm_shared_dir.expanduser().resolve() / f"job-{job_id}"
         return self.runs_dir / f"job-{job_id}"
 
 

@@ -13,6 +13,7 @@ from tunedeck.cluster.sweep import Send, Sweeper
 from tunedeck.db.engine import Database
 from tunedeck.db.models import utc_now
 from tunedeck.settings import Settings
+from worker.slurm.client import PartitionReader
 from worker.worker_identity import HostResources, WorkerIdentity
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,8 @@ class Heartbeat:
     def __init__(self, *, identity: WorkerIdentity, settings: Settings, database: Database,
                  send: Send):
         self._identity, self._settings, self._database, self._send = identity, settings, database, send
-        self._resources = HostResources(identity)
+        self._resources = HostResources(identity, slurm_partition=PartitionReader(
+            settings.slurm_partition) if settings.executor == "slurm" else None)
         self._sweeper = Sweeper(database=database, settings=settings, send=send)
         self._started_at = utc_now()
         self._stop = threading.Event()

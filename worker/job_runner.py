@@ -77,7 +77,7 @@ def run_job(job_id: int, *, settings: Settings, database: Database,
     result = _launch_and_judge(launch, claim, settings=settings, database=database,
                                shutdown_requested=shutdown_requested, warm=warm)
     if result.outcome != Outcome.TAKEN_AWAY:
-        _record_outcome(job_id, result, database=database)
+        record_outcome(job_id, result, database=database)
     return result.outcome
 
 
@@ -97,7 +97,7 @@ def _launch_and_judge(launch: NodeLaunch, claim: Claim, *, settings: Settings,
         return RunResult(Outcome.FAILED, f"could not start torchrun: {error}", FailureReason(ERROR))
     if supervision.taken_away:
         return RunResult(Outcome.TAKEN_AWAY)
-    result = _judge(returncode, supervision, launch.run)
+    result = judge_run(returncode, supervision, launch.run)
     if result.outcome == Outcome.FAILED and launch.spec.num_nodes > 1:
         return _blame_missing_nodes(launch.job_id, result, settings=settings, database=database)
     return result
@@ -120,7 +120,7 @@ def _blame_missing_nodes(job_id: int, result: RunResult, *, settings: Settings,
     return RunResult(Outcome.FAILED, error, FailureReason(COMM_TIMEOUT))
 
 
-def _judge(returncode: int | None, supervision: Supervision, run: RunFolder) -> RunResult:
+def judge_run(returncode: int | None, supervision: Supervision, run: RunFolder) -> RunResult:
     if supervision.cancelled:
         return RunResult(Outcome.CANCELLED)
     if returncode == 0 and run.merged_dir.is_dir() and not supervision.stopped_by_shutdown:
@@ -156,7 +156,7 @@ def read_log_tail(run: RunFolder, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _record_outcome(job_id: int, result: RunResult, *, database: Database) -> None:
+def record_outcome(job_id: int, result: RunResult, *, database: Database) -> None:
     """Store how the job ended, waiting out a database outage (the row is the record)."""
     deadline = time.monotonic() + DATABASE_RETRY_SECONDS
     while True:

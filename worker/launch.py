@@ -89,7 +89,7 @@ def prepare_run_folder(launch: NodeLaunch, settings: Settings) -> tuple[list[str
     from the latest checkpoint, and each rank's metrics file grows on, so no point is
     ingested twice."""
     spec, run = launch.spec, launch.run
-    argv = build_torchrun_argv(spec, str(run.path), torchrun=_torchrun_path(), resume=launch.resume,
+    argv = build_torchrun_argv(spec, str(run.path), torchrun=torchrun_path(), resume=launch.resume,
                                node_rank=launch.node_rank, rendezvous=launch.rendezvous,
                                job_id=launch.job_id,
                                start_timeout_seconds=settings.node_start_timeout_seconds)
@@ -102,8 +102,9 @@ def prepare_run_folder(launch: NodeLaunch, settings: Settings) -> tuple[list[str
     return argv, {**inherited_environment(), **launch_env}
 
 
-def _torchrun_path() -> str:
-    """The torchrun beside this worker's Python, else the one on PATH."""
+def torchrun_path() -> str:
+    """The torchrun beside this worker's Python, else the one on PATH. (A Slurm executor's
+    nodes run it at the same path: a shared filesystem, or the same image everywhere.)"""
     torchrun = str(Path(sys.executable).with_name("torchrun"))
     if not Path(torchrun).exists():
         torchrun = shutil.which("torchrun") or "torchrun"

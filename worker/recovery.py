@@ -22,6 +22,8 @@ def settle_jobs_whose_launcher_is_gone(*, session: Session, worker_host: str,
     result = SweepResult()
     for job in job_store.list_running_jobs(session=session, worker_host=worker_host,
                                            started_before=worker_started_at):
+        if job.slurm_job_id is not None:
+            continue  # Slurm runs it (its node may be this host); its executor follows it
         if _launcher_alive(job.launcher_pid, job.run_dir):
             continue  # another worker on this host still runs it
         give_up_job(session=session, job=job, result=result,

@@ -26,6 +26,7 @@ from worker.launch import standby_environment
 from worker.node_runner import run_job_node
 from worker.outcome import Outcome
 from worker.recovery import settle_jobs_whose_launcher_is_gone
+from worker.slurm.executor import SlurmExecutor
 from worker.warm_launcher import WarmLauncher
 from worker.worker_identity import WorkerIdentity
 
@@ -56,9 +57,18 @@ class WorkerProcess:
                          send=lambda job_id, spec: enqueue_job(self.celery_app, job_id, spec))
 
     @cached_property
+    def slurm(self) -> SlurmExecutor | None:
+        """The Slurm executor of a worker started with `--executor slurm` (else None)."""
+        if self.settings.executor != "slurm":
+            return None
+        return SlurmExecutor(settings=self.settings, database=self.database,
+                             identity=self.identity)
+
+    @cached_property
     def warm_launcher(self) -> WarmLauncher | None:
-        """The standby launcher of this worker (None with TUNEDECK_WARM_START=false)."""
-        if not self.settings.warm_start:
+        """The standby launcher of this worker (None with TUNEDECK_WARM_START=false, and on
+        a Slurm executor, whose jobs start on the cluster's nodes)."""
+        if not self.settings.warm_start or self.settings.executor == "slurm":
             return None
         return WarmLauncher(folder=self.settings.home_dir / "warm" / self.identity.name,
                             environment=standby_environment(), cwd=Path.cwd())
@@ -85,6 +95,14 @@ class WorkerProcess:
         """Settle this host's jobs whose worker died, start the heartbeat, then re-send every
         queued job this worker serves: a message lost with a dead worker or a broker restart
         must not strand a job. Duplicates are harmless: only one claim succeeds."""
+        if self.slurm is not None:
+            # Its Slurm jobs ran on without it: follow each again (it has no local launcher).
+            self.heartbeat.start()
+            for job_id in self.slurm.jobs_to_follow_again():
+                self.hand_on(job_id, self.identity.name)
+            for job_id in jobs_to_offer(identity=self.identity, database=self.database, limit=1000):
+                self.hand_on(job_id, self.identity.name)
+            return
         with self.database.transaction() as session:
             settled = settle_jobs_whose_launcher_is_gone(
                 session=session, worker_host=self.identity.host, worker_started_at=self.started_at)
@@ -112,6 +130,9 @@ def _register_tasks(worker: WorkerProcess) -> None:
 
     @task(name=RUN_JOB_TASK, shared=False)
     def run_job_task(job_id: int) -> str:
+        if worker.slurm is not None:
+            return str(worker.slurm.run_job(job_id,
+                                            shutdown_requested=worker.shutdown_requested.is_set))
         outcome = run_job(job_id, settings=worker.settings, database=worker.database,
                           shutdown_requested=worker.shutdown_requested.is_set,
                           identity=worker.identity, hand_on=worker.hand_on,

@@ -10,7 +10,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import psutil
 
@@ -18,6 +18,10 @@ from tunedeck.cluster.placement import WorkerView
 from tunedeck.settings import Settings
 from tunedeck.units import MIB
 from worker.sampler import JobSampler, load_nvml, visible_gpu_ids
+
+
+# The jobs a Slurm executor follows at once by default (each a thread that mostly sleeps).
+SLURM_JOBS_FOLLOWED = 32
 
 
 @dataclass(frozen=True)
@@ -38,8 +42,12 @@ class WorkerIdentity:
         environ = os.environ if environ is None else environ
         host = socket.gethostname()
         queues = tuple(settings.worker_queue_list)
-        gpu_ids = discover_gpu_ids(settings.worker_gpus, environ)
-        concurrency = settings.worker_concurrency or max(1, len(gpu_ids or ()))
+        if settings.executor == "slurm":
+            # A login node: Slurm grants the GPUs; a thread follows each job it submitted.
+            gpu_ids, concurrency = None, settings.worker_concurrency or SLURM_JOBS_FOLLOWED
+        else:
+            gpu_ids = discover_gpu_ids(settings.worker_gpus, environ)
+            concurrency = settings.worker_concurrency or max(1, len(gpu_ids or ()))
         # Broker queue names (the embedded broker's files) allow letters, digits and . _ - only.
         return cls(name=settings.worker_name or f"{host}-{'-'.join(queues)}", host=host,
                    queues=queues, gpu_ids=gpu_ids, concurrency=concurrency,
@@ -83,8 +91,11 @@ class HostResources:
     """What a heartbeat says of the host: each GPU this worker hands out (model, memory
     used and total, utilisation), or, without GPUs, the CPUs and RAM the ranks share."""
 
-    def __init__(self, identity: WorkerIdentity):
+    def __init__(self, identity: WorkerIdentity,
+                 slurm_partition: Callable[[], dict[str, Any] | None] | None = None):
+        """`slurm_partition`: a Slurm executor's partition as sinfo reads it now."""
         self._identity = identity
+        self._slurm_partition = slurm_partition
         nvml = load_nvml() if identity.gpu_ids is not None else None
         self._sampler = JobSampler(host=identity.host, nvml=nvml,
                                    gpu_ids=list(identity.gpu_ids or ()))
@@ -98,6 +109,8 @@ class HostResources:
             "memory_available_mb": memory.available / MIB,
             "gpus": None,
         }
+        if self._slurm_partition is not None:
+            described["slurm"] = self._slurm_partition()
         if self._identity.gpu_ids is not None:
             readings = [sample["values"] for sample in self._sampler.sample_gpus(time.time())]
             if len(readings) != len(self._identity.gpu_ids):

@@ -41,6 +41,10 @@ def cluster_tables(*, database, worker_lost_seconds: float) -> ClusterTables:
 def _cpu_hosts(workers: list[dict[str, Any]]) -> str:
     lines = []
     for worker in workers:
+        if worker["executor"] == "slurm":
+            lines.append(f"- **{worker['name']}**: Slurm executor on {worker['host']}, "
+                         + slurm_partition_text(worker["slurm"]))
+            continue
         slots = worker["concurrency"]
         at_a_time = "one at a time" if slots == 1 else f"{slots} at a time"
         lines.append(f"- **{worker['host']}** ({worker['name']}): CPU host, "
@@ -61,8 +65,20 @@ def _placement(job: dict[str, Any]) -> str:
     return f"job {job['id']}{node}{gpus}"
 
 
+def slurm_partition_text(partition: dict[str, Any] | None) -> str:
+    """"partition gpu: 4 nodes of 8 GPUs and 64 CPUs, 1 idle, 3 allocated"."""
+    if not partition:
+        return "Slurm does not answer (sinfo)"
+    per_node = (f"{partition['gpus_per_node']} GPUs and " if partition["gpus_per_node"]
+                else "no GPU, ") + f"{partition['cpus_per_node']} CPUs"
+    return (f"partition {partition['name']}: {partition['nodes']} node(s) of {per_node}, "
+            f"{partition['idle_nodes']} idle, {partition['allocated_nodes']} allocated")
+
+
 def _resources(worker: dict[str, Any]) -> str:
     gpus = worker["gpus"]
+    if worker["executor"] == "slurm":
+        return "Slurm " + slurm_partition_text(worker["slurm"])
     if gpus is None:
         memory = worker.get("memory_available_mb")
         ram = f", {_gb(memory)} GB RAM free" if memory is not None else ""

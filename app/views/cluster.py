@@ -23,13 +23,14 @@ def cluster_overview(*, database: Database, worker_lost_seconds: float) -> dict[
         queued = job_store.list_queued_jobs(session=session, limit=200)
         live = worker_registry.live_worker_views(session=session,
                                                  silent_seconds=worker_lost_seconds)
+        in_slurm = _slurm_reasons(session, queued)
     now = utc_now()
     by_worker = _running_by_worker(running, nodes)
     return {
         "workers": [_worker(worker, _placements(worker.name, running, nodes), now=now,
                             worker_lost_seconds=worker_lost_seconds)
                     for worker in workers],
-        "queued": [_queued(job, live, by_worker) for job in queued],
+        "queued": [_queued(job, live, by_worker, in_slurm) for job in queued],
     }
 
 
@@ -41,7 +42,8 @@ def waiting_reasons(*, session: Session, jobs: list[Job],
         return {}
     live = worker_registry.live_worker_views(session=session, silent_seconds=worker_lost_seconds)
     by_worker = _running_by_worker(*_running(session))
-    return {job.id: _queued(job, live, by_worker)["waiting"] for job in queued}
+    in_slurm = _slurm_reasons(session, queued)
+    return {job.id: _queued(job, live, by_worker, in_slurm)["waiting"] for job in queued}
 
 
 def _running(session: Session) -> tuple[list[Job], list[JobNode]]:
@@ -62,10 +64,21 @@ def _running_by_worker(running: list[Job], nodes: list[JobNode]) -> dict[str, li
     return by_worker
 
 
-def _queued(job: Job, live: list[WorkerView], running: dict[str, list[int]]) -> dict[str, Any]:
+def _queued(job: Job, live: list[WorkerView], running: dict[str, list[int]],
+            in_slurm: dict[int, str]) -> dict[str, Any]:
     spec = job.spec_model
+    waiting = in_slurm.get(job.id) or waiting_reason(spec, live, running)
     return {"id": job.id, "name": job.name, "queue": job_queue(spec), "host": spec.host,
-            "num_gpus": spec.num_gpus, "waiting": waiting_reason(spec, live, running)}
+            "num_gpus": spec.num_gpus, "waiting": waiting}
+
+
+def _slurm_reasons(session: Session, queued: list[Job]) -> dict[int, str]:
+    """A job its Slurm executor submitted waits in Slurm's queue: what Slurm says (the
+    executor's newest placement note), not what TuneDeck's own placement would."""
+    submitted = [job.id for job in queued if job.slurm_job_id is not None]
+    notes = job_store.latest_placement_notes(session=session, job_ids=submitted)
+    return {job.id: notes.get(job.id, f"waiting: submitted to Slurm as job {job.slurm_job_id}")
+            for job in queued if job.slurm_job_id is not None}
 
 
 def _placements(worker_name: str, running: list[Job], nodes: list[JobNode]) -> list[dict[str, Any]]:
@@ -105,6 +118,10 @@ def _worker(worker: Worker, jobs: list[dict[str, Any]], *, now: datetime,
         "cpu_count": worker.resources.get("cpu_count"),
         "memory_total_mb": worker.resources.get("memory_total_mb"),
         "memory_available_mb": worker.resources.get("memory_available_mb"),
+        # local, or slurm: an executor on a login node, with its partition as sinfo says
+        # (nodes, CPUs and GPUs a node, idle and allocated; None while Slurm does not answer).
+        "executor": "slurm" if "slurm" in worker.resources else "local",
+        "slurm": worker.resources.get("slurm"),
         "gpus": None if gpus is None else [
             {**gpu, "free_mb": _free(gpu), "job_id": holder.get(gpu["index"])} for gpu in gpus],
         "jobs": jobs,

@@ -8,6 +8,7 @@ from app.views.artifacts import ARTIFACT_KINDS, artifact_summary
 from tunedeck.backend_config import backend_config, build_torchrun_argv
 from tunedeck.db.models import Job
 from tunedeck.run_folder import RunFolder, read_json
+from tunedeck.slurm.sbatch_script import SCRIPT_NAME as SBATCH_SCRIPT_NAME
 
 
 def job_to_dict(job: Job) -> dict[str, Any]:
@@ -30,6 +31,8 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "gpu_indices": job.gpu_indices,
         # The pid of node 0's launcher (torchrun) on its worker's host, while it may live.
         "launcher_pid": job.launcher_pid,
+        # Its Slurm job, where a Slurm executor runs it.
+        "slurm_job_id": job.slurm_job_id,
         "created_at": _iso(job.created_at),
         "started_at": _iso(job.started_at),
         "finished_at": _iso(job.finished_at),
@@ -56,15 +59,20 @@ def job_run_folder(job: Job) -> RunFolder | None:
 
 
 def job_config(job: Job) -> dict[str, Any]:
-    """What ran (from the run folder) once launched; what would run (generated) before."""
+    """What ran (from the run folder) once launched; what would run (generated) before.
+    A job a Slurm executor submitted has `sbatch_script` too."""
     spec = job.spec_model
     run = job_run_folder(job)
     if run is not None and run.launch_file.is_file():
         launch = read_json(run.launch_file)
         config_file = run.backend_config_file(spec.backend)
         config = read_json(config_file) if config_file.is_file() else backend_config(spec)
-        return {"backend": spec.backend, "config": config, "argv": launch["argv"],
-                "env": launch.get("env", {}), "source": "run folder"}
+        shown = {"backend": spec.backend, "config": config, "argv": launch["argv"],
+                 "env": launch.get("env", {}), "source": "run folder"}
+        script = run.path / SBATCH_SCRIPT_NAME
+        if script.is_file():  # a Slurm executor's: the script sbatch was given
+            shown["sbatch_script"] = script.read_text(encoding="utf-8", errors="replace")
+        return shown
     argv = build_torchrun_argv(spec, run.path.as_posix() if run else "RUN_DIR")
     return {"backend": spec.backend, "config": backend_config(spec), "argv": argv, "env": {},
             "source": "generated"}

@@ -45,3 +45,34 @@ def test_the_form_marks_fp16_beside_precision_before_submit(database):
     assert set(shown.field_errors) == {"precision"}
     assert "pick bf16 or fp32" in shown.field_errors["precision"]
     assert "Precision (precision)" in shown.message
+
+
+def register_slurm_executor(client, *, gpus_per_node: int, nodes: int = 4, cpus: int = 64):
+    partition = {"name": "gpu", "nodes": nodes, "cpus_per_node": cpus,
+                 "gpus_per_node": gpus_per_node, "idle_nodes": nodes, "allocated_nodes": 0,
+                 "max_nodes": None}
+    with client.app_state.database.transaction() as session:
+        worker_registry.record_heartbeat(
+            session=session, name="slurm@login", host="login", queues=["default"], pid=12,
+            concurrency=32, resources={"gpus": None, "cpu_count": 8, "slurm": partition},
+            started_at=utc_now())
+
+
+def test_a_slurm_partition_refuses_more_nodes_or_gpus_than_it_has_naming_its_limits(client):
+    register_slurm_executor(client, gpus_per_node=8)
+    response = client.post("/api/jobs", json={"max_steps": 5, "num_nodes": 8, "num_gpus": 16})
+    assert response.status_code == 422
+    problems = {problem["loc"][-1]: problem["msg"] for problem in response.json()["detail"]}
+    assert "Slurm partition gpu has 4" in problems["num_nodes"]
+    assert "Slurm partition gpu has 8 GPUs a node" in problems["num_gpus"]
+    # A GPU partition runs fp16 under ZeRO-2: no CPU-host refusal for a Slurm executor.
+    assert client.post("/api/jobs", json={**SPEC, "num_nodes": 4, "num_gpus": 8}).status_code == 201
+
+
+def test_a_cpu_slurm_partition_counts_a_rank_a_cpu(client):
+    register_slurm_executor(client, gpus_per_node=0, nodes=1, cpus=8)
+    response = client.post("/api/jobs", json={"max_steps": 5, "num_gpus": 16})
+    assert response.status_code == 422
+    [problem] = response.json()["detail"]
+    assert problem["loc"][-1] == "num_gpus" and "no GPUs and 8 CPUs a node" in problem["msg"]
+    assert client.post("/api/jobs", json=SPEC).status_code == 422  # fp16 + ZeRO-2, no GPU

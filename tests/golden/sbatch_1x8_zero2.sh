@@ -19,4 +19,7 @@ export OMP_NUM_THREADS=8
 export PYTHONUNBUFFERED=1
 export TUNEDECK_HOME=/shared/tunedeck
 
-srun --kill-on-bad-exit=1 /opt/tunedeck/.venv/bin/torchrun --standalone --nnodes 1 --nproc_per_node 8 --log-dir /shared/tunedeck/runs/job-12/logs/ranks --tee 3 -m trainer --run-dir /shared/tunedeck/runs/job-12
+resume=()
+if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then resume=(--resume); fi
+
+srun --kill-on-bad-exit=1 /opt/tunedeck/.venv/bin/torchrun --standalone --nnodes 1 --nproc_per_node 8 --log-dir /shared/tunedeck/runs/job-12/logs/ranks --tee 3 -m trainer --run-dir /shared/tunedeck/runs/job-12 "${resume[@]}"

@@ -20,7 +20,7 @@ export PYTHONUNBUFFERED=1
 export TUNEDECK_HOME=/shared/tunedeck
 
 # torchrun's static rendezvous: the store on the first node, ranks in node order.
-first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)  # sed reads it all: no SIGPIPE under pipefail
 export TUNEDECK_RDZV_ENDPOINT="$first_node:29500"
 # One task a node; each expands its own $SLURM_NODEID.
 srun --kill-on-bad-exit=1 bash -c 'exec "$0" --node-rank "$SLURM_NODEID" --rdzv-endpoint "$TUNEDECK_RDZV_ENDPOINT" "$@"' /opt/tunedeck/.venv/bin/torchrun --nnodes 2 --rdzv-backend static --rdzv-id tunedeck-job-12 --rdzv-conf timeout=300 --nproc_per_node 8 --log-dir /shared/tunedeck/runs/job-12/logs/ranks --tee 3 -m trainer --run-dir /shared/tunedeck/runs/job-12 --resume

@@ -16,7 +16,7 @@ from tunedeck.job_spec import JobSpec
 from tunedeck.metrics import store as metric_store
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
-from worker.job_runner import RunResult, _record_outcome
+from worker.job_runner import RunResult, record_outcome
 from worker.outcome import Outcome
 from worker.process_group import JobProcesses, start_process_group
 from worker.supervision import supervise
@@ -73,7 +73,7 @@ def test_metric_lines_written_while_the_database_is_down_are_all_stored(tmp_path
         proxy.cut()
         threading.Timer(2.0, proxy.restore).start()
         started = time.monotonic()
-        _record_outcome(job_id, RunResult(Outcome.CANCELLED), database=database)
+        record_outcome(job_id, RunResult(Outcome.CANCELLED), database=database)
         assert time.monotonic() - started >= 1.5
         with direct.transaction() as session:
             assert job_store.get_job(session=session, job_id=job_id).status == "cancelled"

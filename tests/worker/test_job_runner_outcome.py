@@ -3,7 +3,7 @@ and rank on the row, and a one-line failure event."""
 from tunedeck import job_store
 from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
-from worker.job_runner import Supervision, _judge, _record_outcome
+from worker.job_runner import Supervision, judge_run, record_outcome
 
 OOM_NOTICE = "out of memory on rank 1 (allocated 9.00 GB, reserved 10.00 GB): OutOfMemoryError: x"
 
@@ -11,7 +11,7 @@ OOM_NOTICE = "out of memory on rank 1 (allocated 9.00 GB, reserved 10.00 GB): Ou
 def test_the_blamed_ranks_notice_is_the_error_even_after_a_peers_timeout(tmp_path):
     supervision = Supervision(error_notices=[(1.0, 0, "RuntimeError: NCCL timeout"),
                                              (2.0, 1, OOM_NOTICE)])
-    outcome = _judge(1, supervision, RunFolder(tmp_path))
+    outcome = judge_run(1, supervision, RunFolder(tmp_path))
     assert (outcome.outcome, outcome.error) == ("failed", f"rank 1: {OOM_NOTICE}")
     assert (outcome.failure.kind, outcome.failure.rank) == ("out_of_memory", 1)
 
@@ -19,9 +19,9 @@ def test_the_blamed_ranks_notice_is_the_error_even_after_a_peers_timeout(tmp_pat
 def test_success_cancel_and_shutdown(tmp_path):
     run = RunFolder(tmp_path)
     run.merged_dir.mkdir()
-    assert _judge(0, Supervision(), run).outcome == "succeeded"
-    assert _judge(-15, Supervision(cancelled=True), run).outcome == "cancelled"
-    shutdown = _judge(0, Supervision(stopped_by_shutdown=True), run)
+    assert judge_run(0, Supervision(), run).outcome == "succeeded"
+    assert judge_run(-15, Supervision(cancelled=True), run).outcome == "cancelled"
+    shutdown = judge_run(0, Supervision(stopped_by_shutdown=True), run)
     assert (shutdown.outcome, shutdown.failure.kind) == ("failed", "worker_lost")
 
 
@@ -30,8 +30,8 @@ def test_the_row_gets_the_kind_the_rank_and_a_failure_event(database, tmp_path):
         job_id = job_store.create_job(session=session, spec=JobSpec(max_steps=1)).id
         job_store.mark_job_running(session=session, job_id=job_id, run_dir=str(tmp_path),
                                    worker_host="h")
-    outcome = _judge(1, Supervision(error_notices=[(2.0, 1, OOM_NOTICE)]), RunFolder(tmp_path))
-    _record_outcome(job_id, outcome, database=database)
+    outcome = judge_run(1, Supervision(error_notices=[(2.0, 1, OOM_NOTICE)]), RunFolder(tmp_path))
+    record_outcome(job_id, outcome, database=database)
     with database.transaction() as session:
         job = job_store.get_job(session=session, job_id=job_id)
         assert (job.status, job.failure_kind, job.failed_rank) == ("failed", "out_of_memory", 1)

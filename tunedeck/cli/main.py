@@ -36,6 +36,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     worker = commands.add_parser("worker", help="a Celery worker for this host's GPUs")
     worker.add_argument("--concurrency", type=int, default=None, help="jobs at once")
+    worker.add_argument("--executor", choices=("local", "slurm"), default=None,
+                        help="local: torchrun on this host's GPUs; slurm: submit each job with "
+                             "sbatch from a login node (default TUNEDECK_EXECUTOR or local)")
     worker.set_defaults(handler=_run_worker)
 
     migrate = commands.add_parser("migrate", help="alembic upgrade head on the database")
@@ -112,7 +115,8 @@ def _settings_with(arguments: argparse.Namespace):
     """The Settings of the environment, with what the command line gave instead."""
     from tunedeck.settings import Settings
 
-    fields = {"host": "host", "port": "port", "concurrency": "worker_concurrency"}
+    fields = {"host": "host", "port": "port", "concurrency": "worker_concurrency",
+              "executor": "executor"}
     overrides = {field: getattr(arguments, option) for option, field in fields.items()
                  if getattr(arguments, option, None) is not None}
     return Settings(**overrides)

@@ -9,18 +9,48 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from tunedeck.cluster.placement import WorkerView, serves
+from tunedeck.cluster.placement import SlurmPartitionView, WorkerView, serves
 from tunedeck.job_spec import JobSpec
 
 
 def host_problems(spec: JobSpec, workers: Sequence[WorkerView]) -> list[tuple[str, str]]:
     """(spec field, why and what to pick instead) for each choice no worker that could place
-    the job can run; [] when one of them has GPUs or none is registered."""
+    the job can run; [] when one of them has GPUs or none is registered. A Slurm
+    executor's job is held to its partition's nodes."""
     candidates = [worker for worker in workers if serves(worker, spec)]
-    if not candidates or any(worker.gpu_indices for worker in candidates):
+    if not candidates:
+        return []
+    partitions = [worker.slurm for worker in candidates if worker.slurm is not None]
+    if partitions and len(partitions) == len(candidates):
+        return _partition_problems(spec, partitions)
+    if any(worker.gpu_indices or worker.slurm for worker in candidates):
         return []
     problems = []
     if spec.backend == "zero2" and spec.precision == "fp16":
         problems.append(("precision", "this host has no GPU: fp16 under ZeRO-2 needs one "
                                       "(DeepSpeed refuses fp16 on CPU) — pick bf16 or fp32"))
     return problems
+
+
+def _partition_problems(spec: JobSpec, partitions: Sequence[SlurmPartitionView]
+                        ) -> list[tuple[str, str]]:
+    """What none of the Slurm partitions that could take the job has room for, ever."""
+    widest = max(partitions, key=lambda partition: (partition.nodes, partition.gpus_per_node))
+    problems = []
+    if all(spec.num_nodes > partition.nodes for partition in partitions):
+        problems.append(("num_nodes", f"{spec.num_nodes} nodes asked for; Slurm partition "
+                                      f"{widest.name} has {widest.nodes}"))
+    if all(spec.num_gpus > _ranks_per_node(partition) for partition in partitions):
+        what = (f"{widest.gpus_per_node} GPUs a node" if widest.gpus_per_node
+                else f"no GPUs and {widest.cpus_per_node} CPUs a node (a rank a CPU)")
+        problems.append(("num_gpus", f"{spec.num_gpus} a node asked for; Slurm partition "
+                                     f"{widest.name} has {what}"))
+    if not any(partition.gpus_per_node for partition in partitions) \
+            and spec.backend == "zero2" and spec.precision == "fp16":
+        problems.append(("precision", f"Slurm partition {widest.name} has no GPU: fp16 under "
+                                      "ZeRO-2 needs one — pick bf16 or fp32"))
+    return problems
+
+
+def _ranks_per_node(partition: SlurmPartitionView) -> int:
+    return partition.gpus_per_node or partition.cpus_per_node

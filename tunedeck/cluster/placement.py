@@ -66,6 +66,26 @@ class WorkerView:
     queues: tuple[str, ...]
     gpu_indices: tuple[int, ...] | None
     concurrency: int
+    # A Slurm executor's partition (what its heartbeat read from sinfo); None: a local worker.
+    slurm: "SlurmPartitionView | None" = None
+
+
+@dataclass(frozen=True)
+class SlurmPartitionView:
+    """A Slurm executor's partition: its nodes and what each has."""
+
+    name: str
+    nodes: int
+    gpus_per_node: int
+    cpus_per_node: int
+
+    @classmethod
+    def of(cls, described: dict | None) -> "SlurmPartitionView | None":
+        if not described:
+            return None
+        return cls(name=str(described["name"]), nodes=int(described["nodes"]),
+                   gpus_per_node=int(described["gpus_per_node"]),
+                   cpus_per_node=int(described["cpus_per_node"]))
 
 
 def serves(worker: WorkerView, placement: Placement) -> bool:

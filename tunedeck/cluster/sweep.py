@@ -139,6 +139,8 @@ def settle_lost_workers(*, session: Session, silent_seconds: float, result: Swee
             # A job is lost with any of its nodes: the others cannot go on without it.
             *job_store.list_running_jobs_with_a_node_on(session=session, worker_name=worker.name)]}
         for job in jobs.values():
+            if job.slurm_job_id is not None:
+                continue  # Slurm runs it on; the executor that starts next follows it again
             give_up_job(session=session, job=job, result=result,
                         why=f"worker lost: worker {worker.name} on {worker.host} sent no "
                             f"heartbeat since {silent_since} (over {silent_seconds:g} s)")

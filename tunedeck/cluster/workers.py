@@ -9,7 +9,7 @@ from typing import Any, Sequence
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from tunedeck.cluster.placement import WorkerView
+from tunedeck.cluster.placement import SlurmPartitionView, WorkerView
 from tunedeck.db.models import Worker, utc_now
 
 ONLINE = "online"
@@ -71,4 +71,4 @@ def worker_view(worker: Worker) -> WorkerView:
     return WorkerView(
         name=worker.name, host=worker.host, queues=tuple(worker.queues),
         gpu_indices=None if gpus is None else tuple(gpu["index"] for gpu in gpus),
-        concurrency=worker.concurrency)
+        concurrency=worker.concurrency, slurm=SlurmPartitionView.of(worker.resources.get("slurm")))

@@ -64,6 +64,8 @@ class Job(Base):
     # rendezvous ("host:port"); the other nodes are in job_nodes.
     rendezvous: Mapped[str | None] = mapped_column(String(300), nullable=True)
     launcher_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The job's Slurm job, once a Slurm executor submitted it (its sbatch --parsable id).
+    slurm_job_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     # The account that submitted it (users.name); null for jobs submitted with open access.
     # A user sees and controls their own jobs, an admin everyone's.
     owner: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)

@@ -91,20 +91,27 @@ def sbatch_script(job: SbatchJob, options: SlurmOptions) -> str:
               sorted(job.environment.items())]
     argv = build_torchrun_argv(spec, run_dir, torchrun=job.torchrun, resume=job.resume,
                                node_rank=0, rendezvous="-", job_id=job.job_id)
+    resume = ""
+    if not job.resume:
+        # Slurm runs a requeued job's script again (a preemption, `scontrol requeue`): the
+        # run then continues from its latest checkpoint, as TuneDeck's resume does.
+        lines += ["", "resume=()",
+                  'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then resume=(--resume); fi']
+        resume = ' "${resume[@]}"'
     if spec.num_nodes == 1:
-        lines += ["", "srun --kill-on-bad-exit=1 " + shlex.join(argv)]
+        lines += ["", "srun --kill-on-bad-exit=1 " + shlex.join(argv) + resume]
         return "\n".join(lines) + "\n"
     per_node = _without_options(argv, ("--node-rank", "--rdzv-endpoint"))
     lines += [
         "",
         "# torchrun's static rendezvous: the store on the first node, ranks in node order.",
-        'first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        'first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)  # sed reads it all: no SIGPIPE under pipefail',
         f'export TUNEDECK_RDZV_ENDPOINT="$first_node:{options.rendezvous_port}"',
         "# One task a node; each expands its own $SLURM_NODEID.",
         "srun --kill-on-bad-exit=1 bash -c "
         + shlex.quote(f'exec "$0" --node-rank {NODE_RANK_WORD} '
                       f'--rdzv-endpoint {ENDPOINT_WORD} "$@"')
-        + " " + shlex.join(per_node),
+        + " " + shlex.join(per_node) + resume,
     ]
     return "\n".join(lines) + "\n"
 

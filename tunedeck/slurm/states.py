@@ -14,9 +14,9 @@ from typing import Iterable, Literal
 
 from tunedeck.failure_kinds import NODE_FAIL, OUT_OF_MEMORY, TIMEOUT
 
-# `|`-separated, one line a job: id, state, reason (squeue: %r, sacct: Reason), exit code.
-SQUEUE_FORMAT = "%i|%T|%r"
-SACCT_FIELDS = "JobID,State,Reason,ExitCode"
+# `|`-separated, one line a job: id, state, reason, nodes (squeue: %r %N), exit code (sacct).
+SQUEUE_FORMAT = "%i|%T|%r|%N"
+SACCT_FIELDS = "JobID,State,Reason,NodeList,ExitCode"
 
 Phase = Literal["queued", "running", "ended", "failed", "requeued", "cancelled"]
 
@@ -24,12 +24,14 @@ Phase = Literal["queued", "running", "ended", "failed", "requeued", "cancelled"]
 @dataclass(frozen=True)
 class SlurmState:
     """One job's line: its id, base state (CANCELLED of "CANCELLED by 1000"), Slurm's
-    reason word (None, or "None"), and exit code ("0:0", sacct only)."""
+    reason word (None for "None"), its nodes ("gpu-[1-2]"; None before it has any) and
+    exit code ("0:0", sacct only)."""
 
     slurm_id: str
     state: str
     reason: str | None = None
     exit_code: str | None = None
+    nodes: str | None = None
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,9 @@ class Verdict:
 
 
 def squeue_argv(slurm_ids: Iterable[str]) -> list[str]:
-    return ["squeue", "-h", "-o", SQUEUE_FORMAT, "-j", ",".join(slurm_ids)]
+    # Every state: a job that just ended is listed (as COMPLETED, TIMEOUT...) for
+    # MinJobAge, so an executor without accounting still learns how it ended.
+    return ["squeue", "-h", "--states=all", "-o", SQUEUE_FORMAT, "-j", ",".join(slurm_ids)]
 
 
 def sacct_argv(slurm_ids: Iterable[str]) -> list[str]:
@@ -55,8 +59,9 @@ def parse_squeue(text: str) -> dict[str, SlurmState]:
     states = {}
     for line in text.splitlines():
         parts = line.strip().split("|")
-        if len(parts) >= 3 and parts[0]:
-            states[parts[0]] = SlurmState(parts[0], _base_state(parts[1]), _reason(parts[2]))
+        if len(parts) >= 4 and parts[0]:
+            states[parts[0]] = SlurmState(parts[0], _base_state(parts[1]), _reason(parts[2]),
+                                          nodes=_nodes(parts[3]))
     return states
 
 
@@ -64,9 +69,9 @@ def parse_sacct(text: str) -> dict[str, SlurmState]:
     states = {}
     for line in text.splitlines():
         parts = line.strip().split("|")
-        if len(parts) >= 4 and parts[0] and "." not in parts[0]:
+        if len(parts) >= 5 and parts[0] and "." not in parts[0]:
             states[parts[0]] = SlurmState(parts[0], _base_state(parts[1]), _reason(parts[2]),
-                                          parts[3] or None)
+                                          parts[4] or None, _nodes(parts[3]))
     return states
 
 
@@ -140,6 +145,11 @@ def verdict(state: SlurmState, partition: str | None = None) -> Verdict:
 def _base_state(text: str) -> str:
     """"CANCELLED by 1000" -> "CANCELLED"; squeue's and sacct's spellings agree otherwise."""
     return text.strip().split(" ")[0].rstrip("+").upper()
+
+
+def _nodes(text: str) -> str | None:
+    text = text.strip()
+    return None if text in ("", "None assigned", "(null)") else text
 
 
 def _reason(text: str) -> str | None:

@@ -160,7 +160,10 @@ def _config_texts(job: Job) -> tuple[str, str]:
         config = job_config(job)
     except (ValidationError, OSError, ValueError, KeyError) as error:
         return "", f"(cannot show the config: {error})"
-    return json.dumps(config["config"], indent=2), shlex.join(config["argv"])
+    command = shlex.join(config["argv"])
+    if "sbatch_script" in config:
+        command += "\n\n" + config["sbatch_script"]
+    return json.dumps(config["config"], indent=2), command
 
 
 def downloads_html(job: Job) -> str:

@@ -166,7 +166,9 @@ def _details() -> tuple[gr.HTML, gr.Dataframe, gr.Code, gr.Textbox, gr.Dataframe
     with gr.Accordion("Generated config and launch command", open=False):
         config_code = gr.Code(language="json", label="Backend config", interactive=False,
                               max_lines=40, elem_id="job-config")
-        command_line = gr.Textbox(label="torchrun argv", interactive=False, elem_id="job-command")
+        command_line = gr.Textbox(label="Launch command (torchrun argv; on Slurm, sbatch and "
+                                  "its script)", interactive=False, max_lines=40,
+                                  elem_id="job-command")
     with gr.Accordion("Checkpoints", open=False):
         checkpoints = gr.Dataframe(label="Complete checkpoints, newest first (Resume uses the "
                                    "newest)", interactive=False, wrap=True,

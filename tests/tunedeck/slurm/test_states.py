@@ -14,17 +14,20 @@ def test_one_call_asks_for_every_job():
 
 
 def test_squeue_lines_parse_with_their_reasons():
-    states = parse_squeue("12|PENDING|Resources\n13|RUNNING|None\n14|PENDING|QOSMaxJobsPerUserLimit\n")
+    states = parse_squeue("12|PENDING|Resources|\n13|RUNNING|None|gpu-[1-2]\n"
+                          "14|PENDING|QOSMaxJobsPerUserLimit|\n")
     assert states["12"] == SlurmState("12", "PENDING", "Resources")
-    assert states["13"].reason is None
+    assert states["13"].reason is None and states["13"].nodes == "gpu-[1-2]"
     assert states["14"].reason == "QOSMaxJobsPerUserLimit"
 
 
 def test_sacct_lines_keep_the_allocation_and_its_exit_code():
-    text = ("20|COMPLETED|None|0:0\n20.batch|COMPLETED||0:0\n"
-            "21|CANCELLED by 0|None|0:15\n22|TIMEOUT|None|0:0\n23|FAILED|NonZeroExitCode|1:0\n")
+    text = ("20|COMPLETED|None|vm|0:0\n20.batch|COMPLETED||vm|0:0\n"
+            "21|CANCELLED by 0|None|vm|0:15\n22|TIMEOUT|None|vm|0:0\n"
+            "23|FAILED|NonZeroExitCode|vm|1:0\n24|CANCELLED by 0|None|None assigned|0:0\n")
     states = parse_sacct(text)
-    assert set(states) == {"20", "21", "22", "23"}
+    assert set(states) == {"20", "21", "22", "23", "24"}
+    assert states["20"].nodes == "vm" and states["24"].nodes is None
     assert states["21"].state == "CANCELLED"
     assert states["23"].exit_code == "1:0"
 

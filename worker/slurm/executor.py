@@ -1,0 +1,378 @@
+"""Running a job through Slurm: check its inputs, write its run folder and sbatch script on
+the shared filesystem, submit it, and follow it (queued with Slurm's reason while pending,
+running from Slurm's start, metrics from the ranks' files as a local worker stores them)
+until Slurm says it ended; then judge it from its run folder as a local job is judged.
+
+An executor that stops (killed, restarted) leaves its Slurm jobs running: the next one to
+start follows them again from the rows (`jobs_to_follow_again`). Cancel is `scancel`, and
+the row is cancelled only once Slurm says the job ended.
+"""
+from __future__ import annotations
+
+import logging
+import shlex
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from tunedeck import job_store
+from tunedeck.backend_config import backend_config
+from tunedeck.db.engine import Database
+from tunedeck.failure_kinds import ERROR
+from tunedeck.job_spec import JobSpec
+from tunedeck.job_states import FINISHED_STATUSES, QUEUED, RUNNING, InvalidTransition
+from tunedeck.run_folder import RunFolder, write_run_folder
+from tunedeck.settings import Settings
+from tunedeck.slurm.sbatch_script import SCRIPT_NAME, SbatchJob, SlurmOptions, sbatch_script
+from tunedeck.slurm.states import SlurmState, Verdict, verdict
+from worker import job_runner
+from worker.failure_triage import FailureEvidence, FailureReason, classify_failure
+from worker.input_check import find_input_problems, worker_input_roots
+from worker.launch import inherited_environment, launch_environment, torchrun_path
+from worker.outcome import Outcome
+from worker.sampler import JobSampler
+from worker.slurm import client
+from worker.slurm.client import SlurmError, SlurmStates
+from worker.supervision import supervise
+from worker.worker_identity import WorkerIdentity
+
+log = logging.getLogger(__name__)
+# After scancel, how long the executor waits for Slurm to say the job ended (KillWait and
+# the epilog come first) before it stops waiting; the job is cancelled only once it has.
+CANCEL_WAIT_SECONDS = 300.0
+
+
+def slurm_options(settings: Settings, *, gpus: bool) -> SlurmOptions:
+    """The site's sbatch options from the settings; ValueError names a bad one."""
+    return SlurmOptions(partition=settings.slurm_partition, account=settings.slurm_account,
+                        qos=settings.slurm_qos, time_limit=settings.slurm_time_limit,
+                        extra_args=tuple(shlex.split(settings.slurm_extra_args)),
+                        cpus_per_task=settings.slurm_cpus_per_task, gpus=gpus)
+
+
+class SlurmExecutor:
+    """What a Slurm executor process shares among its job threads: one SlurmStates (one
+    squeue and one sacct a poll for all its jobs) and which jobs it follows now."""
+
+    def __init__(self, *, settings: Settings, database: Database, identity: WorkerIdentity):
+        self.settings = settings
+        self.database = database
+        self.identity = identity
+        self.states = SlurmStates(settings.slurm_poll_seconds)
+        self._following: set[int] = set()
+        self._lock = threading.Lock()
+        self._partition: client.Partition | None = None
+
+    @property
+    def partition(self) -> client.Partition:
+        if self._partition is None:
+            self._partition = client.partition_info(self.settings.slurm_partition)
+        return self._partition
+
+    def run_job(self, job_id: int, *, shutdown_requested: Callable[[], bool]) -> Outcome:
+        """Submit the queued job, or follow the one this executor submitted before it
+        restarted; returns once Slurm says it ended (or the executor stops)."""
+        with self._lock:
+            if job_id in self._following:
+                return Outcome.LEFT_QUEUED  # a re-sent id of a job followed already
+            self._following.add(job_id)
+        try:
+            return self._run(job_id, shutdown_requested)
+        finally:
+            with self._lock:
+                self._following.discard(job_id)
+
+    def jobs_to_follow_again(self) -> list[int]:
+        """The queued and running jobs this executor submitted before it (re)started."""
+        with self.database.transaction() as session:
+            return [job.id for job in job_store.list_slurm_jobs_of_worker(
+                session=session, worker_name=self.identity.name)]
+
+    def _run(self, job_id: int, shutdown_requested: Callable[[], bool]) -> Outcome:
+        with self.database.transaction() as session:
+            try:
+                job = job_store.get_job(session=session, job_id=job_id)
+            except job_store.JobNotFound:
+                return Outcome.MISSING
+            status, slurm_job_id, worker_name = job.status, job.slurm_job_id, job.worker_name
+            spec, owner = job.spec_model, job.owner
+            resume = job.resume_requested
+        if status in FINISHED_STATUSES:
+            return Outcome.of_unclaimed(status)
+        if slurm_job_id is not None and worker_name != self.identity.name:
+            return Outcome.RUNNING_ELSEWHERE
+        run = RunFolder(self.settings.run_dir_for(job_id))
+        if slurm_job_id is None:
+            if status != QUEUED:
+                return Outcome.of_unclaimed(status)
+            slurm_job_id = self._submit(job_id, spec, run, owner=owner, resume=resume)
+            if slurm_job_id is None:
+                return Outcome.FAILED
+        return self._follow(job_id, slurm_job_id, run, shutdown_requested)
+
+    # --- submission -------------------------------------------------------------------
+
+    def _submit(self, job_id: int, spec: JobSpec, run: RunFolder, *, owner: str | None,
+                resume: bool) -> str | None:
+        """The new Slurm job's id, or None when the job failed before Slurm took it."""
+        problems = find_input_problems(spec, allowed_roots=worker_input_roots(self.settings, owner),
+                                       datasets_cache=self.settings.datasets_cache_dir)
+        problems += self._partition_problems(spec)
+        if problems:
+            self._fail(job_id, "\n".join(problems), classify_failure(
+                FailureEvidence(input_problems=tuple(problems))))
+            return None
+        try:
+            script = self._write_run_folder(job_id, spec, run, resume=resume)
+            # The executor's own folder, as a local worker's ranks start in theirs (relative
+            # paths mean what the input check saw); its environment less TuneDeck's
+            # secrets (sbatch hands its environment to the job).
+            slurm_job_id = client.submit(script, cwd=Path.cwd(), env=inherited_environment())
+        except (SlurmError, ValueError, OSError) as error:
+            self._fail(job_id, f"sbatch refused the job: {error}", FailureReason(ERROR))
+            return None
+        # The job page's log and the failure triage read torchrun.log: Slurm's output file.
+        run.launcher_log_file.unlink(missing_ok=True)
+        run.launcher_log_file.symlink_to(f"slurm-{slurm_job_id}.out")
+        try:
+            with self.database.transaction() as session:
+                job_store.record_slurm_submission(session=session, job_id=job_id,
+                                                  slurm_job_id=slurm_job_id,
+                                                  worker_name=self.identity.name,
+                                                  run_dir=str(run.path))
+        except InvalidTransition:
+            # Cancelled (or claimed) while sbatch ran: the Slurm job must not run on.
+            _cancel_quietly(slurm_job_id)
+            return None
+        return slurm_job_id
+
+    def _partition_problems(self, spec: JobSpec) -> list[str]:
+        try:
+            partition = self.partition
+        except SlurmError as error:
+            return [f"Slurm: {error}"]
+        problems = []
+        if spec.num_nodes > partition.nodes:
+            problems.append(f"num_nodes: {spec.num_nodes} nodes asked for; partition "
+                            f"{partition.name} has {partition.nodes}")
+        if partition.gpus_per_node and spec.num_gpus > partition.gpus_per_node:
+            problems.append(f"num_gpus: {spec.num_gpus} GPUs a node asked for; partition "
+                            f"{partition.name}'s nodes have {partition.gpus_per_node}")
+        if not partition.gpus_per_node and spec.num_gpus > partition.cpus_per_node:
+            problems.append(f"num_gpus: {spec.num_gpus} ranks a node asked for; partition "
+                            f"{partition.name} has no GPUs and {partition.cpus_per_node} "
+                            "CPUs a node")
+        return problems
+
+    def _write_run_folder(self, job_id: int, spec: JobSpec, run: RunFolder, *,
+                          resume: bool) -> Path:
+        gpus = self.partition.gpus_per_node > 0
+        options = slurm_options(self.settings, gpus=gpus)
+        environment = launch_environment(spec, self.settings)
+        # The node's cores, not the login node's, are the ranks' to share.
+        cpus = options.cpus_per_task or (None if gpus else spec.num_gpus)
+        environment["OMP_NUM_THREADS"] = str(max(1, (cpus or spec.num_gpus) // spec.num_gpus))
+        script = sbatch_script(SbatchJob(job_id=job_id, spec=spec, run=run,
+                                         torchrun=torchrun_path(), resume=resume,
+                                         environment=environment), options)
+        write_run_folder(run, spec_json=spec.model_dump(mode="json"), backend=spec.backend,
+                         backend_config=backend_config(spec), launch={
+                             "argv": ["sbatch", "--parsable", str(run.path / SCRIPT_NAME)],
+                             "env": environment, "cwd": str(run.path)})
+        path = run.path / SCRIPT_NAME
+        path.write_text(script)
+        return path
+
+    # --- following ----------------------------------------------------------------------
+
+    def _follow(self, job_id: int, slurm_job_id: str, run: RunFolder,
+                shutdown_requested: Callable[[], bool]) -> Outcome:
+        self.states.follow(slurm_job_id)
+        try:
+            while True:
+                started = self._wait_for_start(job_id, slurm_job_id, run, shutdown_requested)
+                if isinstance(started, Outcome):
+                    return started
+                allocation = SlurmAllocation(slurm_job_id, self.states, shutdown_requested)
+                supervision = supervise(
+                    job_id, allocation, run, settings=self.settings, database=self.database,
+                    shutdown_requested=lambda: False, sampler=_no_local_processes(),
+                    worker_name=self.identity.name)
+                if allocation.detached:
+                    return Outcome.RUNNING_ELSEWHERE  # Slurm keeps the job
+                if supervision.taken_away:
+                    return Outcome.TAKEN_AWAY
+                if allocation.requeued and not supervision.cancelled:
+                    if self._back_to_queued(job_id, allocation.verdict):
+                        continue
+                    return Outcome.FAILED
+                result = self._judge(allocation, supervision, run)
+                job_runner.record_outcome(job_id, result, database=self.database)
+                return result.outcome
+        finally:
+            self.states.forget(slurm_job_id)
+
+    def _wait_for_start(self, job_id: int, slurm_job_id: str, run: RunFolder,
+                        shutdown_requested: Callable[[], bool]) -> Outcome | None:
+        """Until Slurm runs the job (None: it runs, the row says so), noting each new
+        pending reason; an Outcome when it ended, was cancelled, or the executor stops."""
+        partition = self.settings.slurm_partition or self.partition.name
+        while True:
+            if shutdown_requested():
+                return Outcome.RUNNING_ELSEWHERE  # Slurm keeps the job; the next executor follows it
+            state = self.states.state(slurm_job_id)
+            with self.database.transaction() as session:
+                job = job_store.get_job(session=session, job_id=job_id)
+                if job.status == RUNNING:
+                    return None  # followed again after a restart: it runs already
+                if job.status != QUEUED:  # cancelled while pending
+                    _cancel_quietly(slurm_job_id)
+                    return Outcome.of_unclaimed(job.status)
+                if state is None:
+                    job_store.mark_job_failed(
+                        session=session, job_id=job_id, failure_kind=ERROR,
+                        error=f"Slurm no longer knows its job {slurm_job_id}")
+                    return Outcome.FAILED
+                judged = verdict(state, partition)
+                if judged.phase == "queued" or judged.phase == "requeued":
+                    job_store.note_job_waiting(session=session, job_id=job_id,
+                                               reason=f"Slurm job {slurm_job_id}: {judged.words}")
+                elif judged.phase == "running":
+                    job_store.mark_job_running(session=session, job_id=job_id,
+                                               run_dir=str(run.path),
+                                               worker_host=state.nodes or "slurm",
+                                               worker_name=self.identity.name)
+                    job_store.add_job_event(session=session, job_id=job_id, kind="slurm",
+                                            message=f"Slurm job {slurm_job_id} runs on "
+                                                    f"{state.nodes or 'its nodes'}")
+                    return None
+                else:  # it ended before it was seen running (a short job, a bad node)
+                    job_store.mark_job_running(session=session, job_id=job_id,
+                                               run_dir=str(run.path),
+                                               worker_host=state.nodes or "slurm",
+                                               worker_name=self.identity.name)
+                    return None
+            time.sleep(self.settings.slurm_poll_seconds)
+
+    def _back_to_queued(self, job_id: int, judged: Verdict | None) -> bool:
+        """Slurm requeued the running job (a preemption): queued again, to resume from its
+        latest checkpoint, within the spec's max_restarts; past them it fails."""
+        with self.database.transaction() as session:
+            job = job_store.get_job(session=session, job_id=job_id)
+            words = judged.words if judged else "Slurm requeued the job"
+            if job.attempts > job.spec_model.max_restarts:
+                job_store.mark_job_failed(session=session, job_id=job_id, failure_kind=ERROR,
+                                          error=f"{words}; no restart left "
+                                                f"(max_restarts {job.spec_model.max_restarts})")
+                cancel = job.slurm_job_id
+            else:
+                job_store.requeue_slurm_job(session=session, job_id=job_id,
+                                            reason=f"{words}: it resumes from its latest "
+                                                   "checkpoint when Slurm starts it again")
+                cancel = None
+        if cancel:
+            _cancel_quietly(cancel)
+        return cancel is None
+
+    def _judge(self, allocation: "SlurmAllocation", supervision,
+               run: RunFolder) -> job_runner.RunResult:
+        judged = allocation.verdict
+        if supervision.cancelled or (judged is not None and judged.phase == "cancelled"):
+            return job_runner.RunResult(Outcome.CANCELLED)
+        if judged is not None and judged.phase == "failed":
+            return job_runner.RunResult(Outcome.FAILED, judged.words,
+                                        FailureReason(judged.failure_kind or ERROR))
+        if allocation.lost:
+            return job_runner.RunResult(
+                Outcome.FAILED, f"Slurm no longer knows its job {allocation.slurm_job_id}",
+                FailureReason(ERROR))
+        result = job_runner.judge_run(allocation.returncode, supervision, run)
+        if result.outcome == Outcome.FAILED and judged is not None and judged.words \
+                and result.error and judged.words not in result.error:
+            result.error = f"{judged.words}\n{result.error}"
+        return result
+
+    def _fail(self, job_id: int, error: str, failure: FailureReason) -> None:
+        job_runner.record_outcome(job_id, job_runner.RunResult(Outcome.FAILED, error, failure),
+                                  database=self.database)
+
+
+class SlurmAllocation:
+    """A Slurm job as `supervise` watches a launch: `launcher.poll()` is None while Slurm
+    runs it and its exit code once it ended; `stop()` is scancel, returning once Slurm
+    says the job ended. It owns no local process (`known_pids` is empty)."""
+
+    def __init__(self, slurm_job_id: str, states: SlurmStates,
+                 shutdown_requested: Callable[[], bool]):
+        self.slurm_job_id = slurm_job_id
+        self.launcher = self
+        self.returncode: int | None = None
+        self.verdict: Verdict | None = None
+        self.requeued = False
+        self.lost = False
+        self.detached = False
+        self._states = states
+        self._shutdown_requested = shutdown_requested
+
+    def poll(self) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        if self._shutdown_requested():
+            # The executor stops, the job does not: the next executor follows it again.
+            self.detached = True
+            self.returncode = -1
+            return self.returncode
+        state = self._states.state(self.slurm_job_id)
+        if state is None:
+            self.lost, self.returncode = True, -1
+            return self.returncode
+        judged = verdict(state)
+        if judged.phase == "running":
+            return None
+        self.verdict = judged
+        self.requeued = judged.phase in ("requeued", "queued")
+        self.returncode = _exit_code(state) if judged.phase == "ended" else 1
+        return self.returncode
+
+    def refresh(self) -> None:
+        pass
+
+    def known_pids(self) -> list[int]:
+        return []
+
+    def stop(self, *, grace_seconds: float) -> None:
+        """scancel (Slurm signals the ranks and kills them after its KillWait), then wait
+        until Slurm says the job ended."""
+        _cancel_quietly(self.slurm_job_id)
+        deadline = time.monotonic() + max(grace_seconds, CANCEL_WAIT_SECONDS)
+        while time.monotonic() < deadline and self.poll() is None:
+            time.sleep(0.5)
+        if self.verdict is not None and self.verdict.phase in ("requeued", "queued"):
+            self.requeued = False  # cancelled while requeued: it ends here
+
+    def kill(self) -> None:
+        pass
+
+
+def _exit_code(state: SlurmState) -> int:
+    """sacct's "1:0" (exit code : signal); squeue gives none, and 0 then means COMPLETED."""
+    if not state.exit_code:
+        return 0 if state.state == "COMPLETED" else 1
+    code, _, signal_number = state.exit_code.partition(":")
+    if signal_number not in ("", "0"):
+        return -int(signal_number)
+    return int(code or 0)
+
+
+def _no_local_processes() -> JobSampler:
+    """The ranks run on the cluster's nodes: nothing of this host to sample (their memory
+    comes from the ranks' own allocator readings, in their metric lines)."""
+    return JobSampler(host="slurm", gpu_ids=[], nvml=None)
+
+
+def _cancel_quietly(slurm_job_id: str) -> None:
+    try:
+        client.cancel(slurm_job_id)
+    except SlurmError as error:
+        log.warning("scancel %s: %s", slurm_job_id, error)
