@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # A one-host Slurm for the tests: munge, slurmdbd (accounting in the local MariaDB, so
-# `sacct` answers as on a real cluster), slurmctld and slurmd, the node a CPU node with this
-# machine's cores and memory. Installs Debian's packages where they are missing (root).
-# Idempotent: when `sinfo` already shows the node, it returns at once.
+# `sacct` answers as on a real cluster), slurmctld and three slurmd on this machine:
+# partition `debug` (default) is this host as one CPU node with its cores and memory;
+# partition `multi` is two more nodes, tdnode1 and tdnode2, each a slurmd of its own on its
+# own port (slurmd -N), so a job on two nodes runs here as on a cluster. Installs Debian's
+# packages where they are missing (root). Idempotent: when `sinfo` already shows the nodes,
+# it returns at once.
 #
 # TUNEDECK_SLURM_TEST=0 skips it (a laptop without root); tests that need Slurm then skip.
 set -euo pipefail
@@ -17,16 +20,24 @@ LOG_DIR=/var/log/tunedeck-slurm
 NODE=$(hostname -s)
 PARTITION=debug
 
-node_state() { sinfo -h -n "$NODE" -o %T 2>/dev/null | head -1 || true; }
+MULTI_NODES=(tdnode1 tdnode2)
+MULTI_PORTS=(17001 17002)
 
-ready() {
+node_state() { sinfo -h -N -n "$1" -o %T 2>/dev/null | sed -n 1p || true; }
+
+node_up() {
   local state
-  state=$(node_state)
+  state=$(node_state "$1")
   [[ "$state" == idle* || "$state" == mixed* || "$state" == allocated* ]]
 }
 
+ready() {
+  local node
+  for node in "$NODE" "${MULTI_NODES[@]}"; do node_up "$node" || return 1; done
+}
+
 if command -v sinfo >/dev/null 2>&1 && ready; then
-  echo "Slurm answers: node $NODE $(node_state)"; exit 0
+  echo "Slurm answers: nodes $NODE ${MULTI_NODES[*]} up"; exit 0
 fi
 
 if [[ $(id -u) -ne 0 ]]; then
@@ -44,7 +55,7 @@ if (( ${#missing[@]} )); then
   apt-get install -y -q slurm-wlm slurmdbd munge >/dev/null
 fi
 
-mkdir -p "$STATE_DIR/ctld" "$STATE_DIR/d" "$LOG_DIR" /run/munge
+mkdir -p "$STATE_DIR/ctld" "$LOG_DIR" /run/munge
 chown -R slurm:slurm "$STATE_DIR" "$LOG_DIR"
 
 # munge: the key is the cluster's shared secret; one host makes its own.
@@ -95,11 +106,14 @@ SchedulerType=sched/backfill
 SlurmUser=slurm
 SlurmdUser=root
 StateSaveLocation=$STATE_DIR/ctld
-SlurmdSpoolDir=$STATE_DIR/d
+# %n: each slurmd of this host (one a node) has its own spool, pid and log.
+SlurmdSpoolDir=$STATE_DIR/d-%n
 SlurmctldPidFile=/run/slurmctld.pid
-SlurmdPidFile=/run/slurmd.pid
+SlurmdPidFile=/run/slurmd-%n.pid
 SlurmctldLogFile=$LOG_DIR/slurmctld.log
-SlurmdLogFile=$LOG_DIR/slurmd.log
+SlurmdLogFile=$LOG_DIR/slurmd-%n.log
+# The two-node partition's nodes share this host's cores: take the configured CPUs as given.
+SlurmdParameters=config_overrides
 ReturnToService=2
 # A job past its time limit is killed within a minute; its ranks get 10 s after SIGTERM.
 KillWait=10
@@ -108,7 +122,10 @@ InactiveLimit=0
 MinJobAge=300
 $ACCOUNTING
 NodeName=$NODE CPUs=$CPUS RealMemory=$MEMORY State=UNKNOWN
+NodeName=${MULTI_NODES[0]} NodeHostname=$NODE NodeAddr=127.0.0.1 Port=${MULTI_PORTS[0]} CPUs=1 RealMemory=2048 State=UNKNOWN
+NodeName=${MULTI_NODES[1]} NodeHostname=$NODE NodeAddr=127.0.0.1 Port=${MULTI_PORTS[1]} CPUs=1 RealMemory=2048 State=UNKNOWN
 PartitionName=$PARTITION Nodes=$NODE Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+PartitionName=multi Nodes=${MULTI_NODES[0]},${MULTI_NODES[1]} MaxTime=INFINITE State=UP
 CONF
 
 if [[ "$ACCOUNTING" == *slurmdbd* ]]; then
@@ -134,15 +151,27 @@ CONF
   sacctmgr -i add cluster tunedeck >/dev/null 2>&1 || true
 fi
 
-pgrep -x slurmctld >/dev/null && scontrol reconfigure >/dev/null 2>&1 || /usr/sbin/slurmctld
-pgrep -x slurmd >/dev/null || /usr/sbin/slurmd
+# A running controller and daemons of an older configuration start over on this one.
+pkill -x slurmd 2>/dev/null || true
+pkill -x slurmctld 2>/dev/null && sleep 1 || true
+/usr/sbin/slurmctld
+for node in "$NODE" "${MULTI_NODES[@]}"; do
+  mkdir -p "$STATE_DIR/d-$node"
+  /usr/sbin/slurmd -N "$node"
+done
 
 for _ in $(seq 150); do
-  if ready; then echo "Slurm answers: node $NODE $(node_state) in partition $PARTITION"; exit 0; fi
+  if ready; then
+    echo "Slurm answers: node $NODE (partition $PARTITION), ${MULTI_NODES[*]} (partition multi)"
+    exit 0
+  fi
   # A node that was down (an earlier run) comes back once told to.
-  [[ "$(node_state)" == down* ]] && scontrol update nodename="$NODE" state=resume 2>/dev/null || true
+  for node in "$NODE" "${MULTI_NODES[@]}"; do
+    [[ "$(node_state "$node")" == down* ]] && scontrol update nodename="$node" state=resume 2>/dev/null || true
+  done
   sleep 0.2
 done
-echo "ensure_slurm.sh: the node did not come up; sinfo says: $(node_state)" >&2
-tail -5 "$LOG_DIR/slurmctld.log" "$LOG_DIR/slurmd.log" >&2 || true
+echo "ensure_slurm.sh: the nodes did not come up; sinfo says:" >&2
+sinfo -N >&2 || true
+tail -5 "$LOG_DIR"/*.log >&2 || true
 exit 1

@@ -224,3 +224,22 @@ def test_a_requeued_job_resumes_from_its_checkpoint_and_stores_each_step_once(st
     train = web.http.get(f"/api/jobs/{job_id}/metrics",
                          params={"max_points": 100000}).json()["train"]
     assert [point["step"] for point in train] == list(range(1, 301))
+
+
+def test_a_job_on_two_nodes_runs_with_torchruns_static_rendezvous(stack):
+    """Partition multi: two nodes of this host (a slurmd each). One srun task a node, each
+    its own torchrun with its node rank, meeting at the first node's NodeAddr."""
+    stack.start_executor(TUNEDECK_WORKER_QUEUES="multi", TUNEDECK_SLURM_PARTITION="multi")
+    web = stack.web
+    job_id = web.submit({**SMALL_JOB, "name": "slurm-two-nodes", "queue": "multi",
+                         "num_nodes": 2, "num_gpus": 1, "max_steps": 5})
+    job = web.wait_for(job_id, FINISHED, timeout_seconds=300)
+    assert job["status"] == "succeeded", (job["error"], web.log_tail(job_id))
+    run = stack.run_dir(job_id)
+    assert sorted(path.name for path in (run / "metrics").glob("rank-*.jsonl")) == \
+        ["rank-0.jsonl", "rank-1.jsonl"]
+    train = web.http.get(f"/api/jobs/{job_id}/metrics").json()["train"]
+    assert [point["step"] for point in train] == [1, 2, 3, 4, 5]
+    output = (run / "logs" / f"slurm-{job['slurm_job_id']}.out").read_text()
+    assert "0: " in output and "1: " in output  # srun --label: a line's node
+    assert "#SBATCH --nodes=2" in (run / "job.sbatch").read_text()

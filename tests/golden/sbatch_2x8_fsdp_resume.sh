@@ -19,8 +19,12 @@ export OMP_NUM_THREADS=8
 export PYTHONUNBUFFERED=1
 export TUNEDECK_HOME=/shared/tunedeck
 
-# torchrun's static rendezvous: the store on the first node, ranks in node order.
-first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)  # sed reads it all: no SIGPIPE under pipefail
-export TUNEDECK_RDZV_ENDPOINT="$first_node:29500"
-# One task a node; each expands its own $SLURM_NODEID.
-srun --kill-on-bad-exit=1 bash -c 'exec "$0" --node-rank "$SLURM_NODEID" --rdzv-endpoint "$TUNEDECK_RDZV_ENDPOINT" "$@"' /opt/tunedeck/.venv/bin/torchrun --nnodes 2 --rdzv-backend static --rdzv-id tunedeck-job-12 --rdzv-conf timeout=300 --nproc_per_node 8 --log-dir /shared/tunedeck/runs/job-12/logs/ranks --tee 3 -m trainer --run-dir /shared/tunedeck/runs/job-12 --resume
+# torchrun's static rendezvous: the store on the first node (at the address Slurm
+# itself reaches it by), ranks in node order; a port of the job's own, so jobs
+# sharing a node do not meet. (sed, not head: no SIGPIPE under pipefail.)
+first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
+first_address=$(scontrol show node "$first_node" | sed -n "s/.*NodeAddr=\([^ ]*\).*/\1/p" || true)
+export TUNEDECK_RDZV_ENDPOINT="${first_address:-$first_node}:$((29500 + SLURM_JOB_ID % 1000))"
+# One task a node; each expands its own $SLURM_NODEID. --label: each line of the
+# output says its node (every node's ranks print as [default0]...).
+srun --kill-on-bad-exit=1 --label bash -c 'exec "$0" --node-rank "$SLURM_NODEID" --rdzv-endpoint "$TUNEDECK_RDZV_ENDPOINT" "$@"' /opt/tunedeck/.venv/bin/torchrun --nnodes 2 --rdzv-backend static --rdzv-id tunedeck-job-12 --rdzv-conf timeout=300 --nproc_per_node 8 --log-dir /shared/tunedeck/runs/job-12/logs/ranks --tee 3 -m trainer --run-dir /shared/tunedeck/runs/job-12 --resume

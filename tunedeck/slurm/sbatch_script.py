@@ -16,8 +16,10 @@ from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 
 SCRIPT_NAME = "job.sbatch"
-# torchrun's static rendezvous store, on the job's first node.
+# torchrun's static rendezvous store, on the job's first node: a port of
+# RENDEZVOUS_PORT .. RENDEZVOUS_PORT + RENDEZVOUS_PORTS - 1, by the Slurm job id.
 RENDEZVOUS_PORT = 29500
+RENDEZVOUS_PORTS = 1000
 # The per-node parts of the argv: srun's task on each node fills them in, since the batch
 # script itself runs on the first node only (where $SLURM_NODEID is 0).
 NODE_RANK_WORD = '"$SLURM_NODEID"'
@@ -104,11 +106,17 @@ def sbatch_script(job: SbatchJob, options: SlurmOptions) -> str:
     per_node = _without_options(argv, ("--node-rank", "--rdzv-endpoint"))
     lines += [
         "",
-        "# torchrun's static rendezvous: the store on the first node, ranks in node order.",
-        'first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)  # sed reads it all: no SIGPIPE under pipefail',
-        f'export TUNEDECK_RDZV_ENDPOINT="$first_node:{options.rendezvous_port}"',
-        "# One task a node; each expands its own $SLURM_NODEID.",
-        "srun --kill-on-bad-exit=1 bash -c "
+        "# torchrun's static rendezvous: the store on the first node (at the address Slurm",
+        "# itself reaches it by), ranks in node order; a port of the job's own, so jobs",
+        "# sharing a node do not meet. (sed, not head: no SIGPIPE under pipefail.)",
+        'first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
+        'first_address=$(scontrol show node "$first_node" | sed -n "s/.*NodeAddr=\\([^ ]*\\).*/\\1/p" '
+        '|| true)',
+        f'export TUNEDECK_RDZV_ENDPOINT="${{first_address:-$first_node}}:'
+        f'$(({options.rendezvous_port} + SLURM_JOB_ID % {RENDEZVOUS_PORTS}))"',
+        "# One task a node; each expands its own $SLURM_NODEID. --label: each line of the",
+        "# output says its node (every node's ranks print as [default0]...).",
+        "srun --kill-on-bad-exit=1 --label bash -c "
         + shlex.quote(f'exec "$0" --node-rank {NODE_RANK_WORD} '
                       f'--rdzv-endpoint {ENDPOINT_WORD} "$@"')
         + " " + shlex.join(per_node) + resume,

@@ -109,13 +109,15 @@ def test_each_node_gets_its_own_rank_and_the_first_nodes_endpoint(tmp_path, node
     script_file.write_text(script)
     result = subprocess.run(["bash", str(script_file)], capture_output=True, text=True,
                             env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
-                                 "SLURM_JOB_NODELIST": f"gpu-[1-{nodes}]"}, check=True)
+                                 "SLURM_JOB_NODELIST": f"gpu-[1-{nodes}]",
+                                 "SLURM_JOB_ID": "41234"}, check=True)
     lines = result.stdout.splitlines()
     assert len(lines) == nodes
     for node_rank, line in enumerate(lines):
         words = line.split()
         assert words[words.index("--node-rank") + 1] == str(node_rank)
-        assert words[words.index("--rdzv-endpoint") + 1] == "gpu-1:29500"
+        # The first node by name (this scontrol knows no NodeAddr), the job's own port.
+        assert words[words.index("--rdzv-endpoint") + 1] == "gpu-1:29734"
         assert words[words.index("--nnodes") + 1] == str(nodes)
         assert words[words.index("--nproc_per_node") + 1] == "4"
         assert words[words.index("--rdzv-backend") + 1] == "static"
