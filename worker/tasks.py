@@ -13,12 +13,14 @@ from pathlib import Path
 
 from celery.signals import worker_ready, worker_shutting_down
 
-from tunedeck.broker import (PREFLIGHT_DATASET_TASK, RUN_JOB_NODE_TASK, RUN_JOB_TASK, enqueue_job,
-                             make_celery, send_node_to_worker, send_to_worker)
+from tunedeck.broker import (GENERATE_TASK, PREFLIGHT_DATASET_TASK, RUN_JOB_NODE_TASK,
+                             RUN_JOB_TASK, enqueue_job, make_celery, send_node_to_worker,
+                             send_to_worker)
 from tunedeck.db.engine import Database
 from tunedeck.db.models import utc_now
 from tunedeck.settings import Settings
 from worker.dataset_preflight import run_dataset_preflight
+from worker.generation import WarmGenerator, run_generation
 from worker.heartbeat import Heartbeat
 from worker.job_claim import jobs_to_offer
 from worker.job_runner import run_job
@@ -63,6 +65,11 @@ class WorkerProcess:
         return WarmLauncher(folder=self.settings.home_dir / "warm" / self.identity.name,
                             environment=standby_environment(), cwd=Path.cwd())
 
+    @cached_property
+    def generator(self) -> WarmGenerator:
+        """The generation process of this worker's "Try it" requests (started on the first)."""
+        return WarmGenerator(settings=self.settings)
+
     def hand_on(self, job_id: int, worker_name: str) -> None:
         send_to_worker(self.celery_app, job_id, worker_name)
 
@@ -78,6 +85,7 @@ class WorkerProcess:
     def stop_running_jobs(self) -> None:
         self.shutdown_requested.set()
         self.heartbeat.stop()
+        self.generator.stop()
         if self.warm_launcher is not None:
             self.warm_launcher.stop()
 
@@ -112,6 +120,7 @@ def _register_tasks(worker: WorkerProcess) -> None:
 
     @task(name=RUN_JOB_TASK, shared=False)
     def run_job_task(job_id: int) -> str:
+        worker.generator.release_gpus()
         outcome = run_job(job_id, settings=worker.settings, database=worker.database,
                           shutdown_requested=worker.shutdown_requested.is_set,
                           identity=worker.identity, hand_on=worker.hand_on,
@@ -136,3 +145,9 @@ def _register_tasks(worker: WorkerProcess) -> None:
         """A few seconds on the worker's spare thread (tunedeck.broker.PREFLIGHT_THREADS)."""
         return run_dataset_preflight(preflight_id, settings=worker.settings,
                                      database=worker.database, worker_name=worker.identity.name)
+
+    @task(name=GENERATE_TASK, shared=False)
+    def generate_task(generation_id: int) -> str:
+        """Seconds on the worker's spare thread (as a preflight), never a job's slot."""
+        return run_generation(generation_id, settings=worker.settings, database=worker.database,
+                              identity=worker.identity, generator=worker.generator)
