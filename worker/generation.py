@@ -62,6 +62,8 @@ class WarmGenerator:
     def release_gpus(self) -> None:
         """Stop a generation process that holds a GPU: a job may be about to claim it
         (a job's GPUs are its own; a prompt waits for a free one or uses the CPU)."""
+        if not self._visible_devices:
+            return  # on the CPU (or stopped): never wait for a prompt on the CPU to finish
         with self._lock:
             if self._visible_devices:
                 self._stop_server()
@@ -94,6 +96,7 @@ class WarmGenerator:
         if self._server is not None:
             self._server.stop()
             self._server = None
+        self._visible_devices = None
 
 
 def run_generation(generation_id: int, *, settings: Settings, database: Database,
