@@ -107,22 +107,12 @@ def run_generation(generation_id: int, *, settings: Settings, database: Database
                                                     worker_name=identity.name)
         if claimed is None:
             return "not pending"
-        job = job_store.get_job(session=session, job_id=claimed.job_id)
-        job_status, spec, run_dir = job.status, job.spec_model, job.run_dir
-        request = GenerationRequest.model_validate(claimed.request)
-        visible_devices, device = _device(session, identity)
-    if job_status != SUCCEEDED or not run_dir:
-        return _fail(database, generation_id, f"job {claimed.job_id} is {job_status}: only a "
-                                              "succeeded job's model answers")
-    run = RunFolder(Path(run_dir))
-    if problem := missing_weights(spec, run, request.variant, job_id=claimed.job_id):
-        return _fail(database, generation_id, problem)
-    weights = variant_weights(spec, run, request.variant)
-    question = {**request.model_dump(mode="json"), "model_source": weights.model_source,
-                "adapter_dir": weights.adapter_dir, "device": device,
-                "trust_remote_code": spec.trust_remote_code}
+        job_id, stored_request = claimed.job_id, claimed.request
     try:
+        question, visible_devices = _question(database, identity, job_id, stored_request)
         answer = generator.ask(question, visible_devices=visible_devices)
+    except CannotAnswer as refusal:
+        return _fail(database, generation_id, str(refusal))
     except LineServerError as error:
         return _fail(database, generation_id, f"the generation process gave no answer ({error})")
     except Exception as error:  # noqa: BLE001 - the row must not stay running; the log has it
@@ -135,6 +125,31 @@ def run_generation(generation_id: int, *, settings: Settings, database: Database
         generation_store.finish_generation(session=session, generation_id=generation_id,
                                            answer=answer)
     return DONE
+
+
+class CannotAnswer(Exception):
+    """The job cannot answer here (not succeeded, or its weights are not in its run folder)."""
+
+
+def _question(database: Database, identity: WorkerIdentity, job_id: int,
+              stored_request: dict) -> tuple[dict, str]:
+    """(what to ask the generation process, its CUDA_VISIBLE_DEVICES), read from the job row
+    and its run folder; CannotAnswer naming why not."""
+    request = GenerationRequest.model_validate(stored_request)
+    with database.transaction() as session:
+        job = job_store.get_job(session=session, job_id=job_id)
+        status, spec, run_dir = job.status, job.spec_model, job.run_dir
+        visible_devices, device = _device(session, identity)
+    if status != SUCCEEDED or not run_dir:
+        raise CannotAnswer(f"job {job_id} is {status}: only a succeeded job's model answers")
+    run = RunFolder(Path(run_dir))
+    if problem := missing_weights(spec, run, request.variant, job_id=job_id):
+        raise CannotAnswer(problem)
+    weights = variant_weights(spec, run, request.variant)
+    question = {**request.model_dump(mode="json"), "model_source": weights.model_source,
+                "adapter_dir": weights.adapter_dir, "device": device,
+                "trust_remote_code": spec.trust_remote_code}
+    return question, visible_devices
 
 
 def _device(session, identity: WorkerIdentity) -> tuple[str, str]:

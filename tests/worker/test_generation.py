@@ -43,3 +43,33 @@ def test_a_process_on_a_gpu_is_released_for_a_job(tunedeck_home, builtin_model_d
         assert generator.pid is None
     finally:
         generator.stop()
+
+
+def test_the_worker_fails_the_row_naming_weights_gone_since_the_request(database, tmp_path):
+    from tunedeck import job_store
+    from tunedeck.generation import store
+    from tunedeck.generation.request import GenerationRequest
+    from tunedeck.job_spec import JobSpec
+    from worker.generation import run_generation
+    from worker.worker_identity import WorkerIdentity
+
+    identity = WorkerIdentity(name="w1", host="box", queues=("default",), gpu_ids=None,
+                              concurrency=1)
+    run_dir = tmp_path / "job-1"
+    run_dir.mkdir()
+    with database.transaction() as session:
+        job_id = job_store.create_job(session=session, spec=JobSpec(max_steps=1)).id
+        job_store.mark_job_running(session=session, job_id=job_id, run_dir=str(run_dir),
+                                   worker_host="box", worker_name="w1")
+        job_store.mark_job_succeeded(session=session, job_id=job_id)
+        generation_id = store.create_generation(
+            session=session, job_id=job_id, request=GenerationRequest.of_prompt("hi"),
+            owner=None, worker_name="w1").id
+    generator = WarmGenerator(settings=Settings(home=tmp_path))
+    outcome = run_generation(generation_id, settings=Settings(home=tmp_path), database=database,
+                             identity=identity, generator=generator)
+    assert outcome == "failed" and generator.pid is None  # nothing was loaded
+    with database.transaction() as session:
+        row = store.get_generation(session=session, generation_id=generation_id)
+        assert row.status == "failed" and "merged weights" in row.error
+        assert str(run_dir / "merged") in row.error
