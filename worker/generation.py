@@ -28,6 +28,7 @@ from worker.worker_identity import WorkerIdentity
 log = logging.getLogger(__name__)
 # Loading a big model from disk (or the hub cache) and generating 1024 tokens on a CPU.
 GENERATION_TIMEOUT_SECONDS = 900
+WAITING_FOR_A_GPU = "waiting for a GPU"
 
 
 class WarmGenerator:
@@ -101,8 +102,12 @@ class WarmGenerator:
 
 def run_generation(generation_id: int, *, settings: Settings, database: Database,
                    identity: WorkerIdentity, generator: WarmGenerator) -> str:
-    """The row's new status: done or failed; "not pending" when another delivery has it."""
+    """The row's new status: done or failed; "not pending" when another delivery has it;
+    "waiting for a GPU" when every GPU of this worker trains a job (the row stays pending,
+    and is sent again when a job here ends: tasks.py, `offer_waiting_work`)."""
     with database.transaction() as session:
+        if _device(session, identity) is None:
+            return WAITING_FOR_A_GPU
         claimed = generation_store.claim_generation(session=session, generation_id=generation_id,
                                                     worker_name=identity.name)
         if claimed is None:
@@ -139,7 +144,7 @@ def _question(database: Database, identity: WorkerIdentity, job_id: int,
     with database.transaction() as session:
         job = job_store.get_job(session=session, job_id=job_id)
         status, spec, run_dir = job.status, job.spec_model, job.run_dir
-        visible_devices, device = _device(session, identity)
+        visible_devices, device = _device(session, identity) or ("", "cpu")
     if status != SUCCEEDED or not run_dir:
         raise CannotAnswer(f"job {job_id} is {status}: only a succeeded job's model answers")
     run = RunFolder(Path(run_dir))
@@ -152,14 +157,18 @@ def _question(database: Database, identity: WorkerIdentity, job_id: int,
     return question, visible_devices
 
 
-def _device(session, identity: WorkerIdentity) -> tuple[str, str]:
+def _device(session, identity: WorkerIdentity) -> tuple[str, str] | None:
     """(CUDA_VISIBLE_DEVICES, torch device) for the generation process: the first of this
-    worker's GPUs that no running job holds, else the CPU (never a training job's GPU)."""
+    worker's GPUs that no running job holds, or the CPU on a host without GPUs; None when
+    jobs hold every GPU (a prompt never takes a training job's GPU, and a big model on the
+    CPU beside a GPU job would starve its data loading)."""
     held = job_store.worker_load(session=session, worker_name=identity.name)
     free = free_gpus(identity.view, held)
+    if free is None:
+        return "", "cpu"
     if free:
         return identity.cuda_visible_devices([free[0]]), "cuda"
-    return "", "cpu"
+    return None
 
 
 def _fail(database: Database, generation_id: int, error: str) -> str:

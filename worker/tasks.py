@@ -14,10 +14,11 @@ from pathlib import Path
 from celery.signals import worker_ready, worker_shutting_down
 
 from tunedeck.broker import (GENERATE_TASK, PREFLIGHT_DATASET_TASK, RUN_JOB_NODE_TASK,
-                             RUN_JOB_TASK, enqueue_job, make_celery, send_node_to_worker,
-                             send_to_worker)
+                             RUN_JOB_TASK, enqueue_job, make_celery, send_generation,
+                             send_node_to_worker, send_to_worker)
 from tunedeck.db.engine import Database
 from tunedeck.db.models import utc_now
+from tunedeck.generation import store as generation_store
 from tunedeck.settings import Settings
 from worker.dataset_preflight import run_dataset_preflight
 from worker.generation import WarmGenerator, run_generation
@@ -77,10 +78,19 @@ class WorkerProcess:
         send_node_to_worker(self.celery_app, job_id, node_rank, worker_name)
 
     def offer_waiting_jobs(self) -> None:
-        """A job here ended and its GPUs are free again: jobs waiting for them get a turn now."""
+        """A job here ended and its GPUs are free again: jobs waiting for them get a turn now,
+        and so do prompts that waited for a GPU."""
         if not self.shutdown_requested.is_set():
             for waiting_job_id in jobs_to_offer(identity=self.identity, database=self.database):
                 self.hand_on(waiting_job_id, self.identity.name)
+            self.offer_waiting_generations()
+
+    def offer_waiting_generations(self) -> None:
+        with self.database.transaction() as session:
+            waiting = generation_store.pending_generation_ids(session=session,
+                                                              worker_name=self.identity.name)
+        for generation_id in waiting:
+            send_generation(self.celery_app, generation_id, self.identity.name)
 
     def stop_running_jobs(self) -> None:
         self.shutdown_requested.set()
@@ -103,6 +113,10 @@ class WorkerProcess:
             self.warm_launcher.replenish()
         for job_id in jobs_to_offer(identity=self.identity, database=self.database, limit=1000):
             self.hand_on(job_id, self.identity.name)
+        with self.database.transaction() as session:
+            generation_store.fail_interrupted_generations(session=session,
+                                                          worker_name=self.identity.name)
+        self.offer_waiting_generations()  # their messages may have been lost with the worker
 
 
 def build_worker(settings: Settings) -> WorkerProcess:

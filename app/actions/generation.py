@@ -25,6 +25,7 @@ from tunedeck import job_store
 from tunedeck.accounts import audit
 from tunedeck.broker import send_generation
 from tunedeck.cluster import workers as worker_registry
+from tunedeck.cluster.placement import free_gpus
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job, JobGeneration
 from tunedeck.generation import store as generation_store
@@ -143,17 +144,21 @@ def visible_generation(*, session: Session, principal: Principal,
 
 def _waiting_reason(session: Session, generation: JobGeneration, settings: Settings) -> str:
     worker_name = generation.worker_name
-    live = {worker.name for worker in worker_registry.live_worker_views(
+    live = {worker.name: worker for worker in worker_registry.live_worker_views(
         session=session, silent_seconds=settings.worker_lost_seconds)}
-    if worker_name not in live:
+    worker = live.get(worker_name)
+    if worker is None:
         return (f"{NO_WORKER}: worker {worker_name}, which ran job {generation.job_id} and "
                 "holds its weights, is not running; the answer comes once it starts")
     if generation.status != PENDING:
         return f"generating on worker {worker_name}"
     training = [job.id for job in job_store.list_running_jobs_of_worker(
         session=session, worker_name=worker_name)]
-    if training:
-        jobs = ", ".join(str(job_id) for job_id in training)
-        return (f"queued: worker {worker_name} is busy training job {jobs}; the prompt runs "
-                "on its spare thread, never on the job's GPUs")
-    return f"queued on worker {worker_name}"
+    if not training:
+        return f"queued on worker {worker_name}"
+    jobs = ", ".join(str(job_id) for job_id in training)
+    if free_gpus(worker, job_store.worker_load(session=session, worker_name=worker_name)) == []:
+        return (f"queued: worker {worker_name} is busy training job {jobs} on all its GPUs; "
+                "the prompt runs once one is free")
+    return (f"queued: worker {worker_name} is busy training job {jobs}; the prompt runs on "
+            "its spare thread, never on the job's GPUs")

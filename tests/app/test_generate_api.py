@@ -179,3 +179,58 @@ def test_a_worker_busy_training_says_so_while_the_prompt_is_queued(client, built
     answer = client.get(f"/api/generations/{response.json()['id']}").json()
     assert answer["waiting"] == (f"queued: worker w1 is busy training job {training}; the "
                                  "prompt runs on its spare thread, never on the job's GPUs")
+
+
+def test_a_worker_whose_gpus_all_train_queues_the_prompt_until_one_is_free(
+        client, builtin_model_dir):  # noqa: F811
+    from tunedeck.generation import store as generation_store
+
+    job_id = finished_job(client, merged_from=builtin_model_dir)
+    database = client.app_state.database
+    with database.transaction() as session:
+        worker_registry.record_heartbeat(
+            session=session, name=WORKER.name, host="box", queues=["default"], pid=1,
+            concurrency=1, resources={"gpus": [{"index": 0}]}, started_at=utc_now())
+    training = finished_job(client, status="running")
+    with database.transaction() as session:
+        job = job_store.get_job(session=session, job_id=training)
+        job.gpu_indices = [0]
+    response = client.post(f"/api/jobs/{job_id}/generate", json=PROMPT)
+    assert response.status_code == 202
+    generation_id = response.json()["id"]
+    assert response.json()["waiting"] == (f"queued: worker w1 is busy training job {training} "
+                                          "on all its GPUs; the prompt runs once one is free")
+    gpu_worker = WorkerIdentity(name="w1", host="box", queues=("default",), gpu_ids=(0,),
+                                concurrency=1)
+    generator = WarmGenerator(settings=client.app_state.settings)
+    state = client.app_state
+    assert run_generation(generation_id, settings=state.settings, database=database,
+                          identity=gpu_worker, generator=generator) == "waiting for a GPU"
+    assert generator.pid is None
+    with database.transaction() as session:
+        assert generation_store.pending_generation_ids(session=session, worker_name="w1") == \
+            [generation_id]
+        job_store.mark_job_succeeded(session=session, job_id=training)
+    with database.transaction() as session:
+        # A worker restarted mid-answer leaves a running row behind: failed as it starts.
+        generation_store.claim_generation(session=session, generation_id=generation_id,
+                                          worker_name="w1")
+        assert generation_store.fail_interrupted_generations(session=session,
+                                                             worker_name="w1") == 1
+    answer = client.get(f"/api/generations/{generation_id}").json()
+    assert answer["status"] == "failed" and "stopped while generating" in answer["error"]
+
+
+def test_a_worker_sends_its_waiting_prompts_again_when_a_job_ends(client, builtin_model_dir):  # noqa: F811
+    from worker.tasks import WorkerProcess
+
+    job_id = finished_job(client, merged_from=builtin_model_dir)
+    response = client.post(f"/api/jobs/{job_id}/generate", json=PROMPT)
+    queue = client.app_state.settings.broker_folder / "queue"
+    for message in queue.iterdir():
+        message.unlink()  # as if the worker had taken it and left the row pending
+    worker = WorkerProcess(client.app_state.settings.model_copy(update={"worker_name": "w1"}))
+    worker.offer_waiting_jobs()
+    [message] = list(queue.iterdir())
+    assert b"tunedeck.generate" in message.read_bytes()
+    assert f"[{response.json()['id']}]".encode() in message.read_bytes()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from tunedeck.db.models import JobGeneration, utc_now
@@ -39,6 +39,13 @@ def get_generation(*, session: Session, generation_id: int) -> JobGeneration:
     return generation
 
 
+def pending_generation_ids(*, session: Session, worker_name: str) -> list[int]:
+    """The generations waiting for `worker_name` (the worker of their job), oldest first."""
+    query = select(JobGeneration.id).where(JobGeneration.worker_name == worker_name,
+                                           JobGeneration.status == PENDING)
+    return list(session.scalars(query.order_by(JobGeneration.id)))
+
+
 def claim_generation(*, session: Session, generation_id: int,
                      worker_name: str) -> JobGeneration | None:
     """The row, now running on `worker_name`; None unless it was pending."""
@@ -58,6 +65,18 @@ def finish_generation(*, session: Session, generation_id: int, answer: dict[str,
 
 def fail_generation(*, session: Session, generation_id: int, error: str) -> None:
     _settle(session, generation_id, status=FAILED, error=error[:ERROR_CHARS])
+
+
+def fail_interrupted_generations(*, session: Session, worker_name: str) -> int:
+    """Fail the generations a previous process of `worker_name` was running when it
+    stopped (call as the worker starts): nothing would ever settle them. Their count."""
+    result = session.execute(
+        update(JobGeneration)
+        .where(JobGeneration.worker_name == worker_name, JobGeneration.status == RUNNING)
+        .values(status=FAILED, finished_at=utc_now(),
+                error=f"worker {worker_name} stopped while generating; ask again")
+        .execution_options(synchronize_session=False))
+    return result.rowcount
 
 
 def _settle(session: Session, generation_id: int, **values: Any) -> None:

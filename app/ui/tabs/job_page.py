@@ -53,8 +53,6 @@ def build_job_page_tab(*, database, celery_app, settings, tab: gr.Tab) -> JobPag
     failure = build_failure_panel()
     progress = build_progress()
     downloads = gr.HTML(visible=False, elem_id="job-downloads")
-    try_it = build_try_it_panel(job_id=job_id, database=database, celery_app=celery_app,
-                                settings=settings)
     with gr.Row():
         smoothing = gr.Slider(0.0, step_charts.MAX_SMOOTHING, value=step_charts.ChartView.smoothing,
                               step=0.01, label="Smoothing (EMA of loss and throughput)",
@@ -62,6 +60,9 @@ def build_job_page_tab(*, database, celery_app, settings, tab: gr.Tab) -> JobPag
         log_scale = gr.Checkbox(False, label="Loss on a log scale", scale=1,
                                 elem_id="job-log-scale")
     charts = _charts()
+    # Under the loss and throughput: a page still opens on its status and first charts.
+    try_it = build_try_it_panel(job_id=job_id, database=database, celery_app=celery_app,
+                                settings=settings)
     live = build_live_panel(progress)
     details = _details()
     refresh_timer = gr.Timer(REFRESH_SECONDS, active=False)
