@@ -64,7 +64,7 @@ def answer_html(answer: GenerationAnswer) -> str:
         body = f'<pre class="try-it-text">{html.escape(generation["text"]) or "(no text)"}</pre>'
         facts = (f'{generation["tokens"]} tokens in {generation["seconds"]:.2f} s on '
                  f'{generation["device"]}' + ("" if generation["warm"] else
-                                             f' (model loaded in {generation["load_seconds"]:.1f} s)'))
+                                             f' (model loaded in {generation["load_seconds"]:.2f} s)'))
     elif generation["status"] == "failed":
         body = f'<p class="try-it-error">{html.escape(generation["error"] or "failed")}</p>'
         facts = f'generation {generation["id"]} failed'
