@@ -68,8 +68,9 @@ def start_generation(*, database: Database, celery_app, settings: Settings,
     NotFound for a job the principal may not see, Invalid (naming max_new_tokens) past the
     cap, JobCannotGenerate for a job that did not succeed or whose weights are gone."""
     if request.max_new_tokens > settings.generation_max_new_tokens:
+        cap = settings.generation_max_new_tokens
         raise Invalid([(("max_new_tokens",), f"max_new_tokens {request.max_new_tokens}: at most "
-                        f"{settings.generation_max_new_tokens} (TUNEDECK_GENERATION_MAX_NEW_TOKENS)")])
+                        f"{cap} (TUNEDECK_GENERATION_MAX_NEW_TOKENS)")])
     with database.transaction() as session:
         job = find_visible_job(session=session, principal=principal, job_id=job_id)
         _check_can_generate(job, request, settings)

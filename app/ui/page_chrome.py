@@ -67,7 +67,9 @@ div.field-error, div.field-error *, .block.field-error .info-text {
   border: 1px solid var(--border-color-primary); border-radius: var(--radius-md);
   background: var(--background-fill-secondary); font-size: 13px;
 }
-.try-it-answer .try-it-facts { font-size: 12px; color: var(--body-text-color-subdued); margin: 4px 0 0; }
+.try-it-answer .try-it-facts {
+  font-size: 12px; color: var(--body-text-color-subdued); margin: 4px 0 0;
+}
 .try-it-answer .try-it-error { color: var(--error-text-color, #b91c1c); }
 .block.field-error input, .block.field-error textarea {
   border-color: var(--error-border-color, #ef4444) !important;

@@ -63,8 +63,9 @@ def answer_html(answer: GenerationAnswer) -> str:
     if generation["status"] == "done":
         body = f'<pre class="try-it-text">{html.escape(generation["text"]) or "(no text)"}</pre>'
         facts = (f'{generation["tokens"]} tokens in {generation["seconds"]:.2f} s on '
-                 f'{generation["device"]}' + ("" if generation["warm"] else
-                                             f' (model loaded in {generation["load_seconds"]:.2f} s)'))
+                 f'{generation["device"]}')
+        if not generation["warm"]:
+            facts += f' (model loaded in {generation["load_seconds"]:.2f} s)'
     elif generation["status"] == "failed":
         body = f'<p class="try-it-error">{html.escape(generation["error"] or "failed")}</p>'
         facts = f'generation {generation["id"]} failed'

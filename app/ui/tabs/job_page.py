@@ -76,8 +76,8 @@ def build_job_page_tab(*, database, celery_app, settings, tab: gr.Tab) -> JobPag
     more_charts_open = gr.State(True)
     ticks = gr.State(0)
 
-    outputs = [headline, error, downloads, try_it.panel, *charts, *details, cancel_button, resume_button,
-               resume_hint, refresh_timer, *failure.outputs, *live.outputs]
+    outputs = [headline, error, downloads, try_it.panel, *charts, *details, cancel_button,
+               resume_button, resume_hint, refresh_timer, *failure.outputs, *live.outputs]
     folded = frozenset(outputs.index(chart) for chart in live.folded_outputs)
     slow_groups = [frozenset(outputs.index(chart) for chart in group) for group in (
         (live.sampled_memory, live.memory_comparison), (live.learning_rate, live.grad_norm),
