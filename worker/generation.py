@@ -60,14 +60,19 @@ class WarmGenerator:
         with self._lock:
             self._stop_server()
 
-    def release_gpus(self) -> None:
-        """Stop a generation process that holds a GPU: a job may be about to claim it
-        (a job's GPUs are its own; a prompt waits for a free one or uses the CPU)."""
-        if not self._visible_devices:
-            return  # on the CPU (or stopped): never wait for a prompt on the CPU to finish
+    def release_gpus(self, cuda_ids: str | None = None) -> None:
+        """Stop the generation process if it holds one of `cuda_ids` (a job's
+        CUDA_VISIBLE_DEVICES; None: any GPU): a job just claimed it, and a job's GPUs are
+        its own."""
+        if not self._holds_any(cuda_ids):
+            return  # on the CPU, or elsewhere: never wait for a prompt to finish
         with self._lock:
-            if self._visible_devices:
+            if self._holds_any(cuda_ids):
                 self._stop_server()
+
+    def _holds_any(self, cuda_ids: str | None) -> bool:
+        held = set(filter(None, (self._visible_devices or "").split(",")))
+        return bool(held) and (cuda_ids is None or bool(held & set(cuda_ids.split(","))))
 
     @property
     def pid(self) -> int | None:

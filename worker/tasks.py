@@ -134,11 +134,11 @@ def _register_tasks(worker: WorkerProcess) -> None:
 
     @task(name=RUN_JOB_TASK, shared=False)
     def run_job_task(job_id: int) -> str:
-        worker.generator.release_gpus()
         outcome = run_job(job_id, settings=worker.settings, database=worker.database,
                           shutdown_requested=worker.shutdown_requested.is_set,
                           identity=worker.identity, hand_on=worker.hand_on,
-                          start_node=worker.start_node, warm=worker.warm_launcher)
+                          start_node=worker.start_node, warm=worker.warm_launcher,
+                          claimed_gpus=worker.generator.release_gpus)
         if outcome.job_finished:
             worker.offer_waiting_jobs()
             if worker.warm_launcher is not None and not worker.shutdown_requested.is_set():
@@ -147,6 +147,7 @@ def _register_tasks(worker: WorkerProcess) -> None:
 
     @task(name=RUN_JOB_NODE_TASK, shared=False)
     def run_job_node_task(job_id: int, node_rank: int) -> str:
+        worker.generator.release_gpus()  # this node's GPUs were placed for it already
         outcome = run_job_node(job_id, node_rank, settings=worker.settings,
                                database=worker.database, identity=worker.identity,
                                shutdown_requested=worker.shutdown_requested.is_set)

@@ -1,6 +1,6 @@
 """worker/generation.py's WarmGenerator: its generation process outlives a request by
 TUNEDECK_GENERATION_WARM_SECONDS and no more, a request keeps it warm, and a process on a
-GPU is stopped when a job may claim it (one on the CPU is kept)."""
+GPU is stopped when a job claims that GPU (one on the CPU, or on another GPU, is kept)."""
 from __future__ import annotations
 
 import time
@@ -38,8 +38,13 @@ def test_a_process_on_a_gpu_is_released_for_a_job(tunedeck_home, builtin_model_d
     try:
         # No GPU here: the process sees none, and answers on the CPU as asked.
         generator.ask(QUESTION, visible_devices="0")
-        assert generator.pid is not None
-        generator.release_gpus()
+        pid = generator.pid
+        generator.release_gpus("1,2")  # a job took other GPUs: the prompt's stays warm
+        assert generator.pid == pid
+        generator.release_gpus("2,0")
+        assert generator.pid is None
+        generator.ask(QUESTION, visible_devices="0")
+        generator.release_gpus()  # any GPU (a node of a job on several nodes)
         assert generator.pid is None
     finally:
         generator.stop()
