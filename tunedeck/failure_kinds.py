@@ -9,9 +9,12 @@ INPUT_ERROR = "input_error"
 KILLED_BY_SIGNAL = "killed_by_signal"
 CANCELLED = "cancelled"
 WORKER_LOST = "worker_lost"
+# Slurm ended the job: its time limit, or a node it ran on.
+TIMEOUT = "timeout"
+NODE_FAIL = "node_fail"
 ERROR = "error"
 FAILURE_KINDS = (OUT_OF_MEMORY, COMM_TIMEOUT, NAN_LOSS, INPUT_ERROR, KILLED_BY_SIGNAL,
-                 CANCELLED, WORKER_LOST, ERROR)
+                 CANCELLED, WORKER_LOST, TIMEOUT, NODE_FAIL, ERROR)
 
 
 def failure_label(kind: str | None, rank: int | None) -> str:

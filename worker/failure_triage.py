@@ -10,7 +10,8 @@ import signal
 from dataclasses import dataclass, field
 
 from tunedeck.failure_kinds import (CANCELLED, COMM_TIMEOUT, ERROR, INPUT_ERROR, KILLED_BY_SIGNAL,
-                                     NAN_LOSS, OUT_OF_MEMORY, WORKER_LOST, failure_label)
+                                     NAN_LOSS, NODE_FAIL, OUT_OF_MEMORY, TIMEOUT,
+                                     WORKER_LOST, failure_label)
 
 # Patterns per kind, checked in this order: a rank that ran out of memory makes its peers
 # time out, so the timeout is the symptom and the memory the cause.
@@ -170,6 +171,7 @@ def describe_failure(reason: FailureReason) -> str:
     words = {OUT_OF_MEMORY: "out of memory", COMM_TIMEOUT: "a collective timed out",
              NAN_LOSS: "the loss became NaN", INPUT_ERROR: "a model or dataset file is "
              "missing or malformed", KILLED_BY_SIGNAL: "killed by a signal",
-             CANCELLED: "cancelled", WORKER_LOST: "the worker was lost", ERROR: "an error"}
+             CANCELLED: "cancelled", WORKER_LOST: "the worker was lost",
+             TIMEOUT: "the time limit was reached", NODE_FAIL: "a node failed", ERROR: "an error"}
     detail = f": {reason.detail}" if reason.detail else ""
     return f"failure: {words[reason.kind]}{where}{detail}"
