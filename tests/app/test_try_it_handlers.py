@@ -87,8 +87,27 @@ def test_an_answer_and_the_base_beside_it(client, builtin_model_dir, serving_wor
     assert not alone.compared and "model loaded" not in alone.tuned_html  # warm now
 
 
-def test_without_its_worker_the_panel_says_what_it_waits_for(client, builtin_model_dir):  # noqa: F811
+def test_without_its_worker_the_panel_says_what_it_waits_for_then_shows_it(
+        client, builtin_model_dir):  # noqa: F811
     job_id = finished_job(client, merged_from=builtin_model_dir)
-    answer = ask(client, job_id).tuned_html
-    assert 'data-status="pending"' in answer and "worker w1" in answer
-    assert "GET /api/generations/" in answer
+    answers = ask(client, job_id, compare=True)
+    assert 'data-status="pending"' in answers.tuned_html and "worker w1" in answers.tuned_html
+    assert "GET /api/generations/" in answers.tuned_html
+    assert len(answers.waiting_ids) == 2  # the panel's timer polls these
+    state = client.app_state
+    generator = WarmGenerator(settings=state.settings)
+    try:
+        run_generation(answers.waiting_ids[0], settings=state.settings, database=state.database,
+                       identity=WORKER, generator=generator)
+        polled = try_it.answers_of(answers.waiting_ids, database=state.database,
+                                   settings=state.settings, principal=OPEN_PRINCIPAL,
+                                   wait_seconds=0)
+        assert 'data-status="done"' in polled.tuned_html and polled.waiting_ids
+        run_generation(answers.waiting_ids[1], settings=state.settings, database=state.database,
+                       identity=WORKER, generator=generator)
+    finally:
+        generator.stop()
+    polled = try_it.answers_of(answers.waiting_ids, database=state.database,
+                               settings=state.settings, principal=OPEN_PRINCIPAL, wait_seconds=0)
+    assert 'data-variant="base" data-status="done"' in polled.base_html
+    assert polled.waiting_ids == ()  # the timer stops

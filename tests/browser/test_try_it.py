@@ -1,7 +1,9 @@
 """"Try it" in a real browser at 1440 x 900: a short LoRA job on builtin:tiny-llama
 succeeds, its page shows the panel (a running job's does not), a prompt typed at
 temperature 0 with "Compare with base" gets both answers side by side, and the fine-tuned
-one is the text the REST API gives for the same prompt. The screenshot goes to SCREENS."""
+one is the text the REST API gives for the same prompt. The server waits only 1 s for an
+answer, so the first (cold) answers come in through the panel's poll. The screenshot goes
+to SCREENS."""
 from __future__ import annotations
 
 import html
@@ -9,8 +11,9 @@ import re
 
 import pytest
 
-from harness.servers import RunningServer
-from tests.browser.conftest import SCREEN_VIEWPORT, SCREENS, signed_in_page
+from harness.servers import RunningServer, add_account, running_tunedeck
+from tests.browser.conftest import (PASSWORD, SCREEN_VIEWPORT, SCREENS, SERVER_START_SECONDS,
+                                    USER, signed_in_page)
 
 pytestmark = [pytest.mark.browser, pytest.mark.torchrun]
 
@@ -20,6 +23,16 @@ JOB = {"name": "try-it-browser", "model": "builtin:tiny-llama", "dataset": "buil
        "lora": {"r": 8, "alpha": 16, "dropout": 0.0}}
 PROMPT = "What is 12 + 7?"
 ANSWER_SECONDS = 120
+
+
+@pytest.fixture(scope="module")
+def tunedeck_server(tmp_path_factory) -> RunningServer:
+    """tests/browser/conftest.py's server, whose generate requests wait 1 s (not 45)."""
+    home = tmp_path_factory.mktemp("tunedeck-home")
+    token = add_account(home, USER, PASSWORD)
+    with running_tunedeck(home, startup_seconds=SERVER_START_SECONDS, token=token,
+                          extra_env={"TUNEDECK_GENERATION_WAIT_SECONDS": "1"}) as running:
+        yield running
 
 
 def test_a_prompt_typed_on_the_job_page_gets_the_fine_tuned_and_the_base_answer(
@@ -43,6 +56,9 @@ def test_a_prompt_typed_on_the_job_page_gets_the_fine_tuned_and_the_base_answer(
         tokens.press("Tab")
         page.locator("#try-it-compare input[type=checkbox]").check()
         page.locator("#try-it-generate").click()
+        # The cold load takes longer than the server's 1 s wait: first what it waits for.
+        expect(page.locator('#try-it-answer [data-status="pending"], '
+                            '#try-it-answer [data-status="running"]')).to_be_visible()
 
         tuned = page.locator('#try-it-answer [data-variant="merged"][data-status="done"]')
         base = page.locator('#try-it-base-answer [data-variant="base"][data-status="done"]')

@@ -23,6 +23,8 @@ VARIANT_LABELS = {"merged": "Fine-tuned (merged)", "adapter": "Fine-tuned (base 
 class TryItAnswers:
     tuned_html: str  # the chosen variant's answer, or why there is none
     base_html: str = ""  # the base model's, with "Compare with base"
+    # The generations asked for, while any has no answer yet (the panel polls them).
+    waiting_ids: tuple[int, ...] = ()
 
     @property
     def compared(self) -> bool:
@@ -49,12 +51,26 @@ def try_prompt(job_id: Any, prompt: str, variant: str, max_new_tokens: Any, temp
                                            settings=settings, principal=principal, job_id=job_id,
                                            request=request.model_copy(update={"variant": name}))
                           for name in variants]
-        answers = [await_generation(database=database, settings=settings, principal=principal,
-                                    generation_id=generation_id)
-                   for generation_id in generation_ids]
     except ActionError as error:
         return TryItAnswers(_note(str(error)))
-    return TryItAnswers(*(answer_html(answer) for answer in answers))
+    return answers_of(generation_ids, database=database, settings=settings, principal=principal)
+
+
+def answers_of(generation_ids: Any, *, database, settings: Settings, principal: Principal,
+               wait_seconds: float | None = None) -> TryItAnswers:
+    """The generations' answers, each awaited up to `wait_seconds` (default the setting;
+    0 for the panel's poll of answers still coming)."""
+    ids = tuple(generation_ids or ())
+    if not ids:
+        return TryItAnswers("")
+    try:
+        answers = [await_generation(database=database, settings=settings, principal=principal,
+                                    generation_id=generation_id, wait_seconds=wait_seconds)
+                   for generation_id in ids]
+    except ActionError as error:
+        return TryItAnswers(_note(str(error)))
+    waiting = () if all(answer.finished for answer in answers) else ids
+    return TryItAnswers(*(answer_html(answer) for answer in answers), waiting_ids=waiting)
 
 
 def answer_html(answer: GenerationAnswer) -> str:
@@ -71,8 +87,8 @@ def answer_html(answer: GenerationAnswer) -> str:
         facts = f'generation {generation["id"]} failed'
     else:
         body = f'<p class="try-it-waiting">{html.escape(answer.waiting or "")}</p>'
-        facts = (f'generation {generation["id"]} is {generation["status"]}: '
-                 f'GET /api/generations/{generation["id"]} has it once answered')
+        facts = (f'generation {generation["id"]} is {generation["status"]}; its answer shows '
+                 f'here once the worker has it (GET /api/generations/{generation["id"]})')
     return (f'<div class="try-it-answer" data-variant="{generation["variant"]}" '
             f'data-status="{generation["status"]}"><h4>{title}</h4>{body}'
             f'<p class="try-it-facts">{html.escape(facts)}</p></div>')

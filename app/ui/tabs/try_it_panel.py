@@ -13,6 +13,7 @@ from tunedeck.generation.request import GenerationRequest
 from tunedeck.settings import Settings
 
 DEFAULTS = GenerationRequest.model_fields
+POLL_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -47,18 +48,30 @@ def build_try_it_panel(*, job_id: gr.Number, database, celery_app,
         with gr.Row():
             tuned_answer = gr.HTML(elem_id="try-it-answer")
             base_answer = gr.HTML(visible=False, elem_id="try-it-base-answer")
+    # Answers not in when the request stopped waiting (a big model's first load): polled.
+    waiting_ids = gr.State(())
+    poll = gr.Timer(POLL_SECONDS, active=False)
+
+    def show(answers: try_it.TryItAnswers) -> tuple:
+        return (answers.tuned_html, gr.HTML(answers.base_html, visible=answers.compared),
+                answers.waiting_ids, gr.Timer(active=bool(answers.waiting_ids)))
 
     def answer(selected_job_id, text, chosen_variant, tokens, heat, nucleus, with_base,
                request: gr.Request):
-        answers = try_it.try_prompt(selected_job_id, text, chosen_variant, tokens, heat, nucleus,
-                                    with_base, database=database, celery_app=celery_app,
-                                    settings=settings, principal=principal_of(request))
-        return answers.tuned_html, gr.HTML(answers.base_html, visible=answers.compared)
+        return show(try_it.try_prompt(selected_job_id, text, chosen_variant, tokens, heat,
+                                      nucleus, with_base, database=database,
+                                      celery_app=celery_app, settings=settings,
+                                      principal=principal_of(request)))
+
+    def poll_answers(ids, request: gr.Request):
+        return show(try_it.answers_of(ids, database=database, settings=settings,
+                                      principal=principal_of(request), wait_seconds=0))
 
     inputs = [job_id, prompt, variant, max_new_tokens, temperature, top_p, compare]
+    outputs = [tuned_answer, base_answer, waiting_ids, poll]
     for trigger in (generate.click, prompt.submit):
-        trigger(answer, inputs, [tuned_answer, base_answer], concurrency_limit=None)
+        trigger(answer, inputs, outputs, concurrency_limit=None)
+    poll.tick(poll_answers, waiting_ids, outputs, show_progress="hidden")
     # Another job's page starts without this one's answers.
-    job_id.change(lambda: ("", gr.HTML("", visible=False)), None, [tuned_answer, base_answer],
-                  show_progress="hidden")
+    job_id.change(lambda: show(try_it.TryItAnswers("")), None, outputs, show_progress="hidden")
     return TryItPanel(panel=panel)
