@@ -86,6 +86,8 @@ def generate(loaded: LoadedModel, request: dict) -> dict:
     if request["temperature"] > 0:
         sampling = {"do_sample": True, "temperature": request["temperature"],
                     "top_p": request["top_p"]}
+        if request.get("seed") is not None:
+            torch.manual_seed(request["seed"])
     else:
         # The model's generation_config may ask for sampling; greedy means greedy.
         sampling.update(temperature=None, top_p=None, top_k=None)

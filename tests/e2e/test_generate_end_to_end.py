@@ -70,8 +70,10 @@ def test_a_trained_job_answers_repeatably_and_differs_from_its_base(trained):
     adapter = ask(server, job_id, "adapter")
     assert base["text"] != first["text"]  # what 24 steps of arithmetic changed
     assert adapter["text"] == first["text"]  # merged = base + adapter, greedily
-    sampled = ask(server, job_id, temperature=1.0, top_p=0.95)
+    sampled = ask(server, job_id, "base", temperature=1.5, top_p=1.0, seed=3)
     assert sampled["tokens"] >= 1
+    assert ask(server, job_id, "base", temperature=1.5, top_p=1.0, seed=3)["text"] == \
+        sampled["text"]
 
     printed = subprocess.run(
         [sys.executable, "-m", "tunedeck.cli", "generate", str(job_id), PROMPT,

@@ -31,6 +31,9 @@ def test_greedy_answers_repeat_and_the_second_is_warm(tunedeck_home, builtin_mod
         first = server.ask(QUESTION)
         second = server.ask(QUESTION)
         sampled = server.ask({**QUESTION, "temperature": 1.0, "top_p": 1.0})
+        seeded = [server.ask({**QUESTION, "temperature": 1.5, "top_p": 1.0, "seed": 7})["text"]
+                  for _ in range(2)]
+        other_seed = server.ask({**QUESTION, "temperature": 1.5, "top_p": 1.0, "seed": 8})
         missing = server.ask({**QUESTION, "model_source": str(tunedeck_home / "no-such-model"),
                               "variant": "merged"})
         after_error = server.ask(QUESTION)
@@ -41,5 +44,6 @@ def test_greedy_answers_repeat_and_the_second_is_warm(tunedeck_home, builtin_mod
     assert first["load_seconds"] > 0 and second["load_seconds"] == 0
     assert first["device"] == "cpu" and first["prompt_tokens"] > 5
     assert sampled["tokens"] >= 1
+    assert seeded[0] == seeded[1] != other_seed["text"]  # sampling from a seed repeats
     assert "error" in missing and "merged" in missing["error"]
     assert after_error["text"] == first["text"]

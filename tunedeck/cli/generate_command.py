@@ -1,7 +1,7 @@
 """`tunedeck generate ID "prompt" [--variant merged|adapter|base] [--max-new-tokens N]
-[--temperature T] [--top-p P] [--json]`: a prompt to a finished job's model through a running
-server's `POST /api/jobs/{id}/generate` (polling `GET /api/generations/{id}` while its worker
-is still at it), printed as the answer's text or as the API's JSON."""
+[--temperature T] [--top-p P] [--seed S] [--json]`: a prompt to a finished job's model
+through a running server's `POST /api/jobs/{id}/generate` (polling `GET /api/generations/{id}`
+while its worker is still at it), printed as the answer's text or as the API's JSON."""
 from __future__ import annotations
 
 import argparse
@@ -25,6 +25,8 @@ def add_generate_command(commands, *, add_server_options) -> None:
     generate.add_argument("--temperature", type=float, default=0.7,
                           help="0: greedy decoding, the same text every time (default 0.7)")
     generate.add_argument("--top-p", type=float, default=0.9)
+    generate.add_argument("--seed", type=int, default=None,
+                          help="sample from this seed: the same text each time above temperature 0")
     generate.add_argument("--json", action="store_true",
                           help="print the JSON of POST /api/jobs/{id}/generate")
     generate.add_argument("--timeout", type=float, default=600.0,
@@ -39,7 +41,7 @@ def _run_generate(arguments: argparse.Namespace) -> int:
 
     body = {"messages": [{"role": "user", "content": arguments.prompt}],
             "max_new_tokens": arguments.max_new_tokens, "temperature": arguments.temperature,
-            "top_p": arguments.top_p, "variant": arguments.variant}
+            "top_p": arguments.top_p, "variant": arguments.variant, "seed": arguments.seed}
     answer = server_calls.post_to_server(arguments, f"/api/jobs/{arguments.job_id}/generate", body,
                                          expected_status=(200, 202),
                                          refusal=f"job {arguments.job_id} gave no answer")

@@ -44,6 +44,9 @@ class GenerationRequest(StrictModel):
     temperature: float = Field(0.7, ge=0.0, le=2.0)
     top_p: float = Field(0.9, gt=0.0, le=1.0)
     variant: Variant = "merged"
+    # Sampling (temperature above 0) from this seed gives the same text each time; without
+    # one, each request samples afresh.
+    seed: int | None = Field(None, ge=0, le=2**32 - 1)
 
     @field_validator("messages")
     @classmethod
