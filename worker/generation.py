@@ -43,8 +43,11 @@ class WarmGenerator:
         self._visible_devices: str | None = None
         self._last_used = 0.0
         self._idle_timer: threading.Timer | None = None
+        self._released_mid_answer = False
 
     def ask(self, request: dict, *, visible_devices: str) -> dict:
+        """The generation process's answer; LineServerError when it gave none (it died,
+        timed out, or a job claimed its GPU mid-answer: `release_gpus`)."""
         with self._lock:
             if self._server is None or visible_devices != self._visible_devices:
                 self._stop_server()
@@ -52,7 +55,13 @@ class WarmGenerator:
                 self._visible_devices = visible_devices
             try:
                 return self._server.ask(request)
+            except LineServerError as error:
+                if self._released_mid_answer:
+                    raise LineServerError("a training job claimed its GPU while it answered; "
+                                          "ask again") from error
+                raise
             finally:
+                self._released_mid_answer = False
                 self._last_used = time.monotonic()
                 self._arm_idle_timer()
 
@@ -61,14 +70,14 @@ class WarmGenerator:
             self._stop_server()
 
     def release_gpus(self, cuda_ids: str | None = None) -> None:
-        """Stop the generation process if it holds one of `cuda_ids` (a job's
-        CUDA_VISIBLE_DEVICES; None: any GPU): a job just claimed it, and a job's GPUs are
-        its own."""
-        if not self._holds_any(cuda_ids):
-            return  # on the CPU, or elsewhere: never wait for a prompt to finish
-        with self._lock:
-            if self._holds_any(cuda_ids):
-                self._stop_server()
+        """Stop the generation process at once if it holds one of `cuda_ids` (a job's
+        CUDA_VISIBLE_DEVICES; None: any GPU), even in the middle of an answer: a job just
+        claimed that GPU, and a job's GPUs are its own (it never waits for a prompt)."""
+        server = self._server
+        if server is None or not self._holds_any(cuda_ids):
+            return  # on the CPU, or on other GPUs
+        self._released_mid_answer = self._lock.locked()
+        server.stop()  # the process only: a later question starts a fresh one
 
     def _holds_any(self, cuda_ids: str | None) -> bool:
         held = set(filter(None, (self._visible_devices or "").split(",")))

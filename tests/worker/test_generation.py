@@ -50,6 +50,36 @@ def test_a_process_on_a_gpu_is_released_for_a_job(tunedeck_home, builtin_model_d
         generator.stop()
 
 
+def test_a_job_claiming_the_gpu_mid_answer_stops_it_at_once(tunedeck_home, builtin_model_dir):  # noqa: F811
+    import threading
+
+    from tunedeck.line_server import LineServerError
+
+    generator = WarmGenerator(settings=Settings(home=tunedeck_home))
+    long_question = {**QUESTION, "max_new_tokens": 4000}
+    failures: list[str] = []
+
+    def ask_long() -> None:
+        try:
+            generator.ask(long_question, visible_devices="0")
+        except LineServerError as error:
+            failures.append(str(error))
+
+    try:
+        generator.ask(QUESTION, visible_devices="0")  # loaded: the next answer is generating
+        asking = threading.Thread(target=ask_long)
+        asking.start()
+        time.sleep(0.5)
+        started = time.monotonic()
+        generator.release_gpus("0")
+        asking.join(timeout=30)
+        assert time.monotonic() - started < 5  # the job never waits for the answer
+        assert failures == ["a training job claimed its GPU while it answered; ask again"]
+        assert generator.ask(QUESTION, visible_devices="")["warm"] is False  # a fresh process
+    finally:
+        generator.stop()
+
+
 def test_the_worker_fails_the_row_naming_weights_gone_since_the_request(database, tmp_path):
     from tunedeck import job_store
     from tunedeck.generation import store
