@@ -22,8 +22,8 @@ from worker.generation import WarmGenerator, run_generation
 
 @pytest.fixture
 def client(tmp_path):
-    """The app in-process; a handler waits up to 60 s for an answer (a first load takes a few)."""
-    settings = Settings(home=tmp_path, generation_wait_seconds=60)
+    """The app in-process; a handler waits up to 50 s for an answer (a first load takes a few)."""
+    settings = Settings(home=tmp_path, generation_wait_seconds=50)
     upgrade_database(settings.resolved_database_url)
     app = create_app(settings, with_ui=False, with_sweeper=False)
     with TestClient(app) as client:
