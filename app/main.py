@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse  # noqa: E402
 from app.actions.errors import ActionError  # noqa: E402
 from app.api.accounts import account_router  # noqa: E402
 from app.api.errors import action_error_response  # noqa: E402
+from app.api.generation import generation_router  # noqa: E402
 from app.api.jobs import router  # noqa: E402
 from app.api.preflight import preflight_router  # noqa: E402
 from app.api.presets import preset_router  # noqa: E402
@@ -45,6 +46,7 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True,
     api.include_router(router)
     api.include_router(upload_router)
     api.include_router(preflight_router)
+    api.include_router(generation_router)
     api.include_router(preset_router)
     api.include_router(sign_in_router)
     api.include_router(account_router)

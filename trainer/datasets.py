@@ -137,12 +137,26 @@ def _tokenize_all(tokenizer, examples: list[Example], seq_len: int | None, *,
     tokenized = []
     for (prompt_text, _), prompt_ids, answer_ids in zip(texts, all_prompt_ids, all_answer_ids):
         answer_ids = [*answer_ids, *answer_suffix]
-        if bos_id is not None and not prompt_text.startswith(tokenizer.bos_token):
-            prompt_ids = [bos_id, *prompt_ids]
+        prompt_ids = _with_bos(tokenizer, prompt_text, prompt_ids, bos_id)
         whole = TokenizedExample(input_ids=prompt_ids + answer_ids,
                                  labels=[IGNORE_INDEX] * len(prompt_ids) + answer_ids)
         tokenized.append(truncate_example(whole, seq_len))
     return tokenized
+
+
+def _with_bos(tokenizer, prompt_text: str, prompt_ids: list[int], bos_id: int | None) -> list[int]:
+    if bos_id is not None and not prompt_text.startswith(tokenizer.bos_token):
+        return [bos_id, *prompt_ids]
+    return prompt_ids
+
+
+def prompt_token_ids(tokenizer, messages: tuple[dict[str, str], ...]) -> list[int]:
+    """The ids a model is given to answer `messages`: the prompt exactly as training
+    tokenized it (rendered by `render_prompt`, beginning-of-sequence first), so a "Try it"
+    prompt meets the model as its training examples did."""
+    prompt_text = render_prompt(tokenizer, messages)
+    prompt_ids = tokenizer(prompt_text, add_special_tokens=False).input_ids
+    return _with_bos(tokenizer, prompt_text, prompt_ids, tokenizer.bos_token_id)
 
 
 def truncate_example(item: TokenizedExample, seq_len: int | None) -> TokenizedExample:

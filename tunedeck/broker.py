@@ -18,10 +18,12 @@ if TYPE_CHECKING:
 RUN_JOB_TASK = "tunedeck.run_job"
 RUN_JOB_NODE_TASK = "tunedeck.run_job_node"
 PREFLIGHT_DATASET_TASK = "tunedeck.preflight_dataset"
+GENERATE_TASK = "tunedeck.generate"
 # Pool threads a worker keeps beyond its job slots. A job's task holds its thread for
 # hours, and claims never run more jobs than slots (tunedeck.cluster.placement.room_for), so
-# this thread is always free of jobs: a preflight waits at most for run_job messages that
-# find no room (each returns at once) and for another preflight, never for a job.
+# this thread is always free of jobs: a preflight (or a "Try it" generation) waits at most
+# for run_job messages that find no room (each returns at once) and for another preflight or
+# generation, never for a job.
 PREFLIGHT_THREADS = 1
 JOBS_QUEUE = queue_broker_queue(DEFAULT_QUEUE)
 
@@ -90,3 +92,10 @@ def send_preflight(celery_app: "Celery", preflight_id: int, spec: Placement) -> 
     """Send a stored preflight's id to the queue of the workers that would run a job of
     `spec` (its queue or host): they can read its data. Only after the row is committed."""
     celery_app.send_task(PREFLIGHT_DATASET_TASK, args=[preflight_id], queue=broker_queue_for(spec))
+
+
+def send_generation(celery_app: "Celery", generation_id: int, worker_name: str) -> None:
+    """Send a stored generation's id to the worker that ran its job (the weights are in its
+    run folder). Only after the row is committed."""
+    celery_app.send_task(GENERATE_TASK, args=[generation_id],
+                         queue=worker_broker_queue(worker_name))

@@ -11,7 +11,8 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from tunedeck.db.models import Job, JobEvent, JobNode, JobSample, MetricPoint, utc_now
+from tunedeck.db.models import (Job, JobEvent, JobGeneration, JobNode, JobSample, MetricPoint,
+                                utc_now)
 from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import (CANCELLED, FAILED, FINISHED_STATUSES, QUEUED, RUNNING, SUCCEEDED,
                                  InvalidTransition, sources_of)
@@ -340,15 +341,15 @@ class JobStillActive(Exception):
 
 def delete_job(*, session: Session, job_id: int) -> None:
     """Delete a finished job's row and every row that names it (nodes, events, metric
-    points, samples). The condition on status is in the DELETE itself, so a job a worker
-    claims meanwhile is never deleted under it. Audit rows are kept: the trail outlives
-    what it names."""
+    points, samples, generations). The condition on status is in the DELETE itself, so a
+    job a worker claims meanwhile is never deleted under it. Audit rows are kept: the trail
+    outlives what it names."""
     job = get_job(session=session, job_id=job_id)
     if job.status not in FINISHED_STATUSES:
         raise JobStillActive(job_id, job.status)
     # Foreign keys cascade on PostgreSQL; SQLite enforces them only with a pragma, so the
     # dependent rows are deleted by name on both.
-    for table in (JobNode, JobEvent, MetricPoint, JobSample):
+    for table in (JobNode, JobEvent, MetricPoint, JobSample, JobGeneration):
         session.execute(delete(table).where(table.job_id == job_id)
                         .execution_options(synchronize_session=False))
     result = session.execute(delete(Job).where(Job.id == job_id,

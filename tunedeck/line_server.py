@@ -55,10 +55,12 @@ class LineServer:
                 raise LineServerError(str(error)) from None
 
     def stop(self) -> None:
-        if self._process is not None:
-            self._process.kill()
-            self._process.wait()
-            self._process = None
+        """Kill the server (safe from another thread while a question waits: it then fails
+        with LineServerError)."""
+        process, self._process = self._process, None
+        if process is not None:
+            process.kill()
+            process.wait()
 
     @property
     def pid(self) -> int | None:

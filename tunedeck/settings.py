@@ -87,6 +87,19 @@ class Settings(BaseSettings):
                     "folder (HOME/uploads/NAME) is always allowed for their own jobs")
     max_upload_mb: int = Field(1024, ge=1, le=1_048_576,
                                description="largest dataset upload (POST /api/datasets), in MB")
+    generation_max_new_tokens: int = Field(
+        1024, ge=1, le=65_536,
+        description="the most tokens one \"Try it\" request (POST /api/jobs/{id}/generate) "
+                    "may ask for")
+    generation_warm_seconds: float = Field(
+        300.0, ge=0, le=24 * 3600,
+        description="a worker keeps the last model it generated with loaded this long after "
+                    "the last request, so the next prompt answers at once (0: unload at once)")
+    # At most 55: the command line's requests give up after 60 s.
+    generation_wait_seconds: float = Field(
+        45.0, ge=0, le=55,
+        description="how long POST /api/jobs/{id}/generate waits for the worker's answer "
+                    "before it answers 202 with the request's id to poll (0-55)")
     datasets_cache: Path | None = Field(
         None, description="a worker's `datasets` library cache (what it prepares of Hugging "
                           "Face ids, .parquet and .csv datasets; the ranks' HF_DATASETS_CACHE); "

@@ -48,14 +48,17 @@ def run_job(job_id: int, *, settings: Settings, database: Database,
             identity: WorkerIdentity | None = None,
             hand_on: Callable[[int, str], None] | None = None,
             start_node: Callable[[int, int, str], None] | None = None,
-            warm: WarmLauncher | None = None) -> Outcome:
+            warm: WarmLauncher | None = None,
+            claimed_gpus: Callable[[str | None], None] | None = None) -> Outcome:
     """Run a queued job to its end; returns how it ended (or, if it was not ours to run,
     why: missing, already claimed, cancelled, finished, or waiting for GPUs).
     A job this worker has no room for goes to `hand_on(job_id, worker_name)` when another
     worker has. Of a job on several nodes this worker runs node 0 and tells the workers of
     the others through `start_node(job_id, node_rank, worker_name)`. When
     `shutdown_requested()` turns true, the job is stopped and marked failed. With `warm`,
-    a job that fits starts on its standby launcher (worker/warm_launcher.py)."""
+    a job that fits starts on its standby launcher (worker/warm_launcher.py).
+    `claimed_gpus(cuda_visible_devices)` hears which GPUs the job took, before it launches
+    (the worker's generation process gives them up)."""
     identity = identity or WorkerIdentity.from_settings(settings)
     run = RunFolder(settings.run_dir_for(job_id))
     claim = claim_job(job_id, identity=identity, database=database, run_dir=str(run.path),
@@ -74,6 +77,8 @@ def run_job(job_id: int, *, settings: Settings, database: Database,
                         rendezvous=claim.rendezvous,
                         visible_devices=identity.cuda_visible_devices(claim.gpus),
                         worker_name=identity.name)
+    if claimed_gpus is not None and launch.visible_devices:
+        claimed_gpus(launch.visible_devices)
     result = _launch_and_judge(launch, claim, settings=settings, database=database,
                                shutdown_requested=shutdown_requested, warm=warm)
     if result.outcome != Outcome.TAKEN_AWAY:

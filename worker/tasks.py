@@ -13,12 +13,15 @@ from pathlib import Path
 
 from celery.signals import worker_ready, worker_shutting_down
 
-from tunedeck.broker import (PREFLIGHT_DATASET_TASK, RUN_JOB_NODE_TASK, RUN_JOB_TASK, enqueue_job,
-                             make_celery, send_node_to_worker, send_to_worker)
+from tunedeck.broker import (GENERATE_TASK, PREFLIGHT_DATASET_TASK, RUN_JOB_NODE_TASK,
+                             RUN_JOB_TASK, enqueue_job, make_celery, send_generation,
+                             send_node_to_worker, send_to_worker)
 from tunedeck.db.engine import Database
 from tunedeck.db.models import utc_now
+from tunedeck.generation import store as generation_store
 from tunedeck.settings import Settings
 from worker.dataset_preflight import run_dataset_preflight
+from worker.generation import WarmGenerator, run_generation
 from worker.heartbeat import Heartbeat
 from worker.job_claim import jobs_to_offer
 from worker.job_runner import run_job
@@ -73,6 +76,11 @@ class WorkerProcess:
         return WarmLauncher(folder=self.settings.home_dir / "warm" / self.identity.name,
                             environment=standby_environment(), cwd=Path.cwd())
 
+    @cached_property
+    def generator(self) -> WarmGenerator:
+        """The generation process of this worker's "Try it" requests (started on the first)."""
+        return WarmGenerator(settings=self.settings)
+
     def hand_on(self, job_id: int, worker_name: str) -> None:
         send_to_worker(self.celery_app, job_id, worker_name)
 
@@ -80,14 +88,24 @@ class WorkerProcess:
         send_node_to_worker(self.celery_app, job_id, node_rank, worker_name)
 
     def offer_waiting_jobs(self) -> None:
-        """A job here ended and its GPUs are free again: jobs waiting for them get a turn now."""
+        """A job here ended and its GPUs are free again: jobs waiting for them get a turn now,
+        and so do prompts that waited for a GPU."""
         if not self.shutdown_requested.is_set():
             for waiting_job_id in jobs_to_offer(identity=self.identity, database=self.database):
                 self.hand_on(waiting_job_id, self.identity.name)
+            self.offer_waiting_generations()
+
+    def offer_waiting_generations(self) -> None:
+        with self.database.transaction() as session:
+            waiting = generation_store.pending_generation_ids(session=session,
+                                                              worker_name=self.identity.name)
+        for generation_id in waiting:
+            send_generation(self.celery_app, generation_id, self.identity.name)
 
     def stop_running_jobs(self) -> None:
         self.shutdown_requested.set()
         self.heartbeat.stop()
+        self.generator.stop()
         if self.warm_launcher is not None:
             self.warm_launcher.stop()
 
@@ -113,6 +131,10 @@ class WorkerProcess:
             self.warm_launcher.replenish()
         for job_id in jobs_to_offer(identity=self.identity, database=self.database, limit=1000):
             self.hand_on(job_id, self.identity.name)
+        with self.database.transaction() as session:
+            generation_store.fail_interrupted_generations(session=session,
+                                                          worker_name=self.identity.name)
+        self.offer_waiting_generations()  # their messages may have been lost with the worker
 
 
 def build_worker(settings: Settings) -> WorkerProcess:
@@ -136,7 +158,8 @@ def _register_tasks(worker: WorkerProcess) -> None:
         outcome = run_job(job_id, settings=worker.settings, database=worker.database,
                           shutdown_requested=worker.shutdown_requested.is_set,
                           identity=worker.identity, hand_on=worker.hand_on,
-                          start_node=worker.start_node, warm=worker.warm_launcher)
+                          start_node=worker.start_node, warm=worker.warm_launcher,
+                          claimed_gpus=worker.generator.release_gpus)
         if outcome.job_finished:
             worker.offer_waiting_jobs()
             if worker.warm_launcher is not None and not worker.shutdown_requested.is_set():
@@ -145,6 +168,7 @@ def _register_tasks(worker: WorkerProcess) -> None:
 
     @task(name=RUN_JOB_NODE_TASK, shared=False)
     def run_job_node_task(job_id: int, node_rank: int) -> str:
+        worker.generator.release_gpus()  # this node's GPUs were placed for it already
         outcome = run_job_node(job_id, node_rank, settings=worker.settings,
                                database=worker.database, identity=worker.identity,
                                shutdown_requested=worker.shutdown_requested.is_set)
@@ -157,3 +181,9 @@ def _register_tasks(worker: WorkerProcess) -> None:
         """A few seconds on the worker's spare thread (tunedeck.broker.PREFLIGHT_THREADS)."""
         return run_dataset_preflight(preflight_id, settings=worker.settings,
                                      database=worker.database, worker_name=worker.identity.name)
+
+    @task(name=GENERATE_TASK, shared=False)
+    def generate_task(generation_id: int) -> str:
+        """Seconds on the worker's spare thread (as a preflight), never a job's slot."""
+        return run_generation(generation_id, settings=worker.settings, database=worker.database,
+                              identity=worker.identity, generator=worker.generator)

@@ -47,7 +47,7 @@ def build_ui(*, database, celery_app,
                                       settings=settings)
             with gr.Tab("Job", id=JOB_TAB, elem_id="tab-job") as job_tab:
                 job_page = build_job_page_tab(database=database, celery_app=celery_app,
-                                              tab=job_tab)
+                                              settings=settings, tab=job_tab)
             with gr.Tab("Compare", id=COMPARE_TAB, elem_id="tab-compare") as compare_tab:
                 compare = build_compare_tab(database=database)
             with gr.Tab("Cluster", id=CLUSTER_TAB, elem_id="tab-cluster") as cluster_tab:

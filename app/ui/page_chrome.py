@@ -61,6 +61,16 @@ div.field-error, div.field-error *, .block.field-error .info-text {
 #jobs-table .bool-cell label { cursor: pointer; }
 #jobs-table .body-cell.cell-selected { box-shadow: none; }
 #jobs-table .selection-button { display: none; }
+.try-it-answer h4 { margin: 0 0 4px; }
+.try-it-answer pre.try-it-text {
+  white-space: pre-wrap; word-break: break-word; margin: 0; padding: 8px;
+  border: 1px solid var(--border-color-primary); border-radius: var(--radius-md);
+  background: var(--background-fill-secondary); font-size: 13px;
+}
+.try-it-answer .try-it-facts {
+  font-size: 12px; color: var(--body-text-color-subdued); margin: 4px 0 0;
+}
+.try-it-answer .try-it-error { color: var(--error-text-color, #b91c1c); }
 .block.field-error input, .block.field-error textarea {
   border-color: var(--error-border-color, #ef4444) !important;
 }

@@ -13,6 +13,7 @@ SUBMIT, CANCEL, RESUME, RETRY, COMPARE_BACKENDS = "submit", "cancel", "resume", 
 DOWNLOAD, UPLOAD = "download", "upload"
 DELETE, ARCHIVE, UNARCHIVE = "delete", "archive", "unarchive"  # jobs
 PREFLIGHT = "preflight"  # a worker was asked to read a dataset (and the model's tokenizer)
+GENERATE = "generate"  # a prompt to a finished job's model ("Try it"); detail: the variant
 SIGN_IN, SIGN_IN_FAILED, SIGN_OUT = "sign_in", "sign_in_failed", "sign_out"
 TOKEN_CREATED, TOKEN_REVOKED = "token_created", "token_revoked"
 USER_CREATED, USER_CHANGED = "user_created", "user_changed"

@@ -1,6 +1,6 @@
 """`tunedeck`: up, web, worker, migrate, submit, resume, delete, archive, unarchive, plan,
-preflight, lora-targets, watch, render (docs/reference/cli.md), and the accounts: user,
-token, audit."""
+preflight, lora-targets, watch, generate, render (docs/reference/cli.md), and the accounts:
+user, token, audit."""
 from __future__ import annotations
 
 import argparse
@@ -70,6 +70,7 @@ def _build_parser() -> argparse.ArgumentParser:
         archiving.set_defaults(handler=_run_archive, archive_route=name)
 
     from tunedeck.cli.account_commands import add_account_commands
+    from tunedeck.cli.generate_command import add_generate_command
     from tunedeck.cli.lora_targets_command import add_lora_targets_command
     from tunedeck.cli.preflight_command import add_preflight_command
     from tunedeck.cli.watch_command import add_watch_command
@@ -78,6 +79,7 @@ def _build_parser() -> argparse.ArgumentParser:
     add_preflight_command(commands, add_server_options=_add_server_options)
     add_lora_targets_command(commands, add_server_options=_add_server_options)
     add_watch_command(commands, add_server_options=_add_server_options)
+    add_generate_command(commands, add_server_options=_add_server_options)
 
     plan = commands.add_parser("plan", help="memory per GPU of SPEC.yaml under each backend, "
                                "and which to use")

@@ -284,3 +284,25 @@ class Preset(Base):
         except ValueError as error:
             raise StoredSpecInvalid(f"preset {self.name!r}: its stored spec is no longer "
                                     f"valid: {error}") from error
+
+
+class JobGeneration(Base):
+    """A "Try it" request (tunedeck/generation/request.py): the web inserts it pending, the
+    worker that ran the job (it has the weights) answers it and stores the text or the
+    error; the web reads it back here, as it does a data preflight."""
+
+    __tablename__ = "job_generations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    status: Mapped[str] = mapped_column(String(16))  # pending, running, done, failed
+    request: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # Who asked (users.name; null with open access): only they, or an admin, read it back.
+    owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # The worker it was sent to (the job's), then the one that answered.
+    worker_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    answer: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -1,5 +1,5 @@
 """The "Job" tab: one job's status, live charts, log, events, config, checkpoints, cancel,
-resume, retry (after a failure) and downloads."""
+resume, retry (after a failure), downloads and "Try it" (after a success)."""
 from __future__ import annotations
 
 import html
@@ -15,6 +15,8 @@ from app.ui.job_page.job_handlers import JobPage
 from app.ui.charts.page_assets import HOVER_JS
 from app.ui.tabs.failure_panel import build_failure_panel, show_failure
 from app.ui.tabs.live_panel import build_live_panel, build_progress, show_live
+from app.ui.tabs.try_it_panel import build_try_it_panel
+from tunedeck.job_states import SUCCEEDED
 from app.ui.unchanged_updates import only_changed
 
 REFRESH_SECONDS = 1.0
@@ -32,7 +34,7 @@ class JobPageTab:
     looking: gr.State  # whether the Job tab is the one shown: set False when another is
 
 
-def build_job_page_tab(*, database, celery_app, tab: gr.Tab) -> JobPageTab:
+def build_job_page_tab(*, database, celery_app, settings, tab: gr.Tab) -> JobPageTab:
     """`tab`: the Job tab itself, whose selection redraws what changed while it was hidden."""
     with gr.Row():
         job_id = gr.Number(label="Job id", precision=0, minimum=1, scale=1, elem_id="job-id")
@@ -58,6 +60,9 @@ def build_job_page_tab(*, database, celery_app, tab: gr.Tab) -> JobPageTab:
         log_scale = gr.Checkbox(False, label="Loss on a log scale", scale=1,
                                 elem_id="job-log-scale")
     charts = _charts()
+    # Under the loss and throughput: a page still opens on its status and first charts.
+    try_it = build_try_it_panel(job_id=job_id, database=database, celery_app=celery_app,
+                                settings=settings)
     live = build_live_panel(progress)
     details = _details()
     refresh_timer = gr.Timer(REFRESH_SECONDS, active=False)
@@ -71,8 +76,8 @@ def build_job_page_tab(*, database, celery_app, tab: gr.Tab) -> JobPageTab:
     more_charts_open = gr.State(True)
     ticks = gr.State(0)
 
-    outputs = [headline, error, downloads, *charts, *details, cancel_button, resume_button,
-               resume_hint, refresh_timer, *failure.outputs, *live.outputs]
+    outputs = [headline, error, downloads, try_it.panel, *charts, *details, cancel_button,
+               resume_button, resume_hint, refresh_timer, *failure.outputs, *live.outputs]
     folded = frozenset(outputs.index(chart) for chart in live.folded_outputs)
     slow_groups = [frozenset(outputs.index(chart) for chart in group) for group in (
         (live.sampled_memory, live.memory_comparison), (live.learning_rate, live.grad_norm),
@@ -194,6 +199,7 @@ def _show(page: JobPage) -> tuple:
         page.headline,
         gr.HTML(job_handlers.error_html(page.error), visible=bool(page.error)),
         gr.HTML(page.downloads_html, visible=bool(page.downloads_html)),
+        gr.Accordion(visible=page.status == SUCCEEDED),
         # A finished job's chart with no point (it failed before its first step) is hidden.
         gr.HTML(step_charts.loss_chart_html(page.loss, log_scale=page.log_scale),
                 visible=page.charts_shown(page.loss)),
