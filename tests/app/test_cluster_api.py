@@ -77,3 +77,24 @@ def test_a_cpu_host_is_described_instead_of_an_empty_gpu_table(database):
     assert shown.gpus.empty
     assert shown.cpu_hosts == ("- **laptop** (default@laptop): CPU host, 2 cores; jobs run on "
                                "CPU ranks, one at a time")
+
+
+def test_a_slurm_executor_shows_its_partition_and_its_jobs_wait_with_slurms_reason(database):
+    partition = {"name": "gpu", "nodes": 4, "cpus_per_node": 64, "gpus_per_node": 8,
+                 "idle_nodes": 1, "allocated_nodes": 3, "max_nodes": None}
+    with database.transaction() as session:
+        worker_registry.record_heartbeat(
+            session=session, name="slurm@login", host="login", queues=["default"], pid=7,
+            concurrency=32, resources={"gpus": None, "cpu_count": 8, "slurm": partition},
+            started_at=utc_now())
+        waiting = job_store.create_job(session=session, spec=JobSpec(max_steps=5, num_gpus=8)).id
+        job_store.record_slurm_submission(session=session, job_id=waiting, slurm_job_id="4242",
+                                          worker_name="slurm@login", run_dir="/shared/job")
+        job_store.note_job_waiting(session=session, job_id=waiting, reason=(
+            "Slurm job 4242: waiting for resources on partition gpu"))
+    shown = cluster_tables(database=database, worker_lost_seconds=20)
+    assert shown.cpu_hosts == ("- **slurm@login**: Slurm executor on login, partition gpu: 4 "
+                               "node(s) of 8 GPUs and 64 CPUs, 1 idle, 3 allocated")
+    assert shown.workers.iloc[0]["resources"].startswith("Slurm partition gpu")
+    assert list(shown.queued["waiting for"]) == [
+        "Slurm job 4242: waiting for resources on partition gpu"]

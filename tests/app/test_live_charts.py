@@ -113,6 +113,26 @@ def test_on_a_cpu_host_the_sampled_chart_is_each_ranks_rss():
     assert not charts.has_mfu  # CPU steps carry no MFU: the chart stays hidden
 
 
+def test_gpu_ranks_nobody_sampled_chart_their_own_allocator_readings():
+    """A Slurm job: no worker samples its nodes, its GPU ranks report memory_reserved."""
+    epoch = START.timestamp()
+    memory = [{"time": epoch + 2, "rank": rank, "step": 1, "reserved_mb": 900.0 + rank,
+               "rss_mb": 300.0} for rank in (0, 1)]
+    charts = live_charts.live_charts(spec=SPEC, series={"train": _steps(3), "memory": memory},
+                                     status="running", started_at=START, finished_at=None,
+                                     now=START)
+    assert charts.sampled_memory_title == live_charts.RANK_RESERVED_TITLE
+    frame = charts.sampled_memory
+    assert sorted(frame["series"].dropna()) == ["rank 0", "rank 1"]
+    assert sorted(frame["memory_mb"].dropna()) == [900.0, 901.0]
+    # CPU ranks' lines carry no allocator readings: their RSS, as before.
+    cpu = [{**row, "reserved_mb": None} for row in memory]
+    charts = live_charts.live_charts(spec=SPEC, series={"train": _steps(3), "memory": cpu},
+                                     status="running", started_at=START, finished_at=None,
+                                     now=START)
+    assert "RSS" in charts.sampled_memory_title
+
+
 def test_mfu_is_charted_when_the_steps_carry_it():
     train = [{**row, "mfu": 0.41} for row in _steps(2)]
     charts = live_charts.live_charts(spec=SPEC, series={"train": train, "gpus": [

@@ -243,3 +243,14 @@ def test_a_job_on_two_nodes_runs_with_torchruns_static_rendezvous(stack):
     output = (run / "logs" / f"slurm-{job['slurm_job_id']}.out").read_text()
     assert "0: " in output and "1: " in output  # srun --label: a line's node
     assert "#SBATCH --nodes=2" in (run / "job.sbatch").read_text()
+
+
+def test_an_sbatch_error_fails_the_job_with_slurms_message(stack):
+    stack.start_executor(TUNEDECK_WORKER_QUEUES="bad",
+                         TUNEDECK_SLURM_EXTRA_ARGS="--constraint=nosuchfeature")
+    web = stack.web
+    job_id = web.submit({**TWO_RANKS, "name": "slurm-refused", "queue": "bad"})
+    job = web.wait_for(job_id, FINISHED, timeout_seconds=120)
+    assert job["status"] == "failed" and job["slurm_job_id"] is None
+    assert job["error"].startswith("Slurm refused the job: sbatch: error:"), job["error"]
+    assert "feature" in job["error"].lower()

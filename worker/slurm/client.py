@@ -31,7 +31,8 @@ def run_slurm(argv: list[str], *, cwd: Path | None = None,
         raise SlurmError(f"{argv[0]} did not answer within {COMMAND_TIMEOUT_SECONDS} s") from error
     if result.returncode != 0:
         message = (result.stderr or result.stdout).strip() or f"exit code {result.returncode}"
-        raise SlurmError(f"{argv[0]}: {message}")
+        # Slurm's commands name themselves ("sbatch: error: ..."); say who spoke once.
+        raise SlurmError(message if message.startswith(argv[0]) else f"{argv[0]}: {message}")
     return result.stdout
 
 

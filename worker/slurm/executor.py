@@ -130,7 +130,7 @@ class SlurmExecutor:
             # secrets (sbatch hands its environment to the job).
             slurm_job_id = client.submit(script, cwd=Path.cwd(), env=inherited_environment())
         except (SlurmError, ValueError, OSError) as error:
-            self._fail(job_id, f"sbatch refused the job: {error}", FailureReason(ERROR))
+            self._fail(job_id, f"Slurm refused the job: {error}", FailureReason(ERROR))
             return None
         # The job page's log and the failure triage read torchrun.log: Slurm's output file.
         run.launcher_log_file.unlink(missing_ok=True)

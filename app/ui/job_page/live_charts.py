@@ -82,6 +82,12 @@ def live_charts(*, spec: JobSpec, series: dict[str, list[dict[str, Any]]],
     if gpus:
         memory = gpu_memory_frame(gpus, planned_peak_mb(spec, gpus), origin=origin)
         title = f"{GPU_USED_MB.title} (NVML)"
+    elif not series.get("processes") and _gpu_ranks(series.get("memory") or []):
+        # GPU ranks nobody sampled (a Slurm job: the executor is not on the nodes): their
+        # own CUDA allocator readings, a line a rank.
+        memory = rank_rss_frame(series["memory"], world_size=spec.world_size, origin=origin,
+                                field=RESERVED_MB)
+        title = RANK_RESERVED_TITLE
     else:
         # The worker's samples; a job run before the worker sampled has the ranks' own.
         processes = series.get("processes") or _rank_rss_readings(series.get("memory") or [])
@@ -120,7 +126,7 @@ def gpu_memory_frame(gpus: list[dict[str, Any]], planned_mb: float | None, *,
 
 
 def rank_rss_frame(processes: list[dict[str, Any]], *, world_size: int = 0,
-                   origin: float | None = None) -> pd.DataFrame:
+                   origin: float | None = None, field: str = PROCESS_RSS_MB.field) -> pd.DataFrame:
     """One line a rank: its process's RSS over seconds since `origin` (the job's start, else
     the first reading), as the worker sampled it.
 
@@ -129,13 +135,21 @@ def rank_rss_frame(processes: list[dict[str, Any]], *, world_size: int = 0,
     its first data and keeps them, so a page opened before the first sample would otherwise
     draw every rank's line without a colour and with no legend. Plots skip the NaN rows.
     """
-    rss = PROCESS_RSS_MB.field
+    rss = field  # `reserved_mb`: the ranks' own CUDA readings instead
     readings = [row for row in processes if row.get(rss) is not None]
     start = origin if origin is not None else min((row["time"] for row in readings), default=0.0)
     rows = [(row["time"] - start, row[rss], f"rank {row['rank']}") for row in readings]
     sampled = {row["rank"] for row in readings}
     rows += [(None, None, f"rank {rank}") for rank in range(world_size) if rank not in sampled]
     return typed_frame(rows, SAMPLED_MEMORY_COLUMNS)
+
+
+RESERVED_MB = "reserved_mb"
+RANK_RESERVED_TITLE = "GPU memory per rank (CUDA allocator, reserved)"
+
+
+def _gpu_ranks(memory: list[dict[str, Any]]) -> bool:
+    return any(row.get(RESERVED_MB) is not None for row in memory)
 
 
 def _rank_rss_readings(memory: list[dict[str, Any]]) -> list[dict[str, Any]]:
