@@ -28,6 +28,7 @@ from tunedeck.broker import enqueue_job, make_celery  # noqa: E402
 from tunedeck.cluster.sweep import Sweeper  # noqa: E402
 from tunedeck.db.engine import Database  # noqa: E402
 from tunedeck.settings import Settings, load_settings  # noqa: E402
+from app.auth.openapi_credentials import declare_credentials  # noqa: E402
 
 
 def create_app(settings: Settings | None = None, *, with_ui: bool = True,
@@ -52,6 +53,7 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True,
     api.include_router(account_router)
     api.add_exception_handler(RequestValidationError, json_safe_validation_error)
     api.add_exception_handler(ActionError, action_error_response)
+    declare_credentials(api)
     if with_ui:
         import gradio as gr
 

@@ -11,14 +11,16 @@ import ipaddress
 import json
 import logging
 import threading
+import math
 import time
+from dataclasses import dataclass
 from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from app.auth.principal import OPEN_PRINCIPAL, Principal
-from tunedeck.accounts import users as accounts
+from tunedeck.accounts import audit, throttle, users as accounts
 from tunedeck.db.engine import Database
 
 log = logging.getLogger(__name__)
@@ -33,6 +35,13 @@ OPEN_ACCESS_WARNING = (
     "TuneDeck runs with open access: no accounts exist, so every request acts as an admin. "
     "It listens on loopback only, so only this machine can reach it. Create an account "
     "with `tunedeck user add NAME --admin` to require sign-in.")
+
+
+@dataclass(frozen=True)
+class Throttled:
+    """Credentials from this address are refused for `seconds` more."""
+
+    seconds: float
 
 
 class OpenAccessRefused(RuntimeError):
@@ -87,7 +96,12 @@ class AccessMiddleware:
             await _json_response(send, 503, {"detail": "cannot check credentials: the "
                                              "database is unreachable"})
             return
-        if principal is not None:
+        if isinstance(refusal, Throttled):
+            seconds = str(math.ceil(refusal.seconds))
+            await _json_response(send, 429, {"detail": f"too many refused credentials from "
+                                             f"this address: try again in {seconds} s"},
+                                 headers=[(b"retry-after", seconds.encode())])
+        elif principal is not None:
             scope.setdefault("state", {})["principal"] = principal
             await self.app(scope, receive, send)
         elif scope["path"] in PUBLIC_PATHS and refusal is None:
@@ -102,17 +116,15 @@ class AccessMiddleware:
                 "(make one with `tunedeck token create USER`)")},
                 headers=[(b"www-authenticate", b"Bearer")])
 
-    def _resolve(self, request: Request) -> tuple[Principal | None, str | None]:
-        """(principal, None), or (None, why a presented credential was refused)."""
+    def _resolve(self, request: Request) -> tuple[Principal | None, "str | Throttled | None"]:
+        """(principal, None), or (None, why a presented credential was refused, or the
+        throttle's wait for an address whose tokens were refused too often)."""
         authorization = request.headers.get("authorization")
         if authorization is not None:
             scheme, _, token = authorization.partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
                 return None, "Authorization must be 'Bearer <token>'"
-            account = self._account(token.strip(), accounts.TOKEN_KIND)
-            if account is None:
-                return None, "the API token is invalid, expired or revoked"
-            return Principal(name=account.name, is_admin=account.is_admin), None
+            return self._bearer(token.strip(), request.client.host if request.client else None)
         cookie = request.cookies.get(SESSION_COOKIE)
         if cookie:
             account = self._account(cookie, accounts.SESSION_KIND)
@@ -121,6 +133,22 @@ class AccessMiddleware:
         if not self._accounts_exist_now():
             return OPEN_PRINCIPAL, None
         return None, None
+
+    def _bearer(self, token: str, client: str | None
+                ) -> tuple[Principal | None, "str | Throttled | None"]:
+        """A token guessed at is a failed sign-in of its address: audited, and throttled as
+        the sign-in page is (tunedeck/accounts/throttle.py)."""
+        with self.database.transaction() as session:
+            wait = throttle.sign_in_wait(session=session, name=None, client=client)
+            if wait > 0:
+                return None, Throttled(wait)
+            account = accounts.account_for_secret(session=session, secret=token,
+                                                  kind=accounts.TOKEN_KIND)
+            if account is None:
+                audit.record(session=session, actor="?", action=audit.TOKEN_REFUSED,
+                             client=client, detail="an API token that matches no live token")
+                return None, "the API token is invalid, expired or revoked"
+        return Principal(name=account.name, is_admin=account.is_admin), None
 
     def _account(self, secret: str, kind: str) -> accounts.Account | None:
         with self.database.transaction() as session:

@@ -3,6 +3,7 @@ Gradio, so that nothing of the UI loads before the access middleware lets it."""
 from __future__ import annotations
 
 import html
+import math
 from datetime import timedelta
 from urllib.parse import parse_qs
 
@@ -10,7 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.auth.middleware import SESSION_COOKIE
-from tunedeck.accounts import audit, users as accounts
+from tunedeck.accounts import audit, throttle, users as accounts
 
 sign_in_router = APIRouter(include_in_schema=False)
 
@@ -33,15 +34,31 @@ async def sign_in(request: Request) -> Response:
     settings = request.app.state.settings
     client = request.client.host if request.client else None
     with request.app.state.database.transaction() as session:
-        account = accounts.authenticate_password(session=session, name=name, password=password)
-        if account is None:
-            audit.record(session=session, actor=name[:64] or "?", action=audit.SIGN_IN_FAILED,
-                         client=client)
+        # Too many wrong passwords lately, for this account or from this address: refused
+        # before the password is even checked, so guessing on gains nothing.
+        wait = throttle.sign_in_wait(session=session, name=name[:64] or None, client=client)
+        account = None
+        if wait > 0:
+            audit.record(session=session, actor=name[:64] or "?",
+                         action=audit.SIGN_IN_THROTTLED, client=client,
+                         detail=f"{wait:.0f} s to wait")
         else:
-            secret = accounts.create_browser_session(
-                session=session, user_name=account.name,
-                lifetime=timedelta(hours=settings.session_hours))
-            audit.record(session=session, actor=account.name, action=audit.SIGN_IN, client=client)
+            account = accounts.authenticate_password(session=session, name=name,
+                                                     password=password)
+            if account is None:
+                audit.record(session=session, actor=name[:64] or "?",
+                             action=audit.SIGN_IN_FAILED, client=client)
+            else:
+                secret = accounts.create_browser_session(
+                    session=session, user_name=account.name,
+                    lifetime=timedelta(hours=settings.session_hours))
+                audit.record(session=session, actor=account.name, action=audit.SIGN_IN,
+                             client=client)
+    if wait > 0:
+        seconds = math.ceil(wait)
+        return HTMLResponse(_page(next=target, error=f"too many failed sign-ins: try again in "
+                                                     f"{seconds} s"),
+                            status_code=429, headers={"Retry-After": str(seconds)})
     if account is None:
         return HTMLResponse(_page(next=target, error="wrong user name or password"),
                             status_code=401)

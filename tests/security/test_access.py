@@ -104,7 +104,7 @@ def test_tokens_and_passwords_are_stored_hashed(client, accounts_app):
         stored = {row.secret_sha256 for row in session.query(Credential)}
         hashes = [user.password_hash for user in accounts.list_users(session=session)]
     assert not any(token in digest for token in client.tokens.values() for digest in stored)
-    assert all(h.startswith("scrypt$") and PASSWORD not in h for h in hashes)
+    assert all(h.startswith("$argon2id$") and PASSWORD not in h for h in hashes)
 
 
 def test_a_user_makes_and_uses_their_own_token(client):

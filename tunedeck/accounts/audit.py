@@ -15,6 +15,9 @@ DELETE, ARCHIVE, UNARCHIVE = "delete", "archive", "unarchive"  # jobs
 PREFLIGHT = "preflight"  # a worker was asked to read a dataset (and the model's tokenizer)
 GENERATE = "generate"  # a prompt to a finished job's model ("Try it"); detail: the variant
 SIGN_IN, SIGN_IN_FAILED, SIGN_OUT = "sign_in", "sign_in_failed", "sign_out"
+# Refused by the throttle (tunedeck/accounts/throttle.py) before any password was checked,
+# and an API token that matched no live token.
+SIGN_IN_THROTTLED, TOKEN_REFUSED = "sign_in_throttled", "token_refused"
 TOKEN_CREATED, TOKEN_REVOKED = "token_created", "token_revoked"
 USER_CREATED, USER_CHANGED = "user_created", "user_changed"
 PRESET_SAVED, PRESET_DELETED = "preset_saved", "preset_deleted"  # detail: the preset's name

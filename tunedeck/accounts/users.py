@@ -1,8 +1,9 @@
-"""Accounts: users with scrypt-hashed passwords, API tokens and browser sessions.
+"""Accounts: users with Argon2id-hashed passwords, API tokens and browser sessions.
 
 A token or session secret is shown once, when made; the database keeps its SHA-256 only
 (the secret is 256 random bits, so a fast hash is enough there; passwords, chosen by people,
-get scrypt). The caller owns the transaction.
+get Argon2id). Hashes of earlier releases (scrypt) still verify, and are replaced by an
+Argon2id hash at the account's next successful sign-in. The caller owns the transaction.
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
@@ -27,8 +30,10 @@ TOKEN_PREFIX = "tdk_"
 USER_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MIN_PASSWORD_LENGTH = 8
 MAX_PASSWORD_LENGTH = 1024
-# scrypt at n=2^14, r=8: 16 MiB and ~50 ms a check, OWASP's floor for interactive logins.
-SCRYPT_N, SCRYPT_R, SCRYPT_P = 2 ** 14, 8, 1
+# Argon2id with OWASP's first recommended parameters (Password Storage Cheat Sheet):
+# 19 MiB of memory, 2 iterations, 1 lane.
+PASSWORDS = PasswordHasher(time_cost=2, memory_cost=19 * 1024, parallelism=1)
+SCRYPT_SCHEME = "scrypt"  # the hashes of earlier releases: verified, then replaced
 # Last-used times are written at most this often, so a busy token does not write per request.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
@@ -46,30 +51,34 @@ class Account:
 
 
 def hash_password(password: str) -> str:
-    salt = secrets.token_bytes(16)
-    digest = _scrypt(password, salt, SCRYPT_N, SCRYPT_R, SCRYPT_P)
-    return "$".join(["scrypt", str(SCRYPT_N), str(SCRYPT_R), str(SCRYPT_P),
-                     _b64(salt), _b64(digest)])
+    """"$argon2id$v=19$m=19456,t=2,p=1$..." (argon2-cffi's encoding: salt and parameters in it)."""
+    return PASSWORDS.hash(password)
 
 
 def password_matches(password: str, stored: str) -> bool:
+    if stored.startswith(SCRYPT_SCHEME + "$"):
+        return _scrypt_matches(password, stored)
     try:
-        scheme, n, r, p, salt, digest = stored.split("$")
-        if scheme != "scrypt":
-            return False
-        actual = _scrypt(password, base64.b64decode(salt), int(n), int(r), int(p))
+        return PASSWORDS.verify(stored, password)
+    except (VerifyMismatchError, VerificationError, InvalidHashError):
+        return False
+
+
+def needs_rehash(stored: str) -> bool:
+    """A hash of an earlier scheme or of other parameters than today's."""
+    return stored.startswith(SCRYPT_SCHEME + "$") or PASSWORDS.check_needs_rehash(stored)
+
+
+def _scrypt_matches(password: str, stored: str) -> bool:
+    """Earlier releases' "scrypt$N$r$p$salt$digest"."""
+    try:
+        _scheme, n, r, p, salt, digest = stored.split("$")
+        actual = hashlib.scrypt(password.encode("utf-8", "surrogatepass"),
+                                salt=base64.b64decode(salt), n=int(n), r=int(r), p=int(p),
+                                maxmem=64 * MIB, dklen=32)
     except (ValueError, TypeError):
         return False
     return hmac.compare_digest(actual, base64.b64decode(digest))
-
-
-def _scrypt(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
-    return hashlib.scrypt(password.encode("utf-8", "surrogatepass"), salt=salt, n=n, r=r, p=p,
-                          maxmem=64 * MIB, dklen=32)
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
 
 
 def _secret_digest(secret: str) -> str:
@@ -148,6 +157,8 @@ def authenticate_password(*, session: Session, name: str, password: str) -> Acco
         return None
     if not password_matches(password, user.password_hash) or user.disabled:
         return None
+    if needs_rehash(user.password_hash):  # only now is the password itself at hand
+        user.password_hash = hash_password(password)
     return Account(name=user.name, is_admin=user.role == ADMIN_ROLE)
 
 

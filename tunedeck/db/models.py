@@ -190,7 +190,7 @@ class JobEvent(Base):
 
 
 class User(Base):
-    """An account: a name, a scrypt password hash (never the password), and a role."""
+    """An account: a name, a password hash (Argon2id; never the password), and a role."""
 
     __tablename__ = "users"
 
