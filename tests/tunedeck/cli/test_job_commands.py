@@ -1,5 +1,6 @@
 """What `tunedeck jobs`, `status`, `watch` and `download` print and unpack, from answers
 shaped as the HTTP API's."""
+import io
 import zipfile
 
 import pytest
@@ -7,7 +8,7 @@ import pytest
 from tunedeck.cli.download_command import UnsafeEntry, unpack_zip
 from tunedeck.cli.job_commands import jobs_table, status_text
 from tunedeck.cli.text_table import text_table
-from tunedeck.cli.watch_command import progress_bar, watch_line
+from tunedeck.cli.watch_command import LinePrinter, progress_bar, watch_line
 
 SPEC = {"model": "builtin:tiny-llama", "dataset": "builtin:arithmetic", "method": "lora",
         "backend": "zero2", "num_gpus": 2, "num_nodes": 1, "precision": "bf16", "max_steps": 100}
@@ -88,3 +89,24 @@ def test_download_refuses_a_zip_whose_entry_leaves_the_folder(tmp_path, evil):
         unpack_zip(archive, tmp_path / "out" / "inner", top_folder="merged")
     assert not (tmp_path / "out").exists()  # refused before anything was written
     assert not list(tmp_path.rglob("escape.txt"))
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_watch_redraws_one_line_on_a_terminal_and_appends_lines_elsewhere():
+    terminal = _Terminal()
+    printer = LinePrinter(terminal)
+    for line in ("job 7 queued", "job 7 queued", "job 7 running"):
+        printer.show(line)
+    printer.close()
+    assert terminal.getvalue() == "\rjob 7 queued\x1b[K\rjob 7 running\x1b[K\n"
+    pipe = io.StringIO()
+    printer = LinePrinter(pipe)
+    for line in ("job 7 queued", "job 7 queued", "job 7 running"):
+        printer.show(line)
+    printer.close()
+    lines = pipe.getvalue().splitlines()
+    assert [line.split(" ", 1)[1] for line in lines] == ["job 7 queued", "job 7 running"]
