@@ -123,9 +123,10 @@ def get_job_logs(job_id: JobId, request: Request,
                  ) -> dict[str, Any]:
     """The last `lines` of the torchrun log (`lines`), and `next_offset`, its size when
     read. With `offset`, what follows it instead, for a caller that follows the log:
-    `text` (up to 1 MiB, whole lines while the job runs), `next_offset` (ask from there
-    next) and `complete` (the job has finished and every byte was sent). No log yet is
-    empty, not an error."""
+    `text` (up to 1 MiB, whole lines while the job runs), `offset` (where `text` starts:
+    0 when the log is shorter than asked, rewritten by a relaunch), `next_offset` (ask from
+    there next) and `complete` (the job has finished and every byte was sent). No log yet
+    is empty, not an error."""
     job = _load_job(request, job_id)
     if offset is not None:
         return read_job_log_chunk(job, offset)

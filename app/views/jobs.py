@@ -108,8 +108,10 @@ LOG_CHUNK_BYTES = 1 << 20
 
 def read_job_log_chunk(job: Job, offset: int, max_bytes: int = LOG_CHUNK_BYTES) -> dict[str, Any]:
     """The log's bytes after `offset` (GET /api/jobs/{id}/logs?offset=N): `text`,
-    `next_offset`, and `complete` once the job has finished and nothing is left. While the
-    job runs, a chunk ends at a line's end, so a follower never prints half a line."""
+    `next_offset`, and `complete` once the job has finished and nothing is left; `offset`
+    is where `text` starts (0 when the log is shorter than asked: a relaunch rewrote it).
+    While the job runs, a chunk ends at a line's end, so a follower never prints half a
+    line."""
     # The status before the size: a job finished by then has written its last byte.
     finished = job.status in FINISHED_STATUSES
     log_file = job_log_file(job)
@@ -117,14 +119,14 @@ def read_job_log_chunk(job: Job, offset: int, max_bytes: int = LOG_CHUNK_BYTES) 
         return {"offset": offset, "text": "", "next_offset": offset, "complete": finished}
     with log_file.open("rb") as file:
         size = file.seek(0, 2)
-        start = min(offset, size)  # past the end (a log rewritten shorter): nothing to send
+        start = offset if offset <= size else 0  # shorter than that: rewritten, from its start
         file.seek(start)
         data = file.read(min(size - start, max_bytes))
     last_chunk = finished and start + len(data) == size
     if not last_chunk:
         data = _whole_lines(data, full=len(data) == max_bytes)
     next_offset = start + len(data)
-    return {"offset": offset, "text": data.decode("utf-8", errors="replace"),
+    return {"offset": start, "text": data.decode("utf-8", errors="replace"),
             "next_offset": next_offset, "complete": finished and next_offset == size}
 
 

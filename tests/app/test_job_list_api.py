@@ -120,3 +120,10 @@ def test_a_chunk_cut_by_the_size_limit_never_splits_a_character():
     text = "é" * 10  # two bytes each
     assert _whole_lines(text.encode()[:7], full=True) == ("é" * 3).encode()
     assert _whole_lines(b"no newline yet", full=False) == b""
+
+
+def test_a_log_shorter_than_the_offset_was_rewritten_and_is_sent_from_its_start(client, tmp_path):
+    job_id, log = _running_job_with_log(client, tmp_path, b"a relaunch's first line\n")
+    answer = client.get(f"/api/jobs/{job_id}/logs", params={"offset": 5000}).json()
+    assert answer == {"offset": 0, "text": "a relaunch's first line\n", "next_offset": 24,
+                      "complete": False}

@@ -32,7 +32,9 @@ def add_download_command(commands, *, add_server_options) -> None:
 def _run_download(arguments: argparse.Namespace) -> int:
     kind = arguments.kind
     out = arguments.out or Path(f"job-{arguments.job_id}-{kind}")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not arguments.force:
+    if out.exists() and not out.is_dir():
+        sys.exit(f"{out} is a file, not a folder")
+    if out.is_dir() and any(out.iterdir()) and not arguments.force:
         sys.exit(f"{out} is not an empty folder; pass --force to unpack into it anyway")
     with tempfile.TemporaryDirectory(prefix="tunedeck-download-") as scratch:
         zip_path = Path(scratch) / f"{kind}.zip"
