@@ -42,7 +42,7 @@ APP_MODULE_LEVEL_FORBIDDEN = {"torch", "deepspeed", "transformers", "peft", "wor
 PURE_MODULES = ["tunedeck/job_spec.py", "tunedeck/spec_sections.py", "tunedeck/torch_extensions.py",
                 "tunedeck/lora_targets_text.py", "tunedeck/backend_config.py", "tunedeck/run_folder.py",
                 "tunedeck/metrics/events.py", "tunedeck/metrics/figures.py", "tunedeck/job_states.py",
-                "tunedeck/units.py",
+                "tunedeck/units.py", "tunedeck/metrics/eta.py",
                 "tunedeck/safetensors_headers.py", "tunedeck/data/records.py",
                 "tunedeck/data/sources.py", "tunedeck/data/columns.py"]
 HEAVY = {"torch", "deepspeed", "transformers", "peft", "sqlalchemy", "celery", "gradio",
@@ -137,3 +137,17 @@ def test_the_worker_imports_only_pure_trainer_modules(tmp_path):
             "print(bad); sys.exit(1 if bad else 0)")
     result = _fresh_interpreter(code, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# The client commands talk to a server over HTTP: they run where the web's stack is not
+# installed, so they import nothing of it (start-up commands like `web` may).
+CLIENT_COMMANDS = ["tunedeck/cli/server_calls.py", "tunedeck/cli/job_commands.py",
+                   "tunedeck/cli/logs_command.py", "tunedeck/cli/download_command.py",
+                   "tunedeck/cli/watch_command.py", "tunedeck/cli/text_table.py",
+                   "tunedeck/metrics/eta.py"]
+
+
+@pytest.mark.parametrize("module", CLIENT_COMMANDS)
+def test_client_commands_import_nothing_of_the_web(module):
+    assert not hits(all_imports(REPO / module), {"app", "gradio", "fastapi", "worker",
+                                                 "trainer", "torch"}), module

@@ -17,12 +17,13 @@ from app.auth.principal import principal_of
 from app.views.cluster import cluster_overview
 from app.views.job_compare import BadJobIds, compare_jobs, parse_job_ids
 from app.views.jobs import (job_artifacts, job_config, job_log_file, job_to_dict,
-                             read_job_log_tail)
+                             latest_step_figures, read_job_log_chunk, read_job_log_tail_and_size)
 from tunedeck import job_store
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
 from tunedeck.job_states import STATUSES
 from tunedeck.job_store import MAX_JOB_ID
+from tunedeck.metrics import store as metric_store
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
 from tunedeck.metrics.series import read_job_series
 
@@ -64,12 +65,16 @@ def list_jobs(request: Request, limit: int = Query(200, ge=1, le=1000),
                                                         "left out by default)")
               ) -> list[dict[str, Any]]:
     """Your jobs, newest first (an admin's: everyone's); archived ones only with
-    `archived=true`."""
+    `archived=true`. Each row's `latest` is its newest training step (`step`, `loss`,
+    `tokens_per_second`), null before step 1."""
     with _database(request).transaction() as session:
-        return [job_to_dict(job) for job in visible_jobs(session=session, limit=limit,
-                                                         principal=principal_of(request),
-                                                         status=status, owner=owner,
-                                                         archived=archived)]
+        jobs = visible_jobs(session=session, limit=limit, principal=principal_of(request),
+                            status=status, owner=owner, archived=archived)
+        # One query for the newest step row of every listed job (as the jobs table's).
+        summaries = metric_store.newest_step_rows(session=session,
+                                                  job_ids=[job.id for job in jobs])
+        return [{**job_to_dict(job), "latest": latest_step_figures(summaries.get(job.id))}
+                for job in jobs]
 
 
 @read_router.get("/api/jobs/{job_id}")
@@ -112,8 +117,21 @@ def get_job_events(job_id: JobId, request: Request) -> list[dict[str, Any]]:
 
 @read_router.get("/api/jobs/{job_id}/logs")
 def get_job_logs(job_id: JobId, request: Request,
-                 lines: int = Query(100, ge=1, le=5000)) -> dict[str, list[str]]:
-    return {"lines": read_job_log_tail(_load_job(request, job_id), lines)}
+                 lines: int = Query(100, ge=1, le=5000),
+                 offset: int | None = Query(None, ge=0, description=(
+                     "instead of the last `lines`: the log's bytes after this offset"))
+                 ) -> dict[str, Any]:
+    """The last `lines` of the torchrun log (`lines`), and `next_offset`, its size when
+    read. With `offset`, what follows it instead, for a caller that follows the log:
+    `text` (up to 1 MiB, whole lines while the job runs), `offset` (where `text` starts:
+    0 when the log is shorter than asked, rewritten by a relaunch), `next_offset` (ask from
+    there next) and `complete` (the job has finished and every byte was sent). No log yet
+    is empty, not an error."""
+    job = _load_job(request, job_id)
+    if offset is not None:
+        return read_job_log_chunk(job, offset)
+    tail, size = read_job_log_tail_and_size(job, lines)
+    return {"lines": tail, "next_offset": size}
 
 
 @read_router.get("/api/jobs/{job_id}/logs/full", response_class=StreamingResponse,

@@ -14,11 +14,11 @@ from app.auth.job_access import visible_jobs
 from app.auth.principal import Principal
 from app.ui.charts.line_chart import typed_frame
 from app.ui.job_ids import parse_job_id
-from app.ui.job_page.live_charts import format_duration
 from app.views.job_compare import BadJobIds, compare_jobs, parse_job_ids
 from tunedeck import job_store
 from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import FINISHED_STATUSES
+from tunedeck.metrics.eta import format_duration
 
 LOSS_COLUMNS = ["step", "loss", "job"]
 THROUGHPUT_COLUMNS = ["step", "tokens_per_second", "job"]

@@ -7,6 +7,7 @@ from typing import Any
 from app.views.artifacts import ARTIFACT_KINDS, artifact_summary
 from tunedeck.backend_config import backend_config, build_torchrun_argv
 from tunedeck.db.models import Job
+from tunedeck.job_states import FINISHED_STATUSES
 from tunedeck.run_folder import RunFolder, read_json
 from tunedeck.slurm.sbatch_script import SCRIPT_NAME as SBATCH_SCRIPT_NAME
 
@@ -38,6 +39,13 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "finished_at": _iso(job.finished_at),
         "updated_at": _iso(job.updated_at),
     }
+
+
+def latest_step_figures(step_row: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A job row's `latest` in a listing: its newest step, loss and tokens/s."""
+    if not step_row:
+        return None
+    return {field: step_row.get(field) for field in ("step", "loss", "tokens_per_second")}
 
 
 def _iso(value) -> str | None:
@@ -85,12 +93,62 @@ def job_log_file(job: Job) -> Path | None:
 
 
 def read_job_log_tail(job: Job, lines: int) -> list[str]:
+    return read_job_log_tail_and_size(job, lines)[0]
+
+
+def read_job_log_tail_and_size(job: Job, lines: int) -> tuple[list[str], int]:
+    """The log's last `lines`, and its size in bytes as far as they go (where a follower
+    reads on from)."""
     log_file = job_log_file(job)
     if log_file is None:
-        return []
+        return [], 0
     with log_file.open("rb") as file:
-        file.seek(0, 2)
-        size = file.tell()
-        file.seek(max(0, size - 256 * 1024))  # the tail is all we show; don't read GBs
-        text = file.read().decode("utf-8", errors="replace")
-    return text.splitlines()[-lines:]
+        size = file.seek(0, 2)
+        start = max(0, size - TAIL_BYTES)  # the tail is all we show; don't read GBs
+        file.seek(start)
+        text = file.read(size - start).decode("utf-8", errors="replace")
+    return text.splitlines()[-lines:], size
+
+
+TAIL_BYTES = 256 * 1024
+LOG_CHUNK_BYTES = 1 << 20
+
+
+def read_job_log_chunk(job: Job, offset: int, max_bytes: int = LOG_CHUNK_BYTES) -> dict[str, Any]:
+    """The log's bytes after `offset` (GET /api/jobs/{id}/logs?offset=N): `text`,
+    `next_offset`, and `complete` once the job has finished and nothing is left; `offset`
+    is where `text` starts (0 when the log is shorter than asked: a relaunch rewrote it).
+    While the job runs, a chunk ends at a line's end, so a follower never prints half a
+    line."""
+    # The status before the size: a job finished by then has written its last byte.
+    finished = job.status in FINISHED_STATUSES
+    log_file = job_log_file(job)
+    if log_file is None:
+        return {"offset": offset, "text": "", "next_offset": offset, "complete": finished}
+    with log_file.open("rb") as file:
+        size = file.seek(0, 2)
+        start = offset if offset <= size else 0  # shorter than that: rewritten, from its start
+        file.seek(start)
+        data = file.read(min(size - start, max_bytes))
+    last_chunk = finished and start + len(data) == size
+    if not last_chunk:
+        data = _whole_lines(data, full=len(data) == max_bytes)
+    next_offset = start + len(data)
+    return {"offset": start, "text": data.decode("utf-8", errors="replace"),
+            "next_offset": next_offset, "complete": finished and next_offset == size}
+
+
+def _whole_lines(data: bytes, *, full: bool) -> bytes:
+    """`data` up to its last newline; a chunk with none that fills the limit (one very long
+    line) up to its last whole UTF-8 character instead."""
+    end = data.rfind(b"\n")
+    if end >= 0:
+        return data[:end + 1]
+    if not full:
+        return b""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        if error.reason == "unexpected end of data":  # the limit cut a character
+            return data[:error.start]
+    return data

@@ -37,30 +37,11 @@ def test_progress_shows_steps_elapsed_and_eta_from_the_recent_mean_step():
     assert "step 40 / 100 · elapsed 2m 05s · ETA 30s" in text  # 60 steps x 0.5 s
 
 
-def test_bimodal_step_times_give_the_mean_not_the_fast_mode():
-    # Every fourth step is slow (an eval, a gradient sync): 3 x 0.2 s + 2.6 s = 0.8 s a step.
-    train, clock = [], 0.0
-    for step in range(1, 201):
-        seconds = 2.6 if step % 4 == 0 else 0.2
-        clock += seconds
-        train.append({"step": step, "time": clock, "step_seconds": seconds})
-    assert live_charts.eta_seconds(train, 400) == pytest.approx(200 * 0.8, rel=0.05)
-    # Without wall-clock times (a single row), the mean of its step times.
-    assert live_charts.eta_seconds([{"step": 4, "step_seconds": 2.0}], 10) == 12.0
-
-
 def test_a_finished_job_shows_no_eta_and_its_run_time():
     text = live_charts.progress_html(_steps(100), max_steps=100, status="succeeded",
                                      started_at=START, finished_at=START + timedelta(hours=2),
                                      now=START + timedelta(days=3))
     assert "step 100 / 100 · elapsed 2h 00m" in text and "ETA" not in text
-
-
-def test_eta_needs_step_times_and_a_total():
-    assert live_charts.eta_seconds([], 100) is None
-    assert live_charts.eta_seconds(_steps(3), None) is None
-    assert live_charts.eta_seconds([{"step": 1, "step_seconds": None}], 10) is None
-    assert live_charts.eta_seconds(_steps(10, step_seconds=2.0), 20) == 20.0
 
 
 def test_memory_per_gpu_has_a_line_a_gpu_the_capacity_and_the_planned_peak():

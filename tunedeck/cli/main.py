@@ -1,6 +1,6 @@
-"""`tunedeck`: up, web, worker, migrate, submit, resume, delete, archive, unarchive, plan,
-preflight, lora-targets, watch, generate, render (docs/reference/cli.md), and the accounts:
-user, token, audit."""
+"""`tunedeck`: up, web, worker, migrate, submit, plan, preflight, lora-targets, render; the
+job page from a terminal: jobs, status, logs, watch, cancel, resume, download, generate,
+delete, archive, unarchive (docs/reference/cli.md); and the accounts: user, token, audit."""
 from __future__ import annotations
 
 import argparse
@@ -19,7 +19,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(arguments, "handler", None):
         parser.print_help()
         return 2
-    return arguments.handler(arguments) or 0
+    try:
+        return arguments.handler(arguments) or 0
+    except KeyboardInterrupt:  # Ctrl-C out of watch or logs --follow: no traceback
+        return 130
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -70,7 +73,10 @@ def _build_parser() -> argparse.ArgumentParser:
         archiving.set_defaults(handler=_run_archive, archive_route=name)
 
     from tunedeck.cli.account_commands import add_account_commands
+    from tunedeck.cli.download_command import add_download_command
     from tunedeck.cli.generate_command import add_generate_command
+    from tunedeck.cli.job_commands import add_job_commands
+    from tunedeck.cli.logs_command import add_logs_command
     from tunedeck.cli.lora_targets_command import add_lora_targets_command
     from tunedeck.cli.preflight_command import add_preflight_command
     from tunedeck.cli.watch_command import add_watch_command
@@ -79,6 +85,9 @@ def _build_parser() -> argparse.ArgumentParser:
     add_preflight_command(commands, add_server_options=_add_server_options)
     add_lora_targets_command(commands, add_server_options=_add_server_options)
     add_watch_command(commands, add_server_options=_add_server_options)
+    add_job_commands(commands, add_server_options=_add_server_options)
+    add_logs_command(commands, add_server_options=_add_server_options)
+    add_download_command(commands, add_server_options=_add_server_options)
     add_generate_command(commands, add_server_options=_add_server_options)
 
     plan = commands.add_parser("plan", help="memory per GPU of SPEC.yaml under each backend, "
@@ -102,7 +111,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _add_server_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--server", default=None, help="default http://TUNEDECK_HOST:PORT")
+    parser.add_argument("--server", default=None,
+                        help="the server's URL; default TUNEDECK_URL, else "
+                             "http://TUNEDECK_HOST:TUNEDECK_PORT")
     parser.add_argument("--token", default=None,
                         help="an API token (`tunedeck token create`); default TUNEDECK_TOKEN. "
                              "Prefer the variable: a command line is visible to other users")

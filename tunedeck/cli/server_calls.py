@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any, NoReturn
 
 
 def load_spec_or_exit(path: Path):
@@ -23,32 +24,83 @@ def load_spec_or_exit(path: Path):
 
 def post_to_server(arguments: argparse.Namespace, path: str, body, *,
                     expected_status: int | tuple[int, ...], refusal: str,
-                    method: str = "POST") -> dict:
+                    method: str = "POST", params: dict | None = None) -> Any:
+    """The JSON answer of `method path` on the server; exits with the server's message
+    (its `detail`), after `refusal`, for any other status than `expected_status`."""
     import httpx
 
-    from tunedeck.settings import load_settings
-
-    server = arguments.server
-    if server is None:
-        settings = load_settings()
-        server = f"http://{settings.host}:{settings.port}"
-    token = arguments.token or os.environ.get("TUNEDECK_TOKEN")
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         # A preflight's POST waits up to 30 s for its worker's report.
-        response = httpx.request(method, f"{server}{path}", json=body, headers=headers,
-                                 timeout=60)
+        response = httpx.request(method, f"{server_url(arguments)}{path}", json=body,
+                                 params=params, headers=auth_headers(arguments), timeout=60)
     except httpx.HTTPError as error:
-        from tunedeck.accounts.redaction import redact_url
-
-        sys.exit(f"cannot reach TuneDeck at {redact_url(server)}: {error}")
-    if response.status_code == 401:
-        sys.exit(f"{refusal}: the server wants an API token ({response.json().get('detail')}); "
-                 "set TUNEDECK_TOKEN to one from `tunedeck token create USER`")
-    if response.status_code not in (expected_status if isinstance(expected_status, tuple)
-                                    else (expected_status,)):
-        sys.exit(f"{refusal} ({response.status_code}): {response.text}")
+        exit_unreachable(arguments, error)
+    exit_unless(response, expected_status, refusal)
     return response.json()
+
+
+def get_from_server(arguments: argparse.Namespace, path: str, *, refusal: str,
+                    params: dict | None = None) -> Any:
+    return post_to_server(arguments, path, None, expected_status=200, refusal=refusal,
+                          method="GET", params=params)
+
+
+def server_url(arguments: argparse.Namespace) -> str:
+    """`--server`, else TUNEDECK_URL, else http://TUNEDECK_HOST:TUNEDECK_PORT."""
+    server = arguments.server or os.environ.get("TUNEDECK_URL")
+    if not server:
+        from tunedeck.settings import load_settings
+
+        settings = load_settings()
+        server = f"http://{settings.host}:{settings.port}"
+    return server.rstrip("/")
+
+
+def auth_headers(arguments: argparse.Namespace) -> dict[str, str]:
+    """`--token`, else TUNEDECK_TOKEN, as a bearer token (none: open access)."""
+    token = arguments.token or os.environ.get("TUNEDECK_TOKEN")
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def exit_unreachable(arguments: argparse.Namespace, error: Exception) -> NoReturn:
+    from tunedeck.accounts.redaction import redact_url
+
+    sys.exit(f"cannot reach TuneDeck at {redact_url(server_url(arguments))}: {error}")
+
+
+def exit_unless(response, expected_status: int | tuple[int, ...], refusal: str) -> None:
+    """Exit with `refusal: the server's message` unless the response has an expected status
+    (a streamed response is read first)."""
+    expected = expected_status if isinstance(expected_status, tuple) else (expected_status,)
+    if response.status_code in expected:
+        return
+    response.read()
+    message = server_message(response)
+    if response.status_code == 401:
+        sys.exit(f"{refusal}: the server wants an API token ({message}); "
+                 "set TUNEDECK_TOKEN to one from `tunedeck token create USER`")
+    sys.exit(f"{refusal}: {message}")
+
+
+def server_message(response) -> str:
+    """What the server said: its JSON `detail` (a 422's field errors as `field: message`),
+    else its text, else its status."""
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    if isinstance(detail, list):
+        return "; ".join(_field_error(problem) for problem in detail)
+    if detail:
+        return str(detail)
+    return response.text.strip() or f"HTTP {response.status_code}"
+
+
+def _field_error(problem: Any) -> str:
+    if not isinstance(problem, dict):
+        return str(problem)
+    location = [str(part) for part in problem.get("loc", []) if part not in ("body", "query", "path")]
+    return f"{'.'.join(location)}: {problem.get('msg')}" if location else str(problem.get("msg"))
 
 
 def with_absolute_local_paths(spec):

@@ -249,21 +249,29 @@ def count_metric_points(*, session: Session, job_id: int) -> int:
     return session.scalar(select(func.count()).where(MetricPoint.job_id == job_id)) or 0
 
 
-def job_table_summaries(*, session: Session, job_ids: list[int]) -> dict[int, dict[str, Any]]:
-    """For each job: its newest rank-0 step row and `peak_mb`, the most memory any rank
-    reported (the allocator's peak on a GPU, else the process RSS). Two queries for the
-    whole jobs table, however many jobs it shows."""
+def newest_step_rows(*, session: Session, job_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """The newest rank-0 step row of each job that has one (by job id), in one query
+    however many jobs (GET /api/jobs' `latest`, the jobs table)."""
     if not job_ids:
         return {}
     newest = (select(MetricPoint.job_id, func.max(MetricPoint.seq).label("seq"))
               .where(MetricPoint.job_id.in_(job_ids), MetricPoint.kind == metrics_event.STEP,
                      MetricPoint.rank == TRAIN_SERIES_RANK)
               .group_by(MetricPoint.job_id).subquery())
+    return dict(session.execute(
+        select(MetricPoint.job_id, MetricPoint.values)
+        .join(newest, (MetricPoint.job_id == newest.c.job_id) & (MetricPoint.seq == newest.c.seq))
+        .where(MetricPoint.rank == TRAIN_SERIES_RANK)).all())
+
+
+def job_table_summaries(*, session: Session, job_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """For each job: its newest rank-0 step row and `peak_mb`, the most memory any rank
+    reported (the allocator's peak on a GPU, else the process RSS). Two queries for the
+    whole jobs table, however many jobs it shows."""
+    if not job_ids:
+        return {}
     summaries: dict[int, dict[str, Any]] = {job_id: {} for job_id in job_ids}
-    for job_id, values in session.execute(
-            select(MetricPoint.job_id, MetricPoint.values)
-            .join(newest, (MetricPoint.job_id == newest.c.job_id) & (MetricPoint.seq == newest.c.seq))
-            .where(MetricPoint.rank == TRAIN_SERIES_RANK)):
+    for job_id, values in newest_step_rows(session=session, job_ids=job_ids).items():
         summaries[job_id].update(values)
     peaks = session.execute(
         select(MetricPoint.job_id, func.max(MetricPoint.values["peak_mb"].as_float()),

@@ -8,7 +8,6 @@ handlers here take plain values, and tests call them directly.
 from __future__ import annotations
 
 import html
-import statistics
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -20,6 +19,7 @@ from tunedeck.db.models import as_utc
 from tunedeck.job_spec import JobSpec
 from tunedeck.metrics import events as metrics_event
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
+from tunedeck.metrics.eta import eta_seconds, format_duration
 from tunedeck.metrics.figures import (GPU_USED_MB, GRAD_NORM, LEARNING_RATE, LIVE_STEP_FIGURES, MFU,
                                       PROCESS_RSS_MB, STEP_SECONDS)
 from tunedeck.planner.memory_plan import GpuSet, plan_strategies, spec_strategy
@@ -30,10 +30,6 @@ LIVE_CHART_POINTS = DEFAULT_MAX_POINTS
 SAMPLED_MEMORY_COLUMNS = ["seconds", "memory_mb", "series"]
 CAPACITY_SERIES, PLANNED_SERIES = "card capacity", "planned peak"
 DEFAULT_CARD_GB = 80.0
-# The ETA's rate: the mean time a step over about this many recent steps, wall clock (evals
-# and checkpoints included, as they will recur). Not the median: with bimodal step times
-# (accumulation, an eval every few steps) the median is the fast mode, and the ETA too short.
-ETA_RECENT_STEPS = 50
 
 
 def step_frames(train: list[dict[str, Any]]) -> dict[str, pd.DataFrame]:
@@ -208,34 +204,6 @@ def phase_progress_html(phase: dict[str, Any]) -> str:
            if isinstance(done, (int, float)) and total else "")
     return (f'<div id="job-progress-figures" data-phase="{html.escape(str(phase.get("phase")))}">'
             f'{bar}<div>{html.escape(metrics_event.phase_text(phase))}</div></div>')
-
-
-def eta_seconds(train: list[dict[str, Any]], max_steps: int | None) -> float | None:
-    """Seconds left at the recent mean step time: the wall clock between the rows of the
-    last `ETA_RECENT_STEPS` steps, or, with a single row, the mean of its step times."""
-    if not train or not max_steps:
-        return None
-    last = train[-1]
-    recent = [row for row in train if row["step"] >= last["step"] - ETA_RECENT_STEPS]
-    first = recent[0]
-    if first is not last and last.get("time") is not None and first.get("time") is not None:
-        seconds_a_step = (last["time"] - first["time"]) / (last["step"] - first["step"])
-    else:
-        times = [row[STEP_SECONDS.field] for row in recent
-                 if row.get(STEP_SECONDS.field) is not None]
-        if not times:
-            return None
-        seconds_a_step = statistics.fmean(times)
-    return seconds_a_step * max(0, max_steps - last["step"])
-
-
-def format_duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    return f"{minutes}m {seconds:02d}s" if minutes else f"{seconds}s"
 
 
 def _elapsed_seconds(started_at: datetime | None, finished_at: datetime | None,
