@@ -29,6 +29,7 @@ from tunedeck.cluster.sweep import Sweeper  # noqa: E402
 from tunedeck.db.engine import Database  # noqa: E402
 from tunedeck.settings import Settings, load_settings  # noqa: E402
 from app.auth.openapi_credentials import declare_credentials  # noqa: E402
+from app.request_log import RequestLog  # noqa: E402
 
 
 def create_app(settings: Settings | None = None, *, with_ui: bool = True,
@@ -71,6 +72,8 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True,
         _slow_down_idle_queue_polling(blocks)
     # Outermost, so no route (REST, Gradio's own, its files) answers before it has decided.
     api.add_middleware(AccessMiddleware, database=api.state.database)
+    # Outside even that: a refused request has its id and its access line too.
+    api.add_middleware(RequestLog)
     return api
 
 

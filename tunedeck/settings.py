@@ -104,6 +104,11 @@ class Settings(BaseSettings):
         None, description="a worker's `datasets` library cache (what it prepares of Hugging "
                           "Face ids, .parquet and .csv datasets; the ranks' HF_DATASETS_CACHE); "
                           "default HOME/hf-datasets")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="the services' log lines: readable text, or JSON lines (one "
+                            "object a line, for a log shipper)")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="the services' log level (DEBUG also logs the page's polling)")
     # A Slurm executor (worker/slurm) runs on a login node: it holds no GPU, submits each
     # job of its queues with sbatch and follows it on the shared filesystem.
     executor: Literal["local", "slurm"] = Field(

@@ -79,10 +79,14 @@ def run_job(job_id: int, *, settings: Settings, database: Database,
                         worker_name=identity.name)
     if claimed_gpus is not None and launch.visible_devices:
         claimed_gpus(launch.visible_devices)
+    log.info("job %s: starting %d rank(s) of %s on %s (GPUs %s)", job_id, claim.spec.num_gpus,
+             claim.spec.backend, identity.host, launch.visible_devices or "none: CPU ranks")
     result = _launch_and_judge(launch, claim, settings=settings, database=database,
                                shutdown_requested=shutdown_requested, warm=warm)
     if result.outcome != Outcome.TAKEN_AWAY:
         record_outcome(job_id, result, database=database)
+    log.info("job %s: %s%s", job_id, result.outcome,
+             f" ({result.failure.kind})" if result.failure else "")
     return result.outcome
 
 

@@ -19,6 +19,7 @@ from tunedeck.broker import (GENERATE_TASK, PREFLIGHT_DATASET_TASK, RUN_JOB_NODE
 from tunedeck.db.engine import Database
 from tunedeck.db.models import utc_now
 from tunedeck.generation import store as generation_store
+from tunedeck.service_logs import for_job
 from tunedeck.settings import Settings
 from worker.dataset_preflight import run_dataset_preflight
 from worker.generation import WarmGenerator, run_generation
@@ -152,6 +153,10 @@ def _register_tasks(worker: WorkerProcess) -> None:
 
     @task(name=RUN_JOB_TASK, shared=False)
     def run_job_task(job_id: int) -> str:
+        with for_job(job_id):  # every line this thread logs meanwhile names the job
+            return _run_job(job_id)
+
+    def _run_job(job_id: int) -> str:
         if worker.slurm is not None:
             return str(worker.slurm.run_job(job_id,
                                             shutdown_requested=worker.shutdown_requested.is_set))
@@ -168,6 +173,10 @@ def _register_tasks(worker: WorkerProcess) -> None:
 
     @task(name=RUN_JOB_NODE_TASK, shared=False)
     def run_job_node_task(job_id: int, node_rank: int) -> str:
+        with for_job(job_id):
+            return _run_job_node(job_id, node_rank)
+
+    def _run_job_node(job_id: int, node_rank: int) -> str:
         worker.generator.release_gpus()  # this node's GPUs were placed for it already
         outcome = run_job_node(job_id, node_rank, settings=worker.settings,
                                database=worker.database, identity=worker.identity,

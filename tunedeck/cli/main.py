@@ -135,10 +135,19 @@ def _settings_with(arguments: argparse.Namespace):
     return Settings(**overrides)
 
 
+def _configure_logs(settings, service: str, worker_name: str | None = None) -> None:
+    from tunedeck.service_logs import configure_logging
+
+    configure_logging(service=service, log_format=settings.log_format, level=settings.log_level,
+                      worker_name=worker_name)
+
+
 def _run_up(arguments: argparse.Namespace) -> int:
     from tunedeck.cli.services import run_web_and_worker
 
-    return run_web_and_worker(_settings_with(arguments))
+    settings = _settings_with(arguments)
+    _configure_logs(settings, "up")
+    return run_web_and_worker(settings)
 
 
 def _run_web(arguments: argparse.Namespace) -> int:
@@ -148,18 +157,24 @@ def _run_web(arguments: argparse.Namespace) -> int:
     from app.main import create_app
 
     settings = _settings_with(arguments)
+    _configure_logs(settings, "web")
     try:
         app = create_app(settings)  # its lifespan runs the cluster sweep
     except OpenAccessRefused as error:
         sys.exit(f"tunedeck web: {error}")
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+    # log_config=None: uvicorn's lines go through the one set-up above; its own access log
+    # is off (app/request_log.py writes one without query strings).
+    uvicorn.run(app, host=settings.host, port=settings.port, log_config=None,
+                log_level=settings.log_level.lower(), access_log=False)
     return 0
 
 
 def _run_worker(arguments: argparse.Namespace) -> int:
     from tunedeck.cli.services import run_worker
 
-    return run_worker(_settings_with(arguments))
+    settings = _settings_with(arguments)
+    _configure_logs(settings, "worker")
+    return run_worker(settings)
 
 
 def _run_migrate(_arguments: argparse.Namespace) -> int:

@@ -1,6 +1,7 @@
 """The long-running services: a worker, and `up` (web + worker, each its own process)."""
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -18,14 +19,24 @@ def run_worker(settings: Settings) -> int:
     from tunedeck.cluster.placement import broker_queues_of_worker
     from worker.tasks import build_worker
 
+    from celery.signals import setup_logging
+
+    from tunedeck.service_logs import set_worker_name
+
+    # Any receiver of setup_logging keeps Celery from configuring logging itself: the
+    # process's one set-up (tunedeck/service_logs.py) stays.
+    setup_logging.connect(lambda **_kwargs: None, weak=False)
     worker = build_worker(settings)
     identity = worker.identity
+    set_worker_name(identity.name)
     # Threads, not forked children: the task's thread is the torchrun launcher's parent,
     # so if this process dies, the kernel signals torchrun (PR_SET_PDEATHSIG). Celery's own
     # heartbeats stay off: liveness is the database heartbeat (worker/heartbeat.py). One
     # thread a job slot, and PREFLIGHT_THREADS more that jobs never hold.
+    # JSON logs: no banner (Celery prints it to stdout, not through logging).
+    quiet = ["--quiet"] if settings.log_format == "json" else []
     worker.celery_app.worker_main([
-        "worker", "--loglevel", "INFO", "--pool", "threads",
+        *quiet, "worker", "--loglevel", settings.log_level, "--pool", "threads",
         "--concurrency", str(identity.concurrency + PREFLIGHT_THREADS),
         "--queues", ",".join(broker_queues_of_worker(name=identity.name, host=identity.host,
                                                       queues=identity.queues)),
@@ -49,9 +60,10 @@ def run_web_and_worker(settings: Settings) -> int:
     stopping = _stop_on_signals()
     web = subprocess.Popen([*command, "web", "--host", settings.host, "--port", str(settings.port)],
                            env=environment)
-    print(f"TuneDeck is starting at http://{settings.host}:{settings.port} "
-          f"(data in {settings.home_dir}; database {redact_url(settings.resolved_database_url)}; "
-          f"broker {redact_url(settings.resolved_broker_url)})", flush=True)
+    logging.getLogger("tunedeck.up").info(
+        "TuneDeck is starting at http://%s:%s (data in %s; database %s; broker %s)",
+        settings.host, settings.port, settings.home_dir,
+        redact_url(settings.resolved_database_url), redact_url(settings.resolved_broker_url))
     if not _wait_until_listening(web, settings, stopping=stopping):
         return _stop_all([web], stopping=stopping)  # the web said why it stopped
     worker = subprocess.Popen([*command, "worker"], env=environment)
