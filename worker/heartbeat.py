@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from typing import Callable
 
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.cluster.sweep import Send, Sweeper
@@ -30,10 +31,12 @@ def beat(*, identity: WorkerIdentity, resources: HostResources, database: Databa
 
 class Heartbeat:
     def __init__(self, *, identity: WorkerIdentity, settings: Settings, database: Database,
-                 send: Send):
+                 send: Send, describe_slurm: Callable[[], dict | None] | None = None):
+        """`describe_slurm`: a Slurm executor's partition and script settings (sinfo), read
+        every 30 s at most and reported with each heartbeat."""
         self._identity, self._settings, self._database, self._send = identity, settings, database, send
         self._resources = HostResources(identity, slurm_partition=PartitionReader(
-            settings.slurm_partition) if settings.executor == "slurm" else None)
+            describe_slurm) if describe_slurm is not None else None)
         self._sweeper = Sweeper(database=database, settings=settings, send=send)
         self._started_at = utc_now()
         self._stop = threading.Event()

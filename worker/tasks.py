@@ -58,6 +58,7 @@ class WorkerProcess:
     @cached_property
     def heartbeat(self) -> Heartbeat:
         return Heartbeat(identity=self.identity, settings=self.settings, database=self.database,
+                         describe_slurm=self.slurm.described if self.slurm is not None else None,
                          send=lambda job_id, spec: enqueue_job(self.celery_app, job_id, spec))
 
     @cached_property

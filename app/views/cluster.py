@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from tunedeck import job_store
 from tunedeck.cluster import workers as worker_registry
-from tunedeck.cluster.placement import WorkerView, job_queue, waiting_reason
+from tunedeck.cluster.placement import WorkerView, job_queue, serves, waiting_reason
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job, JobNode, Worker, as_utc, utc_now
 
@@ -132,3 +132,19 @@ def _free(gpu: dict[str, Any]) -> float | None:
     used, total = gpu.get("used_mb"), gpu.get("total_mb")
     return total - used if isinstance(used, (int, float)) and isinstance(total, (int, float)) \
         else None
+
+
+def slurm_site_for(spec, *, database: Database, worker_lost_seconds: float) -> dict | None:
+    """How the Slurm executor that would take `spec` writes its script (its heartbeat's
+    `site`), when the live workers that could take it are all Slurm executors; else None."""
+    with database.transaction() as session:
+        live = [worker for worker in worker_registry.list_workers(session=session)
+                if worker.state == worker_registry.ONLINE]
+        views = worker_registry.live_worker_views(session=session,
+                                                  silent_seconds=worker_lost_seconds)
+    serving = {view.name for view in views if serves(view, spec)}
+    candidates = [worker for worker in live if worker.name in serving]
+    if not candidates or not all((worker.resources.get("slurm") or {}).get("site")
+                                 for worker in candidates):
+        return None
+    return candidates[0].resources["slurm"]["site"]

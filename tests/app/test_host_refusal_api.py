@@ -76,3 +76,31 @@ def test_a_cpu_slurm_partition_counts_a_rank_a_cpu(client):
     [problem] = response.json()["detail"]
     assert problem["loc"][-1] == "num_gpus" and "no GPUs and 8 CPUs a node" in problem["msg"]
     assert client.post("/api/jobs", json=SPEC).status_code == 422  # fp16 + ZeRO-2, no GPU
+
+
+def test_the_form_previews_the_sbatch_script_a_slurm_executor_would_submit(database):
+    from app.auth.principal import OPEN_PRINCIPAL
+    from app.ui.new_job import form_handlers
+    from tunedeck.settings import Settings
+    from tunedeck.slurm.sbatch_script import SlurmOptions, published_site
+
+    site = published_site(SlurmOptions(partition="gpu", account="ml", time_limit="4:00:00"),
+                          torchrun="/opt/td/.venv/bin/torchrun", runs_dir="/shared/runs",
+                          environment={"TUNEDECK_HOME": "/shared/td"})
+    partition = {"name": "gpu", "nodes": 4, "cpus_per_node": 64, "gpus_per_node": 8,
+                 "idle_nodes": 4, "allocated_nodes": 0, "max_nodes": None, "site": site}
+    with database.transaction() as session:
+        worker_registry.record_heartbeat(
+            session=session, name="slurm@login", host="login", queues=["default"], pid=12,
+            concurrency=32, resources={"gpus": None, "slurm": partition}, started_at=utc_now())
+    form = {**form_handlers.default_form(), "num_gpus": 8}
+    shown = form_handlers.preview_form(form, principal=OPEN_PRINCIPAL, settings=Settings(),
+                                       database=database)
+    script = shown.command_line
+    assert script.startswith("#!/bin/bash\n# TuneDeck job <id>")
+    for line in ("#SBATCH --job-name=tunedeck-<id>", "#SBATCH --nodes=1",
+                 "#SBATCH --gpus-per-node=8", "#SBATCH --partition=gpu", "#SBATCH --account=ml",
+                 "#SBATCH --time=4:00:00", "#SBATCH --output=/shared/runs/job-<id>/logs/slurm-%j.out",
+                 "export TUNEDECK_HOME=/shared/td"):
+        assert line in script.splitlines()
+    assert "/opt/td/.venv/bin/torchrun --standalone --nnodes 1 --nproc_per_node 8" in script

@@ -129,6 +129,9 @@ def test_the_partitions_limits_are_refused_at_submit(stack):
                "the executor's heartbeat with its partition")
     [executor] = web.http.get("/api/workers").json()["workers"]
     assert executor["executor"] == "slurm" and executor["slurm"]["name"] == "debug"
+    site = executor["slurm"]["site"]  # how it writes scripts: the form previews one from it
+    assert site["runs_dir"] == str(stack.home.resolve() / "runs")
+    assert site["options"]["gpus"] is False and site["torchrun"].endswith("torchrun")
     response = web.http.post("/api/jobs", json={**TWO_RANKS, "num_nodes": 2})
     assert response.status_code == 422
     [problem] = response.json()["detail"]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from tunedeck.backend_config import build_torchrun_argv
 from tunedeck.job_spec import JobSpec
@@ -156,3 +157,34 @@ def _without_options(argv: list[str], names: tuple[str, ...]) -> list[str]:
         else:
             kept.append(word)
     return kept
+
+
+def rank_threads(spec: JobSpec, options: SlurmOptions) -> int:
+    """OMP_NUM_THREADS of a rank: its share of the cores Slurm gives the node's task (the
+    node's, not the login node's)."""
+    cpus = options.cpus_per_task or (None if options.gpus else spec.num_gpus)
+    return max(1, (cpus or spec.num_gpus) // spec.num_gpus)
+
+
+def published_site(options: SlurmOptions, *, torchrun: str, runs_dir: str,
+                   environment: dict[str, str]) -> dict:
+    """What a Slurm executor's heartbeat says of how it writes scripts: enough for the web
+    to show a job's script before it is submitted (`preview_script`)."""
+    return {"options": {**asdict(options), "extra_args": list(options.extra_args)},
+            "torchrun": torchrun, "runs_dir": runs_dir, "environment": environment}
+
+
+PREVIEW_ID = "<id>"
+
+
+def preview_script(spec: JobSpec, site: dict) -> str:
+    """The script the executor that published `site` would submit for `spec`, with the job's
+    id, not known before submit, as <id>."""
+    options = SlurmOptions(**{**site["options"], "extra_args": tuple(site["options"]["extra_args"])})
+    environment = {**site["environment"], "OMP_NUM_THREADS": str(rank_threads(spec, options))}
+    run = RunFolder(Path(site["runs_dir"]) / "job-0")
+    script = sbatch_script(SbatchJob(job_id=0, spec=spec, run=run, torchrun=site["torchrun"],
+                                     environment=environment), options)
+    for placeholder in ("job-0", "tunedeck-0", "job 0:"):
+        script = script.replace(placeholder, placeholder.replace("0", PREVIEW_ID))
+    return script

@@ -6,7 +6,7 @@ import logging
 import subprocess
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from tunedeck.slurm.states import (SlurmState, parse_sacct, parse_squeue, sacct_argv,
@@ -83,21 +83,17 @@ def partition_info(name: str | None) -> Partition:
 
 
 class PartitionReader:
-    """The partition as the executor's heartbeats report it: one sinfo call at most every
-    `max_age_seconds`; None while Slurm does not answer."""
+    """What the executor's heartbeats report of Slurm (`describe`: its partition, from sinfo),
+    read at most every `max_age_seconds`."""
 
-    def __init__(self, name: str | None, max_age_seconds: float = 30.0):
-        self._name, self._max_age = name, max_age_seconds
+    def __init__(self, describe, max_age_seconds: float = 30.0):
+        self._describe, self._max_age = describe, max_age_seconds
         self._read_at, self._described = float("-inf"), None
 
     def __call__(self) -> dict | None:
         if time.monotonic() - self._read_at >= self._max_age:
             self._read_at = time.monotonic()
-            try:
-                self._described = asdict(partition_info(self._name))
-            except SlurmError as error:
-                log.warning("sinfo: %s", error)
-                self._described = None
+            self._described = self._describe()
         return self._described
 
 

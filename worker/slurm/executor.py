@@ -13,6 +13,7 @@ import logging
 import shlex
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
@@ -24,7 +25,8 @@ from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import FINISHED_STATUSES, QUEUED, RUNNING, InvalidTransition
 from tunedeck.run_folder import RunFolder, write_run_folder
 from tunedeck.settings import Settings
-from tunedeck.slurm.sbatch_script import SCRIPT_NAME, SbatchJob, SlurmOptions, sbatch_script
+from tunedeck.slurm.sbatch_script import (SCRIPT_NAME, SbatchJob, SlurmOptions, published_site,
+                                         rank_threads, sbatch_script)
 from tunedeck.slurm.states import SlurmState, Verdict, verdict
 from worker import job_runner
 from worker.failure_triage import FailureEvidence, FailureReason, classify_failure
@@ -69,6 +71,24 @@ class SlurmExecutor:
         if self._partition is None:
             self._partition = client.partition_info(self.settings.slurm_partition)
         return self._partition
+
+    def described(self) -> dict | None:
+        """The partition (sinfo) and how this executor writes scripts, for its heartbeat;
+        None while Slurm does not answer."""
+        try:
+            partition = client.partition_info(self.settings.slurm_partition)
+        except SlurmError as error:
+            log.warning("sinfo: %s", error)
+            return None
+        # What every job's ranks get; OMP_NUM_THREADS is a job's own (rank_threads).
+        environment = {key: value for key, value in
+                       launch_environment(JobSpec(max_steps=1), self.settings).items()
+                       if key != "OMP_NUM_THREADS"}
+        site = published_site(slurm_options(self.settings, gpus=partition.gpus_per_node > 0),
+                              torchrun=torchrun_path(),
+                              runs_dir=str(self.settings.run_dir_for(0).parent),
+                              environment=environment)
+        return {**asdict(partition), "site": site}
 
     def run_job(self, job_id: int, *, shutdown_requested: Callable[[], bool]) -> Outcome:
         """Submit the queued job, or follow the one this executor submitted before it
@@ -169,10 +189,8 @@ class SlurmExecutor:
                           resume: bool) -> Path:
         gpus = self.partition.gpus_per_node > 0
         options = slurm_options(self.settings, gpus=gpus)
-        environment = launch_environment(spec, self.settings)
-        # The node's cores, not the login node's, are the ranks' to share.
-        cpus = options.cpus_per_task or (None if gpus else spec.num_gpus)
-        environment["OMP_NUM_THREADS"] = str(max(1, (cpus or spec.num_gpus) // spec.num_gpus))
+        environment = {**launch_environment(spec, self.settings),
+                       "OMP_NUM_THREADS": str(rank_threads(spec, options))}
         script = sbatch_script(SbatchJob(job_id=job_id, spec=spec, run=run,
                                          torchrun=torchrun_path(), resume=resume,
                                          environment=environment), options)

@@ -18,9 +18,11 @@ from app.auth.principal import Principal
 from app.ui.new_job.form_labels import (COLUMN_ROLES, FORM_FIELDS, field_errors, label_fields,
                                         problem_fields, problems_markdown)
 from app.ui.new_job.plan_handlers import DEFAULT_GPU_MEMORY_GB, PlanView, plan_view
+from app.views.cluster import slurm_site_for
 from tunedeck.backend_config import backend_config, build_torchrun_argv, trainer_settings
 from tunedeck.job_spec import JobSpec, format_validation_error
 from tunedeck.settings import Settings
+from tunedeck.slurm.sbatch_script import preview_script
 
 PREVIEW_RUN_DIR = "var/runs/job-<id>"
 METHODS_WITH_ADAPTER = ("lora", "qlora")
@@ -232,6 +234,10 @@ def preview_form(form: dict[str, Any], *, principal: Principal, settings: Settin
     config_json = json.dumps(backend_config(spec), indent=2)
     trainer_json = json.dumps(trainer_settings(spec), indent=2)
     command_line = shlex.join(build_torchrun_argv(spec, PREVIEW_RUN_DIR))
+    site = (None if database is None else slurm_site_for(
+        spec, database=database, worker_lost_seconds=settings.worker_lost_seconds))
+    if site is not None:  # its queue is a Slurm executor's: the script it would submit
+        command_line = preview_script(spec, site)
     plan = plan_view(spec, form, principal=principal, settings=settings)
     refused = ([] if database is None
                else submit.host_refusals(spec, database=database, settings=settings))

@@ -51,7 +51,9 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
             trainer_code = gr.Code(initial.trainer_json, language="json", label="Trainer settings",
                                    lines=8, max_lines=30, interactive=False,
                                    elem_id="new-job-trainer-settings")
-            command_line = gr.Textbox(initial.command_line, label="torchrun command", lines=2,
+            command_line = gr.Textbox(initial.command_line, lines=2, max_lines=40,
+                                      label="Launch command (torchrun; on a Slurm queue, "
+                                            "the sbatch script)",
                                       interactive=False, elem_id="new-job-command")
     plan_panel = build_plan_panel(initial.plan)
     submitted_job_id = gr.State(None)
