@@ -24,6 +24,7 @@ from worker.input_check import find_input_problems, worker_input_roots
 from worker.job_claim import Claim, claim_job
 from worker.launch import NodeLaunch, launch_node, never
 from worker.outcome import Outcome
+from worker.trackers.export import TrackerExport
 from worker.supervision import DATABASE_RETRY_INTERVAL, DATABASE_RETRY_SECONDS, Supervision
 from worker.warm_launcher import WarmLauncher
 from worker.worker_identity import WorkerIdentity
@@ -74,16 +75,22 @@ def run_job(job_id: int, *, settings: Settings, database: Database,
                         rendezvous=claim.rendezvous,
                         visible_devices=identity.cuda_visible_devices(claim.gpus),
                         worker_name=identity.name)
+    export = TrackerExport.for_job(job_id, claim.spec, run, settings=settings,
+                                   database=database).start()
     result = _launch_and_judge(launch, claim, settings=settings, database=database,
-                               shutdown_requested=shutdown_requested, warm=warm)
+                               shutdown_requested=shutdown_requested, warm=warm,
+                               on_stored=export.nudge)
     if result.outcome != Outcome.TAKEN_AWAY:
         _record_outcome(job_id, result, database=database)
+    # After the row is recorded: the job's outcome never waits on a tracker.
+    export.finish(result.outcome)
     return result.outcome
 
 
 def _launch_and_judge(launch: NodeLaunch, claim: Claim, *, settings: Settings,
                       database: Database, shutdown_requested: Callable[[], bool],
-                      warm: WarmLauncher | None = None) -> RunResult:
+                      warm: WarmLauncher | None = None,
+                      on_stored: Callable[[], None] = lambda: None) -> RunResult:
     problems = find_input_problems(
         launch.spec, allowed_roots=worker_input_roots(settings, claim.owner),
         datasets_cache=settings.datasets_cache_dir)
@@ -92,7 +99,8 @@ def _launch_and_judge(launch: NodeLaunch, claim: Claim, *, settings: Settings,
                          classify_failure(FailureEvidence(input_problems=tuple(problems))))
     try:
         returncode, supervision = launch_node(launch, settings=settings, database=database,
-                                              shutdown_requested=shutdown_requested, warm=warm)
+                                              shutdown_requested=shutdown_requested, warm=warm,
+                                              on_stored=on_stored)
     except OSError as error:
         return RunResult(Outcome.FAILED, f"could not start torchrun: {error}", FailureReason(ERROR))
     if supervision.taken_away:
