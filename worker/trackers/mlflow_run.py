@@ -3,6 +3,7 @@ adapter folder as artifacts when TUNEDECK_MLFLOW_LOG_ARTIFACTS asks), on a file 
 a tracking server."""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from tunedeck.job_spec import JobSpec
@@ -26,7 +27,12 @@ class MlflowTracker:
 
     def start(self, spec: JobSpec, saved: dict[str, Any]) -> dict[str, Any]:
         tracking = import_or_refuse("mlflow.tracking", "mlflow-skinny")
-        self._client = tracking.MlflowClient(tracking_uri=self._settings.mlflow_tracking_uri_or_default)
+        uri = self._settings.mlflow_tracking_uri_or_default
+        if uri.startswith("file:") or "://" not in uri:
+            # MLflow 3 refuses its file store unless asked (it would rather have a database
+            # store, which mlflow-skinny lacks): the default, a folder under the home, asks.
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        self._client = tracking.MlflowClient(tracking_uri=uri)
         self._run_id = saved.get("run_id")
         if self._run_id is None:
             self._run_id = self._create_run(spec)

@@ -2,6 +2,7 @@
 folder under TUNEDECK_WANDB_DIR that `wandb sync` uploads later."""
 from __future__ import annotations
 
+import secrets
 from itertools import groupby
 from typing import Any
 
@@ -23,7 +24,7 @@ class WandbTracker:
         wandb = import_or_refuse("wandb", "wandb")
         folder = self._settings.wandb_dir_or_default
         folder.mkdir(parents=True, exist_ok=True)
-        run_id = saved.get("run_id") or wandb.util.generate_id()
+        run_id = saved.get("run_id") or f"job{self._job_id}-{secrets.token_hex(4)}"
         self._run = wandb.init(
             project=self._settings.wandb_project, entity=self._settings.wandb_entity,
             mode=self._settings.wandb_mode, dir=str(folder), id=run_id, resume="allow",
