@@ -41,16 +41,28 @@ class MlflowTracker:
     def _create_run(self, spec: JobSpec) -> str:
         from mlflow.entities import Param
 
-        name = self._settings.mlflow_experiment
-        experiment = self._client.get_experiment_by_name(name)
-        experiment_id = (experiment.experiment_id if experiment is not None
-                         else self._client.create_experiment(name))
+        experiment_id = self._experiment_id(self._settings.mlflow_experiment)
         run = self._client.create_run(experiment_id, run_name=f"job-{self._job_id}-{spec.display_name}",
                                       tags={"tunedeck.job_id": str(self._job_id)})
         params = [Param(key, str(value)[:PARAM_VALUE_CHARS]) for key, value in flat_spec(spec).items()]
         for start in range(0, len(params), PARAMS_PER_CALL):
             self._client.log_batch(run.info.run_id, params=params[start:start + PARAMS_PER_CALL])
         return run.info.run_id
+
+    def _experiment_id(self, name: str) -> str:
+        from mlflow.exceptions import MlflowException
+
+        experiment = self._client.get_experiment_by_name(name)
+        if experiment is not None:
+            return experiment.experiment_id
+        try:
+            return self._client.create_experiment(name)
+        except MlflowException:
+            # Another job's export created it meanwhile.
+            experiment = self._client.get_experiment_by_name(name)
+            if experiment is None:
+                raise
+            return experiment.experiment_id
 
     def write(self, scalars: list[Scalar]) -> None:
         from mlflow.entities import Metric
