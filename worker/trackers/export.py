@@ -32,7 +32,7 @@ MAX_BACKOFF_SECONDS = 300.0
 FAILURES_BEFORE_DISABLED = 5
 # After the job ends: how long the export may take to catch up and close its runs before
 # the worker moves on (what is left stays in the database, and a later export resumes).
-FINISH_SECONDS = 120.0
+FINISH_SECONDS = 30.0
 
 
 @dataclass
