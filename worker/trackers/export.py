@@ -26,7 +26,11 @@ from worker.trackers.tracker import ExportRows, MissingPackage, Tracker, scalars
 log = logging.getLogger(__name__)
 
 ROWS_PER_BATCH = 2000
-EXPORT_SECONDS = 2.0  # a round at least this often, nudged or not
+EXPORT_SECONDS = 5.0  # a round at least this often, nudged or not
+# And at most this often, however often the ingest nudges: each tracker call has a fixed
+# cost (a W&B record, an MLflow file-store append per figure), so fewer, larger batches
+# keep the trackers' share of the worker's CPU (and the GIL its tail shares) small.
+MIN_ROUND_SECONDS = 2.0
 FIRST_BACKOFF_SECONDS = 5.0
 MAX_BACKOFF_SECONDS = 300.0
 FAILURES_BEFORE_DISABLED = 5
@@ -123,7 +127,9 @@ class TrackerExport:
                 for state in self._states:
                     self._call(state, "finish", lambda state=state: state.tracker.finish(self._outcome))
                 return
+            round_started = time.monotonic()
             self._wake.wait(EXPORT_SECONDS)
+            self._stop.wait(max(0.0, round_started + MIN_ROUND_SECONDS - time.monotonic()))
             self._wake.clear()
 
     def _export_to(self, state: _TrackerState, *, final: bool) -> None:
