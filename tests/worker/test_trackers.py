@@ -189,3 +189,29 @@ def test_report_to_names_each_tracker_once():
     with pytest.raises(ValueError):
         JobSpec(max_steps=1, report_to=["comet"])
     assert JobSpec(max_steps=1).report_to == []
+
+
+class TrackerWithoutItsPackage:
+    name = "missing"
+
+    def start(self, spec, saved):
+        from worker.trackers.tracker import import_or_refuse
+
+        import_or_refuse("no_such_tracker_library", "no-such-tracker")
+
+    def write(self, scalars):
+        raise AssertionError("never started, never written")
+
+    def finish(self, outcome):
+        pass
+
+
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)
+def test_a_missing_package_is_one_event_naming_it_and_the_tracker_is_left_off(database, tmp_path):
+    job_id, spec, run = _job_with_rows(database, tmp_path, [])
+    TrackerExport(job_id, spec, run, database=database,
+                  trackers=[TrackerWithoutItsPackage()]).start().finish("failed")
+    messages = [message for kind, message in _events(database, job_id) if kind == "tracker"]
+    assert len(messages) == 1, messages
+    assert "'no-such-tracker' package is not installed" in messages[0]
+    assert "pip install no-such-tracker" in messages[0] and "left off" in messages[0]
