@@ -93,7 +93,19 @@ def test_an_mlflow_file_store_run_has_the_params_and_the_loss_history(database, 
         {step: 10.0 / step for step in range(1, STEPS + 1)})
 
 
-def _wandb_records(path):
+def _wandb_records(path, *, timeout_seconds: float = 30.0):
+    """The records of a closed W&B run file; wandb's own process writes it, and its last
+    records land a moment after `finish()` returns, so wait for the exit record."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        records = _wandb_file_records(path) if path.is_file() else []
+        if any(record.WhichOneof("record_type") == "exit" for record in records) \
+                or time.monotonic() > deadline:
+            return records
+        time.sleep(0.2)
+
+
+def _wandb_file_records(path):
     """The records of a W&B run file (a LevelDB-style log of 32 KiB blocks: a 7-byte file
     header, then chunks of crc32, length, type (1 full, 2 first, 3 middle, 4 last))."""
     from wandb.proto import wandb_internal_pb2
