@@ -67,3 +67,31 @@ def test_a_job_reports_to_all_three_trackers(tmp_path):
                    if "/".join(item.nested_key) == "train/step"
                    and any("/".join(other.nested_key) == "train/loss" for other in record.history.item))
     assert steps == list(range(1, STEPS + 1))
+
+
+def test_a_tracking_server_that_is_down_changes_nothing_of_the_job(tmp_path):
+    """MLflow pointed at a port nobody listens on: the job succeeds all the same, its
+    events say why MLflow has nothing, and TensorBoard has every step."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    down = {"TUNEDECK_MLFLOW_TRACKING_URI": "http://127.0.0.1:9",
+            # MLflow's own client settings: fail fast instead of retrying for minutes.
+            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "2"}
+    with running_tunedeck(tmp_path / "up", extra_env=down) as server:
+        job_id = server.submit({**JOB, "report_to": ["mlflow", "tensorboard"]})
+        job = server.wait_for(job_id, {"succeeded", "failed", "cancelled"})
+        assert job["status"] == "succeeded", job["error"]
+        run = RunFolder(server.home / "runs" / f"job-{job_id}")
+        wait_until(lambda: any(event["kind"] == "tracker" for event in
+                               server.http.get(f"/api/jobs/{job_id}/events").json()),
+                   60, "a tracker event")
+        events = server.http.get(f"/api/jobs/{job_id}/events").json()
+        wait_until(lambda: run.tracker_cursor_file("tensorboard").is_file()
+                   and read_json(run.tracker_cursor_file("tensorboard"))["last_step"] == STEPS,
+                   60, "TensorBoard to have every step")
+    messages = [event["message"] for event in events if event["kind"] == "tracker"]
+    assert all(message.startswith("mlflow: ") for message in messages), messages
+    assert "mlflow: start failed" in messages[0], messages
+    accumulator = EventAccumulator(str(run.tensorboard_dir), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    assert [event.step for event in accumulator.Scalars("train/loss")] == list(range(1, STEPS + 1))
