@@ -70,8 +70,15 @@ def test_tensorboard_event_files_hold_every_train_steps_loss(database, tmp_path)
     assert {"train/learning_rate", "train/grad_norm", "train/tokens_per_second",
             "memory/rank-0/allocated_mb", "gpu/h/0/used_mb"} <= tags
     assert [event.step for event in accumulator.Scalars("gpu/h/0/used_mb")] == [3]
-    assert "hparams" in accumulator.PluginTagToContent("hparams") or \
-        accumulator.PluginTagToContent("hparams")
+    from tensorboard.plugins.hparams import metadata, plugin_data_pb2
+
+    hparams = accumulator.PluginTagToContent(metadata.PLUGIN_NAME)
+    start = plugin_data_pb2.HParamsPluginData.FromString(
+        hparams[metadata.SESSION_START_INFO_TAG]).session_start_info
+    assert start.hparams["max_steps"].number_value == STEPS
+    assert start.hparams["name"].string_value == "tracked"
+    assert start.hparams["lora.r"].number_value == 16
+    assert metadata.SESSION_END_INFO_TAG in hparams
     assert read_json(run.tracker_cursor_file("tensorboard"))["points"] == {"0": 2 * STEPS - 1}
     assert not [event for event in _events(database, job_id) if event[0] == "tracker"]
 
