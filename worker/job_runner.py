@@ -24,8 +24,8 @@ from worker.input_check import find_input_problems, worker_input_roots
 from worker.job_claim import Claim, claim_job
 from worker.launch import NodeLaunch, launch_node, never
 from worker.outcome import Outcome
-from worker.trackers.export import TrackerExport
 from worker.supervision import DATABASE_RETRY_INTERVAL, DATABASE_RETRY_SECONDS, Supervision
+from worker.trackers.export import TrackerExport
 from worker.warm_launcher import WarmLauncher
 from worker.worker_identity import WorkerIdentity
 
@@ -77,13 +77,17 @@ def run_job(job_id: int, *, settings: Settings, database: Database,
                         worker_name=identity.name)
     export = TrackerExport.for_job(job_id, claim.spec, run, settings=settings,
                                    database=database).start()
-    result = _launch_and_judge(launch, claim, settings=settings, database=database,
-                               shutdown_requested=shutdown_requested, warm=warm,
-                               on_stored=export.nudge)
-    if result.outcome != Outcome.TAKEN_AWAY:
-        _record_outcome(job_id, result, database=database)
-    # After the row is recorded: the job's outcome never waits on a tracker.
-    export.finish(result.outcome)
+    outcome = Outcome.FAILED  # what the trackers are told if the worker itself raises
+    try:
+        result = _launch_and_judge(launch, claim, settings=settings, database=database,
+                                   shutdown_requested=shutdown_requested, warm=warm,
+                                   on_stored=export.nudge)
+        outcome = result.outcome
+        if result.outcome != Outcome.TAKEN_AWAY:
+            _record_outcome(job_id, result, database=database)
+    finally:
+        # After the row is recorded: the job's outcome never waits on a tracker.
+        export.finish(outcome)
     return result.outcome
 
 

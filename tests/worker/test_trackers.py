@@ -234,3 +234,17 @@ def test_a_missing_package_is_one_event_naming_it_and_the_tracker_is_left_off(da
     assert len(messages) == 1, messages
     assert "'no-such-tracker' package is not installed" in messages[0]
     assert "pip install no-such-tracker" in messages[0] and "left off" in messages[0]
+
+
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)
+def test_an_unreadable_cursor_starts_the_tracker_over_instead_of_failing(database, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    job_id, spec, run = _job_with_rows(database, tmp_path, ["tensorboard"])
+    run.tracker_cursor_file("tensorboard").parent.mkdir(parents=True)
+    run.tracker_cursor_file("tensorboard").write_text("{torn", encoding="utf-8")
+    TrackerExport.for_job(job_id, spec, run, settings=_settings(tmp_path),
+                          database=database).start().finish("succeeded")
+    accumulator = EventAccumulator(str(run.tensorboard_dir), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    assert len(accumulator.Scalars("train/loss")) == STEPS

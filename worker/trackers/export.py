@@ -84,8 +84,13 @@ class TrackerExport:
         self._states = [_TrackerState(tracker) for tracker in trackers]
         for state in self._states:
             cursor_file = run.tracker_cursor_file(state.tracker.name)
-            if cursor_file.is_file():
-                state.restore(read_json(cursor_file))
+            try:
+                if cursor_file.is_file():
+                    state.restore(read_json(cursor_file))
+            except (OSError, ValueError, TypeError, AttributeError) as error:
+                # Unreadable: the tracker starts again from the first stored row.
+                log.warning("job %s: %s unreadable (%s); exporting from the start",
+                            job_id, cursor_file, error)
         self._wake, self._stop = threading.Event(), threading.Event()
         self._outcome: str | None = None
         self._thread = threading.Thread(target=self._loop, name=f"trackers-job-{job_id}",
