@@ -30,6 +30,9 @@ LEARNING_RATE_SCHEDULES: tuple[str, ...] = LearningRateSchedule.__args__
 SHARDING_STRATEGIES: tuple[str, ...] = ShardingStrategy.__args__
 DTYPES: tuple[str, ...] = DType.__args__
 EXPORT_DTYPES: tuple[str, ...] = ExportDType.__args__
+# Where the worker also sends the job's metrics (worker/trackers/; servers in Settings).
+Tracker = Literal["tensorboard", "mlflow", "wandb"]
+TRACKERS: tuple[str, ...] = Tracker.__args__
 
 
 # A queue or host name: it becomes part of a broker queue name, so letters, digits and
@@ -96,6 +99,9 @@ class JobSpec(StrictModel):
     # what the base stores (its safetensors headers, else its config.json, else fp32), so a
     # LoRA on a bf16 base downloads bf16, not twice the base's bytes in fp32.
     export_dtype: ExportDType = "auto"
+    # Trackers the worker writes the job's metrics to as it stores them (none by default):
+    # TensorBoard event files in the run folder, an MLflow run, a W&B run.
+    report_to: list[Tracker] = Field(default_factory=list, max_length=len(TRACKERS))
     lora: LoraSettings = LoraSettings()
     zero2: Zero2Settings = Zero2Settings()
     fsdp: FsdpSettings = FsdpSettings()
@@ -104,6 +110,14 @@ class JobSpec(StrictModel):
     @classmethod
     def _text_without_nul(cls, text: str | None) -> str | None:
         return _no_nul(text) if text is not None else None
+
+    @field_validator("report_to")
+    @classmethod
+    def _each_tracker_once(cls, trackers: list[str]) -> list[str]:
+        repeated = sorted({name for name in trackers if trackers.count(name) > 1})
+        if repeated:
+            raise ValueError(f"{', '.join(repeated)} named more than once")
+        return trackers
 
     @model_validator(mode="after")
     def _one_training_length(self) -> "JobSpec":

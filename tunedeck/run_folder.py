@@ -25,6 +25,10 @@ CHECKPOINT_STATE_FILE = "trainer_state.json"
 TOKENIZED_DIR = "tokenized"
 ADAPTER_DIR = "adapter"
 MERGED_DIR = "merged"
+# The worker's trackers (worker/trackers/): TensorBoard's event files, and each tracker's
+# cursor into the job's stored rows (trackers/<name>.json).
+TENSORBOARD_DIR = "tensorboard"
+TRACKERS_DIR = "trackers"
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,13 @@ class RunFolder:
     @property
     def merged_dir(self) -> Path:
         return self.path / MERGED_DIR
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        return self.path / TENSORBOARD_DIR
+
+    def tracker_cursor_file(self, tracker: str) -> Path:
+        return self.path / TRACKERS_DIR / f"{tracker}.json"
 
     def rank_metrics_files(self) -> list[tuple[int, Path]]:
         """(rank, path) for every rank file present, by rank."""

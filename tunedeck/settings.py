@@ -132,6 +132,22 @@ class Settings(BaseSettings):
     slurm_poll_seconds: float = Field(
         5.0, gt=0, le=300, description="how often a Slurm executor asks squeue/sacct "
                                        "about all its jobs (one call each)")
+    # Trackers a job's spec names in report_to (worker/trackers/): where each writes.
+    mlflow_tracking_uri: str | None = Field(
+        None, repr=False, max_length=2000,
+        description="MLflow tracking server (http://mlflow.team:5000) or store; default a "
+                    "file store under HOME/mlruns")
+    mlflow_experiment: str = Field("tunedeck", min_length=1, max_length=500,
+                                   description="the MLflow experiment jobs' runs go in")
+    mlflow_log_artifacts: bool = Field(
+        False, description="log a succeeded job's merged/ (and adapter/) folder to its MLflow run")
+    wandb_mode: Literal["offline", "online"] = Field(
+        "offline", description="W&B: offline writes the run under wandb_dir (`wandb sync` "
+                               "uploads it later); online needs WANDB_API_KEY in the "
+                               "worker's environment")
+    wandb_project: str = Field("tunedeck", min_length=1, max_length=200)
+    wandb_entity: str | None = Field(None, max_length=200, description="W&B team or user")
+    wandb_dir: Path | None = Field(None, description="where W&B writes its runs; default HOME/wandb")
 
     @field_validator("allowed_roots")
     @classmethod
@@ -160,6 +176,15 @@ class Settings(BaseSettings):
         if self.datasets_cache is None:
             return self.home_dir / "hf-datasets"
         return self.datasets_cache.expanduser().resolve()
+
+    @property
+    def mlflow_tracking_uri_or_default(self) -> str:
+        return self.mlflow_tracking_uri or (self.home_dir / "mlruns").as_uri()
+
+    @property
+    def wandb_dir_or_default(self) -> Path:
+        return (self.wandb_dir.expanduser().resolve() if self.wandb_dir is not None
+                else self.home_dir / "wandb")
 
     @property
     def uploads_dir(self) -> Path:

@@ -25,6 +25,7 @@ from worker.job_claim import Claim, claim_job
 from worker.launch import NodeLaunch, launch_node, never
 from worker.outcome import Outcome
 from worker.supervision import DATABASE_RETRY_INTERVAL, DATABASE_RETRY_SECONDS, Supervision
+from worker.trackers.export import TrackerExport
 from worker.warm_launcher import WarmLauncher
 from worker.worker_identity import WorkerIdentity
 
@@ -81,10 +82,19 @@ def run_job(job_id: int, *, settings: Settings, database: Database,
         claimed_gpus(launch.visible_devices)
     log.info("job %s: starting %d rank(s) of %s on %s (GPUs %s)", job_id, claim.spec.num_gpus,
              claim.spec.backend, identity.host, launch.visible_devices or "none: CPU ranks")
-    result = _launch_and_judge(launch, claim, settings=settings, database=database,
-                               shutdown_requested=shutdown_requested, warm=warm)
-    if result.outcome != Outcome.TAKEN_AWAY:
-        record_outcome(job_id, result, database=database)
+    export = TrackerExport.for_job(job_id, claim.spec, run, settings=settings,
+                                   database=database).start()
+    outcome = Outcome.FAILED  # what the trackers are told if the worker itself raises
+    try:
+        result = _launch_and_judge(launch, claim, settings=settings, database=database,
+                                   shutdown_requested=shutdown_requested, warm=warm,
+                                   on_stored=export.nudge)
+        outcome = result.outcome
+        if result.outcome != Outcome.TAKEN_AWAY:
+            record_outcome(job_id, result, database=database)
+    finally:
+        # After the row is recorded: the job's outcome never waits on a tracker.
+        export.finish(outcome)
     log.info("job %s: %s%s", job_id, result.outcome,
              f" ({result.failure.kind})" if result.failure else "")
     return result.outcome
@@ -92,7 +102,8 @@ def run_job(job_id: int, *, settings: Settings, database: Database,
 
 def _launch_and_judge(launch: NodeLaunch, claim: Claim, *, settings: Settings,
                       database: Database, shutdown_requested: Callable[[], bool],
-                      warm: WarmLauncher | None = None) -> RunResult:
+                      warm: WarmLauncher | None = None,
+                      on_stored: Callable[[], None] = lambda: None) -> RunResult:
     problems = find_input_problems(
         launch.spec, allowed_roots=worker_input_roots(settings, claim.owner),
         datasets_cache=settings.datasets_cache_dir)
@@ -101,7 +112,8 @@ def _launch_and_judge(launch: NodeLaunch, claim: Claim, *, settings: Settings,
                          classify_failure(FailureEvidence(input_problems=tuple(problems))))
     try:
         returncode, supervision = launch_node(launch, settings=settings, database=database,
-                                              shutdown_requested=shutdown_requested, warm=warm)
+                                              shutdown_requested=shutdown_requested, warm=warm,
+                                              on_stored=on_stored)
     except OSError as error:
         return RunResult(Outcome.FAILED, f"could not start torchrun: {error}", FailureReason(ERROR))
     if supervision.taken_away:

@@ -57,10 +57,11 @@ class NodeLaunch:
 
 def launch_node(launch: NodeLaunch, *, settings: Settings, database: Database,
                 shutdown_requested: Callable[[], bool] = never,
-                warm: WarmLauncher | None = None) -> tuple[int | None, Supervision]:
+                warm: WarmLauncher | None = None,
+                on_stored: Callable[[], None] = lambda: None) -> tuple[int | None, Supervision]:
     """Start this node's torchrun (on the standby launcher of `warm` when the job fits one)
     and supervise it to its end: (its exit code, what the supervision learned). Raises
-    OSError when torchrun cannot start."""
+    OSError when torchrun cannot start. `on_stored()` follows each commit of new rows."""
     argv, env = prepare_run_folder(launch, settings)
     log_file = launch.run.node_launcher_log_file(launch.node_rank)
     # The worker's own folder, so relative model and dataset paths mean what the check saw.
@@ -77,7 +78,8 @@ def launch_node(launch: NodeLaunch, *, settings: Settings, database: Database,
         supervision = supervise(launch.job_id, processes, launch.run, settings=settings,
                                 database=database, shutdown_requested=shutdown_requested,
                                 launch_env=env, worker_name=launch.worker_name,
-                                ranks=launch.own_ranks, ranks_on_node=launch.spec.num_gpus)
+                                ranks=launch.own_ranks, ranks_on_node=launch.spec.num_gpus,
+                                on_stored=on_stored)
     finally:
         processes.kill()  # nothing of the job outlives its supervision
     return process.returncode, supervision

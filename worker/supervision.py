@@ -44,6 +44,8 @@ class Supervision:
     # Per rank, the last line an earlier launch of this job stored (a resumed job's files
     # grow on): its notices are events already, and must not be told twice.
     stored_lines: dict[int, int] = field(default_factory=dict)
+    # Whether the latest poll's commit stored metric lines.
+    stored_any: bool = False
 
 
 # Ranks start once: scanning /proc every poll would cost a core's %. Until every rank of
@@ -56,10 +58,13 @@ def supervise(job_id: int, processes: JobProcesses, run: RunFolder, *, settings:
                database: Database, shutdown_requested: Callable[[], bool],
                sampler: JobSampler | None = None, launch_env: dict[str, str] | None = None,
                worker_name: str | None = None, ranks: range | None = None,
-               ranks_on_node: int | None = None) -> Supervision:
+               ranks_on_node: int | None = None,
+               on_stored: Callable[[], None] = lambda: None) -> Supervision:
     """Watch the launch until its launcher exits, or stop it (cancel, shutdown, the job
     no longer ours); the returned Supervision says which, and what the ranks reported.
-    `ranks_on_node`: how many rank processes to look for (None: look every few seconds)."""
+    `ranks_on_node`: how many rank processes to look for (None: look every few seconds).
+    `on_stored()` is told after each commit that stored new rows (the trackers' export
+    reads them on its own thread; it must return at once)."""
     tail = MetricsTail(run, ranks)
     # The job's own CUDA_VISIBLE_DEVICES: the GPUs it was given, not all of the worker's.
     sampler = sampler or JobSampler.for_launch(host=socket.gethostname(),
@@ -78,6 +83,8 @@ def supervise(job_id: int, processes: JobProcesses, run: RunFolder, *, settings:
         cancel_requested, ours = _ingest_and_read_control(job_id, tail, supervision,
                                                           database=database, samples=samples,
                                                           worker_name=worker_name)
+        if samples or supervision.stored_any:
+            on_stored()
         if finished:
             _drain(job_id, tail, supervision, database=database, worker_name=worker_name)
             return supervision
@@ -151,6 +158,7 @@ def _ingest_and_read_control(job_id: int, tail: MetricsTail, supervision: Superv
         log.warning("job %s: the database is back after %.0f s; %d buffered lines stored",
                     job_id, time.monotonic() - supervision.database_down_since, len(events))
         supervision.database_down_since = None
+    supervision.stored_any = bool(events)
     supervision.error_notices.extend(notice for notice in error_notices if notice is not None)
     supervision.pending_events, supervision.pending_samples = [], []
     return control

@@ -1,4 +1,4 @@
-"""Downloading a job's artifact (its merged weights or its adapter) as a zip: only of a job
+"""Downloading a job's artifact (its merged weights, its adapter, its TensorBoard files) as a zip: only of a job
 the principal may see, and audited."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def download_artifact(principal: Principal, job_id: int, kind: str, *, database:
     """The artifact's zip file; NotFound for an unknown kind, a job the principal may not
     see, or a job without that artifact."""
     if kind not in ARTIFACT_KINDS:
-        raise NotFound(f"no artifact {kind!r}; expected merged or adapter")
+        raise NotFound(f"no artifact {kind!r}; expected one of {', '.join(ARTIFACT_KINDS)}")
     with database.transaction() as session:
         job = find_visible_job(session=session, principal=principal, job_id=job_id)
     run = job_run_folder(job)

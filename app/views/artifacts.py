@@ -1,5 +1,6 @@
-"""Zips of a job's merged model and adapter, built once in the run folder and then served,
-and what each holds (dtype, bytes, files) for the job page and the API.
+"""Zips of a job's merged model, adapter and TensorBoard event files, built in the run
+folder (again when the folder changed) and then served, and what each holds (dtype, bytes,
+files) for the job page and the API.
 
 No path from the request reaches the file system: the folder comes from the job row.
 Nothing holds a whole file or archive in memory: the zip is written to disk (zipfile copies
@@ -18,12 +19,21 @@ from pathlib import Path
 from tunedeck.run_folder import RunFolder
 from tunedeck.safetensors_headers import HeaderError, folder_dominant_float_dtype
 
-ARTIFACT_KINDS = ("merged", "adapter")
+ARTIFACT_KINDS = ("merged", "adapter", "tensorboard")
+WEIGHT_KINDS = ("merged", "adapter")
 DOWNLOADS_DIR = "downloads"
 
 
 def artifact_folder(run: RunFolder, kind: str) -> Path:
-    return run.merged_dir if kind == "merged" else run.adapter_dir
+    return {"merged": run.merged_dir, "adapter": run.adapter_dir,
+            "tensorboard": run.tensorboard_dir}[kind]
+
+
+def _newest_change(folder: Path) -> float:
+    """The folder's newest modification, its files' included: TensorBoard appends to its
+    event files, which leaves the folder's own time as it was."""
+    return max([folder.stat().st_mtime,
+                *(file.stat().st_mtime for file in artifact_files(folder))])
 
 
 def artifact_zip(run: RunFolder, kind: str) -> Path | None:
@@ -32,7 +42,7 @@ def artifact_zip(run: RunFolder, kind: str) -> Path | None:
     if not folder.is_dir():
         return None
     zip_path = run.path / DOWNLOADS_DIR / f"{kind}.zip"
-    if zip_path.is_file() and zip_path.stat().st_mtime >= folder.stat().st_mtime:
+    if zip_path.is_file() and zip_path.stat().st_mtime >= _newest_change(folder):
         return zip_path
     zip_path.parent.mkdir(parents=True, exist_ok=True)
     # A name of its own per build: two requests in one web process (one pid, two threads)
@@ -71,6 +81,8 @@ def artifact_summary(run: RunFolder, kind: str) -> dict | None:
         size = sum(file.stat().st_size for file in files)
     except OSError:
         return None  # replaced by a rerun's export while it was listed: no download to show
+    if kind not in WEIGHT_KINDS:
+        return {"bytes": size, "files": len(files)}
     try:
         dtype = folder_dominant_float_dtype(folder)
     except (OSError, HeaderError):
@@ -79,9 +91,10 @@ def artifact_summary(run: RunFolder, kind: str) -> dict | None:
 
 
 def summary_text(summary: dict) -> str:
-    """e.g. "BF16, 1.2 GB (9 files)"."""
+    """e.g. "BF16, 1.2 GB (9 files)"; "45 KB (2 files)" for what holds no weights."""
     count = summary["files"]
-    return (f"{summary['dtype'] or 'no weights'}, {readable_bytes(summary['bytes'])} "
+    dtype = f"{summary['dtype'] or 'no weights'}, " if "dtype" in summary else ""
+    return (f"{dtype}{readable_bytes(summary['bytes'])} "
             f"({count} file{'' if count == 1 else 's'})")
 
 

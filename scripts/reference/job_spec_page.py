@@ -61,6 +61,10 @@ SPEC_FIELD_NOTES: dict[str, str] = {
     "JobSpec.export_dtype": "The merged weights' dtype (the merge itself runs in fp32). auto: "
                             "what the base stores (its safetensors headers, else its config.json, "
                             "else fp32).",
+    "JobSpec.report_to": "Trackers the worker also writes the job's metrics to, each at most "
+                         "once: tensorboard (event files in the run folder's tensorboard/), "
+                         "mlflow (a run on TUNEDECK_MLFLOW_TRACKING_URI), wandb (a run, "
+                         "offline unless TUNEDECK_WANDB_MODE=online). Empty: none.",
     "JobSpec.lora": "The adapter's settings (methods lora and qlora).",
     "JobSpec.zero2": "DeepSpeed ZeRO-2's settings (backend zero2).",
     "JobSpec.fsdp": "FSDP's settings (backend fsdp).",

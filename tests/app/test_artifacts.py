@@ -125,3 +125,26 @@ def test_two_builds_at_once_in_one_process_each_leave_a_whole_zip(tmp_path, monk
     assert len(names) == 3 and zipfile.ZipFile(first).testzip() is None
     assert [path.name for path in first.parent.iterdir()] == ["merged.zip"]  # no partial left
     assert artifacts.DOWNLOADS_DIR == first.parent.name
+
+
+def test_the_tensorboard_zip_is_rebuilt_when_an_event_file_grows(tmp_path):
+    import zipfile
+
+    from tunedeck.run_folder import RunFolder as Run
+
+    run = Run(tmp_path)
+    run.tensorboard_dir.mkdir()
+    events = run.tensorboard_dir / "events.out.tfevents.1.host"
+    events.write_bytes(b"a" * 10)
+    first = artifact_zip(run, "tensorboard")
+    assert zipfile.ZipFile(first).read("tensorboard/events.out.tfevents.1.host") == b"a" * 10
+    import os
+    import time as clock
+
+    later = clock.time() + 5
+    events.write_bytes(b"a" * 30)
+    os.utime(events, (later, later))
+    again = artifact_zip(run, "tensorboard")
+    assert zipfile.ZipFile(again).read("tensorboard/events.out.tfevents.1.host") == b"a" * 30
+    assert artifact_summary(run, "tensorboard") == {"bytes": 30, "files": 1}
+    assert summary_text(artifact_summary(run, "tensorboard")) == "30 B (1 file)"

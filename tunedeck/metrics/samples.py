@@ -67,3 +67,20 @@ def _finite_or_none(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def read_samples_after(*, session: Session, job_id: int, last_id_by_host: dict[str, int],
+                       limit: int) -> list[tuple[int, float, str, str, int, dict[str, Any]]]:
+    """The job's samples past a reader's cursor (the last sample id it has of each host),
+    oldest first, at most `limit`: (id, time, host, source, index, values). One worker
+    stores a host's samples, a poll at a time, so its ids become visible in order."""
+    from sqlalchemy import and_, or_
+
+    past_cursor = [and_(JobSample.host == host, JobSample.id > last_id)
+                   for host, last_id in last_id_by_host.items()]
+    past_cursor.append(JobSample.host.not_in(list(last_id_by_host)))
+    rows = session.execute(
+        select(JobSample.id, JobSample.time, JobSample.host, JobSample.source, JobSample.index,
+               JobSample.values)
+        .where(JobSample.job_id == job_id, or_(*past_cursor)).order_by(JobSample.id).limit(limit))
+    return [tuple(row) for row in rows]

@@ -281,3 +281,21 @@ def job_table_summaries(*, session: Session, job_ids: list[int]) -> dict[int, di
     for job_id, peak_mb, rss_mb in peaks:
         summaries[job_id]["peak_mb"] = peak_mb if peak_mb is not None else rss_mb
     return summaries
+
+
+def read_points_after(*, session: Session, job_id: int, last_seq_by_rank: dict[int, int],
+                      limit: int) -> list[tuple[str, int, int, int | None, float, dict[str, Any]]]:
+    """The job's stored points past a reader's cursor (the last line it has of each rank),
+    oldest first, at most `limit`: (kind, rank, seq, step, time, values). A rank's lines are
+    stored by one writer, in order, so a cursor per rank never skips a line stored late."""
+    from sqlalchemy import and_, or_
+
+    past_cursor = [and_(MetricPoint.rank == rank, MetricPoint.seq > seq)
+                   for rank, seq in last_seq_by_rank.items()]
+    past_cursor.append(MetricPoint.rank.not_in(list(last_seq_by_rank)))
+    rows = session.execute(
+        select(MetricPoint.kind, MetricPoint.rank, MetricPoint.seq, MetricPoint.step,
+               MetricPoint.time, MetricPoint.values)
+        .where(MetricPoint.job_id == job_id, or_(*past_cursor))
+        .order_by(MetricPoint.id).limit(limit))
+    return [tuple(row) for row in rows]

@@ -37,6 +37,7 @@ from worker.sampler import JobSampler
 from worker.slurm import client
 from worker.slurm.client import SlurmError, SlurmStates
 from worker.supervision import supervise
+from worker.trackers.export import TrackerExport
 from worker.worker_identity import WorkerIdentity
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,15 @@ class SlurmExecutor:
             slurm_job_id = self._submit(job_id, spec, run, owner=owner, resume=resume)
             if slurm_job_id is None:
                 return Outcome.FAILED
-        return self._follow(job_id, slurm_job_id, run, shutdown_requested)
+        # The trackers of its report_to, from the stored rows: a restarted executor's
+        # export carries on from their cursors in the run folder.
+        export = TrackerExport.for_job(job_id, spec, run, settings=self.settings,
+                                       database=self.database).start()
+        outcome = self._follow(job_id, slurm_job_id, run, shutdown_requested,
+                               on_stored=export.nudge)
+        if outcome.job_finished:  # not when the executor stops: Slurm runs the job on
+            export.finish(outcome)
+        return outcome
 
     # --- submission -------------------------------------------------------------------
 
@@ -205,7 +214,8 @@ class SlurmExecutor:
     # --- following ----------------------------------------------------------------------
 
     def _follow(self, job_id: int, slurm_job_id: str, run: RunFolder,
-                shutdown_requested: Callable[[], bool]) -> Outcome:
+                shutdown_requested: Callable[[], bool],
+                on_stored: Callable[[], None] = lambda: None) -> Outcome:
         self.states.follow(slurm_job_id)
         try:
             while True:
@@ -216,7 +226,7 @@ class SlurmExecutor:
                 supervision = supervise(
                     job_id, allocation, run, settings=self.settings, database=self.database,
                     shutdown_requested=lambda: False, sampler=_no_local_processes(),
-                    worker_name=self.identity.name)
+                    worker_name=self.identity.name, on_stored=on_stored)
                 if allocation.detached:
                     return Outcome.RUNNING_ELSEWHERE  # Slurm keeps the job
                 if supervision.taken_away:

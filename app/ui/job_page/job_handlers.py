@@ -168,11 +168,15 @@ def _config_texts(job: Job) -> tuple[str, str]:
 
 def downloads_html(job: Job) -> str:
     """Links to the artifacts a succeeded job left, each with its dtype and size (e.g.
-    "BF16, 1.2 GB (9 files)"); empty for any other job."""
+    "BF16, 1.2 GB (9 files)"), and to the TensorBoard files of a job that reports to
+    TensorBoard, whatever its status (a failed run's curves are worth reading too)."""
     run = job_run_folder(job)
-    if job.status != SUCCEEDED or run is None:
+    if run is None:
         return ""
-    summaries = {kind: artifact_summary(run, kind) for kind in ARTIFACT_KINDS}
+    kinds = ARTIFACT_KINDS if job.status == SUCCEEDED else ("tensorboard",)
+    summaries = {kind: artifact_summary(run, kind) for kind in kinds}
+    if job.status != SUCCEEDED and summaries["tensorboard"] is None:
+        return ""
     links = [f'<a href="/api/jobs/{job.id}/artifacts/{kind}" download="job-{job.id}-{kind}.zip" '
              f'id="job-download-{kind}">Download {_ARTIFACT_TITLES[kind]} (zip)</a> '
              f'<span id="job-download-{kind}-size">{html.escape(summary_text(summary))}</span>'
@@ -182,7 +186,8 @@ def downloads_html(job: Job) -> str:
     return "<p>" + " &nbsp;·&nbsp; ".join(links) + "</p>"
 
 
-_ARTIFACT_TITLES = {"merged": "merged weights", "adapter": "LoRA adapter"}
+_ARTIFACT_TITLES = {"merged": "merged weights", "adapter": "LoRA adapter",
+                    "tensorboard": "TensorBoard files"}
 
 
 def error_html(error: str | None) -> str:

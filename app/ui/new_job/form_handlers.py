@@ -104,6 +104,7 @@ def spec_to_form(spec: JobSpec) -> dict[str, Any]:
         "eval_every_steps": spec.eval_every_steps,
         "checkpoint_every_steps": spec.checkpoint_every_steps,
         "keep_checkpoints": spec.keep_checkpoints, "export_dtype": spec.export_dtype,
+        "report_to": list(spec.report_to),
         "lora_r": spec.lora.r, "lora_alpha": spec.lora.alpha,
         "lora_dropout": spec.lora.dropout, "lora_experts": spec.lora.experts,
         "lora_train_router": spec.lora.train_router,
@@ -160,6 +161,8 @@ def form_to_spec_data(form: dict[str, Any]) -> dict[str, Any]:
         "checkpoint_every_steps": form["checkpoint_every_steps"] or 0,
         "keep_checkpoints": form["keep_checkpoints"],
         "export_dtype": form["export_dtype"],
+        # The multiselect answers None when emptied.
+        "report_to": list(form["report_to"] or []),
         "zero2": {"offload_optimizer": bool(form["zero2_offload_optimizer"]),
                   "overlap_comm": bool(form["zero2_overlap_comm"]),
                   "contiguous_gradients": bool(form["zero2_contiguous_gradients"]),

@@ -42,6 +42,7 @@ FORM_LABELS: dict[str, str] = {
     "checkpoint_every_steps": "Checkpoint every (steps)",
     "keep_checkpoints": "Keep checkpoints",
     "export_dtype": "Merged weights dtype",
+    "report_to": "Report to",
     "lora_r": "LoRA rank",
     "lora_alpha": "LoRA alpha",
     "lora_dropout": "LoRA dropout",

@@ -10,7 +10,7 @@ from app.ui.new_job import form_handlers
 from app.ui.new_job.form_handlers import SAME_AS_PRECISION
 from app.ui.new_job.form_labels import COLUMN_ROLES, FORM_LABELS as LABELS
 from tunedeck.job_spec import (BACKENDS, DTYPES, EXPORT_DTYPES, LEARNING_RATE_SCHEDULES, METHODS,
-                               PRECISIONS, SHARDING_STRATEGIES)
+                               PRECISIONS, SHARDING_STRATEGIES, TRACKERS)
 
 
 def _dtype(name: str, defaults: dict[str, Any], choices: list[str],
@@ -130,6 +130,11 @@ def form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
         with gr.Row():
             fields["export_dtype"] = _dtype("export_dtype", defaults, list(EXPORT_DTYPES),
                                             info="auto: the base model's stored dtype")
+            fields["report_to"] = gr.Dropdown(
+                list(TRACKERS), value=defaults["report_to"], multiselect=True,
+                label=LABELS["report_to"], elem_id="new-job-report-to",
+                info="trackers the worker also writes the metrics to (servers: the "
+                     "worker's TUNEDECK_MLFLOW_* and TUNEDECK_WANDB_* settings)")
     groups = {**dataset_options, **_option_groups(fields, defaults)}
     return fields, groups
 
