@@ -10,11 +10,14 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import update
 
+from app.main import create_app
 from tunedeck import job_store
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.db.models import Job, Worker, utc_now
 from tunedeck.job_spec import JobSpec
 from tunedeck.metrics.store import add_metric_points
+from tunedeck.migrate import upgrade_database
+from tunedeck.settings import Settings
 
 
 def scrape(client) -> dict[tuple[str, tuple], float]:
@@ -28,6 +31,21 @@ def scrape(client) -> dict[tuple[str, tuple], float]:
 
 def value(samples, name: str, **labels) -> float:
     return samples[(name, tuple(sorted(labels.items())))]
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def client(request, tmp_path):
+    """The API over SQLite or PostgreSQL: the queue is read out of the spec's JSON, and the
+    two hand back datetimes differently (naive on SQLite)."""
+    database_url = request.getfixturevalue("postgres_url") if request.param == "postgresql" else None
+    settings = Settings(home=tmp_path, database_url=database_url, broker_url=None)
+    if database_url is None:
+        upgrade_database(settings.resolved_database_url)
+    app = create_app(settings, with_ui=False, with_sweeper=False)
+    with TestClient(app) as client:
+        client.app_state = app.state
+        yield client
+    app.state.database.dispose()
 
 
 @pytest.fixture
@@ -130,6 +148,8 @@ def test_request_latency_by_route_template_and_chart_cache_reads(client, cluster
 def test_an_unreachable_database_is_a_zero_not_a_failed_scrape(client, cluster):
     """From loopback the scrape needs no credentials, so it answers even with the database
     gone: Prometheus then sees the outage instead of a failed target."""
+    if client.app_state.settings.database_url is not None:
+        pytest.skip("takes the SQLite file away")
     (client.app_state.settings.home_dir / "tunedeck.db").unlink()
     client.app_state.database.engine.dispose()
     with TestClient(client.app, client=("127.0.0.1", 40000)) as loopback:
