@@ -138,6 +138,10 @@ def test_request_latency_by_route_template_and_chart_cache_reads(client, cluster
     assert value(samples, "tunedeck_http_request_duration_seconds_sum", route=route,
                  method="GET", status="200") > 0
     assert not [key for key in samples if str(job_id) in dict(key[1]).get("route", "")]
+    client.request("BREW", "/api/jobs")
+    methods = {dict(key[1])["method"] for key in scrape(client)
+               if key[0] == "tunedeck_http_request_duration_seconds_count"}
+    assert "other" in methods and methods <= {"GET", "POST", "other"}
     # The chart cache is per process, shared by the apps of this test run: compare.
     reads = {result: value(samples, "tunedeck_chart_cache_reads_total", result=result)
              - value(before, "tunedeck_chart_cache_reads_total", result=result)
