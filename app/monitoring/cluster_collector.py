@@ -73,9 +73,11 @@ class ClusterCollector(Collector):
                 select(Job.status, Job.started_at, Job.finished_at)
                 .where(Job.status.in_(FINISHED_STATUSES), Job.finished_at.is_not(None),
                        Job.finished_at >= since)).all()
-            running_ids = list(session.scalars(select(Job.id).where(Job.status == RUNNING)))
-            newest = {job_id: stamp for job_id in running_ids
-                      if (stamp := _newest_stamp(session, job_id)) is not None}
+            newest_by_kind = session.execute(
+                select(Job.id, *_newest_stamp_of_each_kind()).where(Job.status == RUNNING)).all()
+            running_ids = [job_id for job_id, *_stamps in newest_by_kind]
+            newest = {job_id: max(found) for job_id, *stamps in newest_by_kind
+                      if (found := [stamp for stamp in stamps if stamp is not None])}
             highest_point_id = session.scalar(select(func.max(MetricPoint.id))) or 0
         return [_jobs(job_counts), _workers(worker_counts),
                 _histogram("tunedeck_job_queue_wait_seconds",
@@ -91,13 +93,13 @@ class ClusterCollector(Collector):
                 _points_stored(highest_point_id)]
 
 
-def _newest_stamp(session, job_id: int) -> float | None:
-    """The newest rank stamp among a job's points: one index seek a kind (the (job, kind,
-    time) index), where a max over the job's points would read all 100,000 of a long job."""
-    stamps = [session.scalar(select(func.max(MetricPoint.time))
-                             .where(MetricPoint.job_id == job_id, MetricPoint.kind == kind))
-              for kind in KINDS]
-    return max((stamp for stamp in stamps if stamp is not None), default=None)
+def _newest_stamp_of_each_kind() -> list:
+    """Per running job, the newest rank stamp of each kind of point, in one statement: a
+    subquery a kind, each one seek in the (job, kind, time) index, where a max over the
+    job's points would read all 100,000 of a long job."""
+    return [select(func.max(MetricPoint.time))
+            .where(MetricPoint.job_id == Job.id, MetricPoint.kind == kind)
+            .correlate(Job).scalar_subquery() for kind in KINDS]
 
 
 def _seconds(later: datetime, earlier: datetime) -> float:
