@@ -24,6 +24,8 @@ from app.api.presets import preset_router  # noqa: E402
 from app.api.uploads import upload_router  # noqa: E402
 from app.auth.middleware import AccessMiddleware, check_open_access_allowed  # noqa: E402
 from app.auth.sign_in import sign_in_router  # noqa: E402
+from app.monitoring.endpoint import metrics_router, web_registry  # noqa: E402
+from app.monitoring.request_latency import RequestLatencyMiddleware  # noqa: E402
 from tunedeck.broker import enqueue_job, make_celery  # noqa: E402
 from tunedeck.cluster.sweep import Sweeper  # noqa: E402
 from tunedeck.db.engine import Database  # noqa: E402
@@ -52,6 +54,8 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True,
     api.include_router(preset_router)
     api.include_router(sign_in_router)
     api.include_router(account_router)
+    api.include_router(metrics_router)
+    api.state.metrics_registry, request_latency = web_registry(api.state.database)
     api.add_exception_handler(RequestValidationError, json_safe_validation_error)
     api.add_exception_handler(ActionError, action_error_response)
     declare_credentials(api)
@@ -71,8 +75,11 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True,
                                   css=CSS + CHART_CSS + line_dash_css(), head=HEAD)
         _slow_down_idle_queue_polling(blocks)
     # Outermost, so no route (REST, Gradio's own, its files) answers before it has decided.
-    api.add_middleware(AccessMiddleware, database=api.state.database)
-    # Outside even that: a refused request has its id and its access line too.
+    api.add_middleware(AccessMiddleware, database=api.state.database,
+                       metrics_token=settings.metrics_token)
+    # Outside the access check, so refused requests are timed (and logged) too; the log's
+    # request id outermost, so every line of a request carries it.
+    api.add_middleware(RequestLatencyMiddleware, histogram=request_latency)
     api.add_middleware(RequestLog)
     return api
 

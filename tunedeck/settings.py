@@ -149,6 +149,19 @@ class Settings(BaseSettings):
     wandb_entity: str | None = Field(None, max_length=200, description="W&B team or user")
     wandb_dir: Path | None = Field(None, description="where W&B writes its runs; default HOME/wandb")
 
+    # Never logged, never in repr: a scraper's credential for GET /metrics alone.
+    metrics_token: SecretStr | None = Field(
+        None, min_length=16, max_length=1024, repr=False,
+        description="a bearer token that may read GET /metrics (and nothing else) from "
+                    "any address; loopback needs none, an account's API token also works")
+    worker_metrics_port: int | None = Field(
+        None, ge=1, le=65535,
+        description="a worker serves its own Prometheus /metrics on this port (GPU memory, "
+                    "utilisation, power, jobs running, tail lag); default: not served")
+    worker_metrics_host: str = Field(
+        "127.0.0.1", description="the address a worker's /metrics listens on (0.0.0.0 for a "
+                                 "Prometheus on another host; it has no authentication)")
+
     @field_validator("allowed_roots")
     @classmethod
     def _absolute_roots(cls, roots: str | None) -> str | None:

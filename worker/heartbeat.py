@@ -14,6 +14,7 @@ from tunedeck.cluster.sweep import Send, Sweeper
 from tunedeck.db.engine import Database
 from tunedeck.db.models import utc_now
 from tunedeck.settings import Settings
+from worker.monitoring.exporter import WORKER_GAUGES
 from worker.slurm.client import PartitionReader
 from worker.worker_identity import HostResources, WorkerIdentity
 
@@ -22,10 +23,12 @@ log = logging.getLogger(__name__)
 
 def beat(*, identity: WorkerIdentity, resources: HostResources, database: Database,
          started_at) -> None:
+    described = resources.describe()
+    WORKER_GAUGES.note_host(identity.name, described)  # the worker's /metrics reads these
     with database.transaction() as session:
         worker_registry.record_heartbeat(
             session=session, name=identity.name, host=identity.host, queues=identity.queues,
-            pid=os.getpid(), concurrency=identity.concurrency, resources=resources.describe(),
+            pid=os.getpid(), concurrency=identity.concurrency, resources=described,
             started_at=started_at)
 
 

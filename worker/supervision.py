@@ -20,6 +20,7 @@ from tunedeck.metrics import events as metrics_event, samples as sample_store, s
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
 from worker.metrics_tail import MetricsTail
+from worker.monitoring.exporter import WORKER_GAUGES
 from worker.process_group import JobProcesses
 from worker.sampler import JobSampler
 
@@ -72,6 +73,17 @@ def supervise(job_id: int, processes: JobProcesses, run: RunFolder, *, settings:
     with database.transaction() as session:
         supervision = Supervision(stored_lines=metric_store.last_seq_by_rank(session=session,
                                                                              job_id=job_id))
+    with WORKER_GAUGES.supervising(job_id):
+        return _watch(job_id, processes, tail, supervision, sampler, settings=settings,
+                      database=database, shutdown_requested=shutdown_requested,
+                      worker_name=worker_name, ranks_on_node=ranks_on_node,
+                      on_stored=on_stored)
+
+
+def _watch(job_id: int, processes: JobProcesses, tail: MetricsTail, supervision: Supervision,
+           sampler: JobSampler, *, settings: Settings, database: Database,
+           shutdown_requested: Callable[[], bool], worker_name: str | None,
+           ranks_on_node: int | None, on_stored: Callable[[], None]) -> Supervision:
     last_scan = time.monotonic()
     while True:
         finished = processes.launcher.poll() is not None
@@ -149,6 +161,7 @@ def _ingest_and_read_control(job_id: int, tail: MetricsTail, supervision: Superv
             control = job_store.run_control(session=session, job_id=job_id,
                                             worker_name=worker_name)
     except DBAPIError as error:
+        WORKER_GAUGES.pending(job_id, len(events))
         if supervision.database_down_since is None:
             supervision.database_down_since = time.monotonic()
             log.warning("job %s: the database did not answer (%s); keeping its metric lines "
@@ -159,6 +172,7 @@ def _ingest_and_read_control(job_id: int, tail: MetricsTail, supervision: Superv
                     job_id, time.monotonic() - supervision.database_down_since, len(events))
         supervision.database_down_since = None
     supervision.stored_any = bool(events)
+    WORKER_GAUGES.stored(job_id, events)
     supervision.error_notices.extend(notice for notice in error_notices if notice is not None)
     supervision.pending_events, supervision.pending_samples = [], []
     return control

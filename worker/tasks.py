@@ -27,6 +27,7 @@ from worker.heartbeat import Heartbeat
 from worker.job_claim import jobs_to_offer
 from worker.job_runner import run_job
 from worker.launch import standby_environment
+from worker.monitoring.exporter import serve_worker_metrics
 from worker.node_runner import run_job_node
 from worker.outcome import Outcome
 from worker.recovery import settle_jobs_whose_launcher_is_gone
@@ -115,6 +116,7 @@ class WorkerProcess:
         """Settle this host's jobs whose worker died, start the heartbeat, then re-send every
         queued job this worker serves: a message lost with a dead worker or a broker restart
         must not strand a job. Duplicates are harmless: only one claim succeeds."""
+        serve_worker_metrics(self.settings)
         if self.slurm is not None:
             # Its Slurm jobs ran on without it: follow each again (it has no local launcher).
             self.heartbeat.start()

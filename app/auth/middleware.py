@@ -4,9 +4,14 @@
 A request acts for the account of its `Authorization: Bearer` API token or its browser
 session cookie. With no accounts at all, TuneDeck runs open, but only when it listens on
 loopback: it refuses to start on any other address until an account exists.
+
+GET /metrics (Prometheus) is answered without credentials to a client on loopback (a
+Prometheus on this host), and to `Authorization: Bearer TUNEDECK_METRICS_TOKEN` from
+anywhere; that token opens nothing else. Otherwise it needs an account, as the API does.
 """
 from __future__ import annotations
 
+import hmac
 import ipaddress
 import json
 import logging
@@ -17,6 +22,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
+from pydantic import SecretStr
 from starlette.requests import Request
 
 from app.auth.principal import OPEN_PRINCIPAL, Principal
@@ -28,6 +34,8 @@ log = logging.getLogger(__name__)
 SESSION_COOKIE = "tunedeck_session"
 # Reachable without signing in: the health probe and the sign-in page itself.
 PUBLIC_PATHS = frozenset({"/healthz", "/login", "/logout"})
+# Prometheus' scrape: open to loopback and to the scrape token (see above).
+SCRAPE_PATH = "/metrics"
 # How long "are there any accounts?" is trusted: the first account made with the CLI
 # closes open access within this long, without a restart.
 ACCOUNTS_CHECK_SECONDS = 2.0
@@ -57,6 +65,14 @@ def is_loopback(host: str) -> bool:
         return False  # a host name: it may resolve to anything
 
 
+def _is_loopback_address(address: str) -> bool:
+    """A connection's peer address (never a name: "localhost" there is not a peer)."""
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
 def check_open_access_allowed(*, database: Database, host: str) -> bool:
     """True when TuneDeck will run open (no accounts, loopback); raises when it would run
     open on an address others can reach."""
@@ -77,9 +93,10 @@ class AccessMiddleware:
     """Puts the request's Principal in `request.state.principal`, or answers 401 (API) /
     a redirect to the sign-in page (a browser asking for a page)."""
 
-    def __init__(self, app, *, database: Database):
+    def __init__(self, app, *, database: Database, metrics_token: SecretStr | None = None):
         self.app = app
         self.database = database
+        self._metrics_token = metrics_token
         self._accounts_exist: bool | None = None
         self._checked_at = 0.0
         self._lock = threading.Lock()
@@ -89,6 +106,9 @@ class AccessMiddleware:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
+        if scope["type"] == "http" and scope["path"] == SCRAPE_PATH and self._may_scrape(request):
+            await self.app(scope, receive, send)
+            return
         try:
             principal, refusal = await run_in_threadpool(self._resolve, request)
         except Exception:  # the database is down: refuse, never let the request through
@@ -115,6 +135,16 @@ class AccessMiddleware:
                 "sign in, or send an API token: Authorization: Bearer <token> "
                 "(make one with `tunedeck token create USER`)")},
                 headers=[(b"www-authenticate", b"Bearer")])
+
+    def _may_scrape(self, request: Request) -> bool:
+        if request.client is not None and _is_loopback_address(request.client.host):
+            return True
+        if self._metrics_token is None:
+            return False
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        # Constant time: the token must not leak a character at a time.
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            token.strip().encode(), self._metrics_token.get_secret_value().encode())
 
     def _resolve(self, request: Request) -> tuple[Principal | None, "str | Throttled | None"]:
         """(principal, None), or (None, why a presented credential was refused, or the

@@ -9,6 +9,7 @@ import subprocess
 from urllib.parse import urlsplit
 
 import pytest
+import yaml
 from sqlalchemy.engine import make_url
 
 from tests.deploy.compose_file import (COMPOSE_FILE, REPO, load_compose,
@@ -38,7 +39,56 @@ def dependencies(service: dict) -> dict[str, str]:
 
 
 def test_the_five_services_exist(services):
-    assert set(services) == SERVICES
+    # What `docker compose up` starts: the rest waits for its profile.
+    assert {name for name, service in services.items() if not service.get("profiles")} == SERVICES
+
+
+# --- the monitoring profile -----------------------------------------------------------------
+
+PROMETHEUS_CONFIG = REPO / "docker" / "prometheus.yml"
+
+
+@pytest.fixture(scope="module")
+def prometheus_config() -> dict:
+    return yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+
+
+def scrape_job(config: dict, name: str) -> dict:
+    return next(job for job in config["scrape_configs"] if job["job_name"] == name)
+
+
+def test_prometheus_is_optional_behind_the_monitoring_profile(services):
+    prometheus = services["prometheus"]
+    assert prometheus["profiles"] == ["monitoring"]
+    assert prometheus["image"].startswith("prom/prometheus:")
+    assert "disable" not in prometheus["healthcheck"]
+    # Its UI shows the cluster's figures without sign-in: this host's loopback only.
+    assert all(port.startswith("127.0.0.1:") for port in prometheus["ports"])
+    config_mount = next(mount for mount in prometheus["volumes"]
+                        if mount.endswith(":/etc/prometheus/prometheus.yml:ro"))
+    assert (REPO / config_mount.split(":")[0]).resolve() == PROMETHEUS_CONFIG
+
+
+def test_prometheus_scrapes_the_web_with_the_scrape_token_secret(compose, services,
+                                                                 prometheus_config):
+    web_job = scrape_job(prometheus_config, "tunedeck-web")
+    assert web_job["metrics_path"] == "/metrics"
+    assert web_job["static_configs"] == [{"targets": ["web:7860"]}]
+    assert web_job["authorization"]["type"] == "Bearer"
+    [secret] = services["prometheus"]["secrets"]
+    assert web_job["authorization"]["credentials_file"] == f"/run/secrets/{secret}"
+    assert compose["secrets"][secret] == {"environment": "TUNEDECK_METRICS_TOKEN"}
+
+
+def test_prometheus_scrapes_the_worker_on_its_metrics_port(services, prometheus_config):
+    worker = service_environment(services["worker"], ENV_FILE_VALUES)
+    settings = Settings(worker_metrics_port=worker["TUNEDECK_WORKER_METRICS_PORT"],
+                        worker_metrics_host=worker["TUNEDECK_WORKER_METRICS_HOST"])
+    assert settings.worker_metrics_host == "0.0.0.0"  # reachable from the Prometheus container
+    assert "ports" not in services["worker"]  # ...and from nothing outside the network
+    worker_job = scrape_job(prometheus_config, "tunedeck-worker")
+    assert worker_job["static_configs"] == [
+        {"targets": [f"worker:{settings.worker_metrics_port}"]}]
 
 
 @pytest.mark.parametrize("name", LONG_RUNNING)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Callable
 
+from prometheus_client import Counter
 from sqlalchemy.orm import Session
 
 from tunedeck import job_store
@@ -24,6 +25,13 @@ from tunedeck.settings import Settings
 
 log = logging.getLogger(__name__)
 Send = Callable[[int, JobSpec], None]
+
+# Each lost worker is claimed by exactly one sweeping process (the web or a worker), which
+# counts it: the cluster's total is the sum over the web's and the workers' /metrics.
+# Unregistered: each process's /metrics registry takes it.
+LOST_WORKERS_COLLECTOR = Counter(
+    "tunedeck_lost_workers", "workers this process declared lost (no heartbeat for "
+    "TUNEDECK_WORKER_LOST_SECONDS)", registry=None)
 
 
 @dataclass
@@ -98,6 +106,7 @@ class Sweeper:
             raise
         if self._reachable_since is None:
             self._reachable_since = now
+        LOST_WORKERS_COLLECTOR.inc(len(result.lost_workers))
         for name in result.lost_workers:
             log.warning("worker %s is lost (no heartbeat for %s s)", name,
                         self._settings.worker_lost_seconds)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from prometheus_client import Counter
 from sqlalchemy import Engine, Select, func, select
 from sqlalchemy.orm import Session
 
@@ -38,6 +39,15 @@ CACHED_ROWS_PER_LINE_SET = 20_000
 FLOATS_A_ROW = 64
 # How often a single-writer line set's row count is checked anyway (see above).
 VERIFY_SECONDS = 60.0
+
+# Unregistered: the web's /metrics registry takes it (app/monitoring/endpoint.py).
+# hit: the held lines served, with only the rows added since read; miss: nothing held
+# (first read, or dropped for room); reload: held rows did not add up, read whole again.
+CHART_CACHE_COLLECTOR = Counter(
+    "tunedeck_chart_cache_reads", "chart line-set reads by what the cache held",
+    ["result"], registry=None)
+for _result in ("hit", "miss", "reload"):
+    CHART_CACHE_COLLECTOR.labels(_result)
 
 
 @dataclass(frozen=True)
@@ -110,16 +120,20 @@ def read_line_set(session: Session, *, key: tuple, columns: Sequence, where: Seq
     id_column = columns[0]
     statement = select(*columns).where(*where)
     if held is None:
+        CHART_CACHE_COLLECTOR.labels("miss").inc()
         entry = _line_set(fetch_table(session, statement), order_width, {})
     else:
         new = fetch_table(session, statement.where(id_column > held.max_id))
         trusted = _ids_visible_in_order(session) or (
             single_writer and time.monotonic() - held.verified_at < VERIFY_SECONDS)
         if trusted:
+            CHART_CACHE_COLLECTOR.labels("hit").inc()
             entry = _grown(held, new, order_width, held.verified_at) if len(new) else held
         elif held.count + len(new) == session.scalar(select(func.count(id_column)).where(*where)):
+            CHART_CACHE_COLLECTOR.labels("hit").inc()
             entry = _grown(held, new, order_width, time.monotonic())
         else:  # a row committed out of id order: read the line set again, whole
+            CHART_CACHE_COLLECTOR.labels("reload").inc()
             entry = _line_set(fetch_table(session, statement), order_width, held.rows)
     if entry is not held:
         cache.put(key, entry)

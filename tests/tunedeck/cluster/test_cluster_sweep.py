@@ -6,9 +6,10 @@ from sqlalchemy import update
 
 from tunedeck import job_store
 from tunedeck.cluster import workers as worker_registry
-from tunedeck.cluster.sweep import sweep_cluster
+from tunedeck.cluster.sweep import LOST_WORKERS_COLLECTOR, Sweeper, sweep_cluster
 from tunedeck.db.models import Job, Worker, utc_now
 from tunedeck.job_spec import JobSpec
+from tunedeck.settings import Settings
 
 
 def heartbeat(session, name: str, *, host: str = "gpu-1", gpus: int = 2) -> None:
@@ -140,3 +141,21 @@ def test_a_stored_spec_that_no_longer_validates_fails_its_job_and_the_sweep_goes
         assert failed.status == "failed" and failed.failure_kind == "input_error"
         assert "stored spec is no longer valid" in failed.error
         assert "a_field_since_removed" in failed.error
+
+
+def test_the_sweeper_that_claims_a_lost_worker_counts_it_once(database, tmp_path):
+    """tunedeck_lost_workers_total: the process whose sweep claimed the worker counts it;
+    the sweeps after (here or elsewhere) find nothing to count."""
+    with database.transaction() as session:
+        heartbeat(session, "lost@gpu-1")
+        silence(session, "lost@gpu-1", 60)
+    now = [1000.0]
+    sweeper = Sweeper(database=database, settings=Settings(home=tmp_path, worker_lost_seconds=20),
+                      send=lambda job_id, spec: None, clock=lambda: now[0])
+    before = LOST_WORKERS_COLLECTOR._value.get()
+    sweeper.sweep()  # it has not reached the database for 20 s in a row yet: trusts nothing
+    assert LOST_WORKERS_COLLECTOR._value.get() == before
+    now[0] += 21
+    assert sweeper.sweep().lost_workers == ["lost@gpu-1"]
+    sweeper.sweep()
+    assert LOST_WORKERS_COLLECTOR._value.get() == before + 1
