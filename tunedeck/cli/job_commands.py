@@ -111,6 +111,13 @@ def _progress_text(job: dict[str, Any], spec: dict[str, Any], train: list[dict[s
     max_steps = spec.get("max_steps")
     if not train:
         return f"step {step_text(None, max_steps)}"
+    return " · ".join(latest_step_words(job, train, max_steps))
+
+
+def latest_step_words(job: dict[str, Any], train: list[dict[str, Any]],
+                      max_steps: int | None) -> list[str]:
+    """The newest step of `train` (not empty) as `status` and `watch` say it: step of the
+    total, loss, tokens/s, and while the job runs the page's ETA."""
     latest = train[-1]
     words = [f"step {step_text(latest['step'], max_steps)}"]
     if latest.get("loss") is not None:
@@ -120,7 +127,7 @@ def _progress_text(job: dict[str, Any], spec: dict[str, Any], train: list[dict[s
     eta = eta_seconds(train, max_steps) if job["status"] == "running" else None
     if eta is not None:
         words.append(f"ETA {format_duration(eta)}")
-    return " · ".join(words)
+    return words
 
 
 def _artifacts_text(artifacts: dict[str, dict[str, Any]]) -> str:

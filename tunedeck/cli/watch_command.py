@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from tunedeck.metrics.eta import eta_seconds, format_duration
+from tunedeck.cli.job_commands import latest_step_words
 
 FINISHED = ("succeeded", "failed", "cancelled")
 # Enough of the newest points for the ETA's recent mean (the route keeps the last point).
@@ -39,15 +39,7 @@ def progress_line(job: dict[str, Any], series: dict[str, Any]) -> str:
     train = series.get("train") or []
     max_steps = (job.get("spec") or {}).get("max_steps")
     if train:
-        latest = train[-1]
-        words.append(f"step {latest['step']}" + (f" / {max_steps}" if max_steps else ""))
-        if latest.get("loss") is not None:
-            words.append(f"loss {latest['loss']:.4f}")
-        if latest.get("tokens_per_second") is not None:
-            words.append(f"{latest['tokens_per_second']:,.0f} tokens/s")
-        eta = eta_seconds(train, max_steps) if job["status"] == "running" else None
-        if eta is not None:
-            words.append(f"ETA {format_duration(eta)}")
+        words += latest_step_words(job, train, max_steps)
     elif series.get("phase") and job["status"] == "running":
         words.append(phase_text(series["phase"][0]))  # the newest phase line, a list of one
     return " · ".join(words)
