@@ -14,8 +14,14 @@ trackers on (TensorBoard, MLflow on a file store, W&B offline: worker/trackers/,
 after each commit as the worker's supervision does), and it prints the with/without ratio
 of points stored per second, and how far behind the trackers were when the writers stopped.
 
+With `--ceiling 1000,4000,16000,64000`, the offered rate steps up through those totals
+(points/s over all jobs' ranks) until the store stops keeping up (at most 2 s of the
+offered rate still unstored as the writers stop, and the p95 lag under 5 s): it prints each step's stored
+rate and lag, the ceiling on each database, and whether any point was lost (points written =
+points stored once the ingest has drained, at every rate).
+
 Usage: .venv/bin/python bench/ingest.py [--jobs 20] [--ranks 8] [--rate 10] [--seconds 60]
-       [--database sqlite|postgres|both] [--export]
+       [--database sqlite|postgres|both] [--export] [--ceiling RATES]
 PostgreSQL: TUNEDECK_TEST_POSTGRES_URL (default postgresql+psycopg://postgres@127.0.0.1:5432/test);
 the bench makes and drops a database of its own.
 """
@@ -49,18 +55,28 @@ from worker.trackers.export import TrackerExport  # noqa: E402
 POLL_SECONDS = 0.5  # the worker's default poll
 
 
+WRITE_TICK_SECONDS = 0.1  # a writer appends what its ranks logged in the last tick at once
+
+
 def write_lines(run: RunFolder, *, ranks: int, rate: float, seconds: float, written: list) -> None:
+    """`rate` step lines a second for each of `ranks` ranks; at high rates a tick's lines of a
+    rank go in one write, so the writers (threads of this process, where a real job's ranks
+    are processes on other hosts) cost the ingest as little of the CPU as they can."""
     files = [run.rank_metrics_file(rank).open("a", encoding="utf-8") for rank in range(ranks)]
     started, step = time.monotonic(), 0
     while time.monotonic() - started < seconds:
-        step += 1
+        due = int((time.monotonic() - started) * rate) + 1
+        now = time.time()
         for rank, file in enumerate(files):
-            file.write(encode_event("step", rank=rank, time=time.time(), step=step, loss=1.0,
-                                    learning_rate=1e-4, grad_norm=1.0, tokens_per_second=1.0,
-                                    step_seconds=0.1, tokens=100))
+            file.write("".join(
+                encode_event("step", rank=rank, time=now, step=line_step, loss=1.0,
+                             learning_rate=1e-4, grad_norm=1.0, tokens_per_second=1.0,
+                             step_seconds=0.1, tokens=100)
+                for line_step in range(step + 1, due + 1)))
             file.flush()
-        written[0] += ranks
-        time.sleep(max(0.0, started + step / rate - time.monotonic()))
+        written[0] += ranks * (due - step)
+        step = due
+        time.sleep(max(0.0, min(WRITE_TICK_SECONDS, started + (step + 1) / rate - time.monotonic())))
     for file in files:
         file.close()
 
@@ -111,6 +127,8 @@ def run_load(url: str, folder: Path, arguments, *, export: bool = False) -> dict
         thread.start()
     for thread in writers:
         thread.join()
+    offered_for = time.monotonic() - started
+    stored_at_stop = _count_points(url, job_ids)  # what the ingest had kept up with
     stop.set()
     for thread in ingesters:
         thread.join()
@@ -121,6 +139,7 @@ def run_load(url: str, folder: Path, arguments, *, export: bool = False) -> dict
     database.dispose()
     all_lags = sorted(lag for lag_list in lags for lag in lag_list)
     return {"written": sum(count[0] for count in written), "elapsed": elapsed,
+            "offered_for": offered_for, "stored_at_stop": stored_at_stop,
             "lag_p95": all_lags[int(0.95 * (len(all_lags) - 1))] if all_lags else float("nan"),
             "lag_median": statistics.median(all_lags) if all_lags else float("nan"),
             "stored": _count_points(url, job_ids), "tracker_rows_behind": behind}
@@ -179,7 +198,13 @@ def main() -> int:
     parser.add_argument("--database", choices=("sqlite", "postgres", "both"), default="both")
     parser.add_argument("--export", action="store_true",
                         help="also run with every tracker on, and print the with/without ratio")
+    parser.add_argument("--ceiling", default=None, metavar="RATES",
+                        help="find the ingest ceiling: offer these total points/s in turn "
+                             "(e.g. 1000,4000,16000,64000; spread over --jobs x --ranks) for "
+                             "--seconds each, until the store stops keeping up")
     arguments = parser.parse_args()
+    if arguments.ceiling:
+        return find_ceilings(arguments)
     target = arguments.jobs * arguments.ranks * arguments.rate
     for kind in (("sqlite", "postgres") if arguments.database == "both" else (arguments.database,)):
         rates = {}
@@ -190,6 +215,46 @@ def main() -> int:
             print(f"{kind}: export on/off ingest rate ratio {rates[True] / rates[False]:.3f} "
                   f"({rates[True]:,.0f} vs {rates[False]:,.0f} points/s stored)", flush=True)
     return 0
+
+
+# A step keeps up when, as the writers stop, what is written but not stored yet is at most
+# KEEPS_UP_BACKLOG_SECONDS of the offered rate (a few of the ingest's 0.5 s polls) and the
+# p95 lag from write to row stays under KEEPS_UP_LAG_SECONDS; the ceiling is the highest
+# offered rate that did.
+KEEPS_UP_BACKLOG_SECONDS = 2.0
+KEEPS_UP_LAG_SECONDS = 5.0
+
+
+def find_ceilings(arguments) -> int:
+    rates = [float(rate) for rate in arguments.ceiling.split(",")]
+    streams = arguments.jobs * arguments.ranks
+    lost_anywhere = False
+    for kind in (("sqlite", "postgres") if arguments.database == "both" else (arguments.database,)):
+        ceiling = None
+        print(f"{kind}: {arguments.jobs} jobs x {arguments.ranks} ranks, {arguments.seconds:g} s "
+              "a step", flush=True)
+        for offered in rates:
+            step_arguments = argparse.Namespace(**{**vars(arguments), "rate": offered / streams})
+            result = _one_load(kind, step_arguments, export=False)
+            during = result["stored_at_stop"] / result["offered_for"]
+            written_rate = result["written"] / result["offered_for"]
+            backlog = (result["written"] - result["stored_at_stop"]) / max(1.0, written_rate)
+            lost = result["written"] - result["stored"]
+            lost_anywhere |= lost != 0
+            keeps_up = backlog <= KEEPS_UP_BACKLOG_SECONDS and \
+                result["lag_p95"] <= KEEPS_UP_LAG_SECONDS
+            print(f"  offered {offered:>8,.0f}/s (written {written_rate:>8,.0f}/s): stored "
+                  f"{during:>8,.0f}/s while offered, {backlog:5.1f} s behind as the writers "
+                  f"stopped; lag p95 {result['lag_p95']:6.2f} s, median "
+                  f"{result['lag_median']:5.2f} s; lost once drained {lost:,}; "
+                  f"{'keeps up' if keeps_up else 'falls behind'}", flush=True)
+            if not keeps_up:
+                break
+            ceiling = offered
+        print(f"{kind}: ceiling {ceiling:,.0f} points/s" if ceiling else
+              f"{kind}: below {rates[0]:,.0f} points/s", flush=True)
+    print("nothing lost at any rate" if not lost_anywhere else "POINTS LOST", flush=True)
+    return 1 if lost_anywhere else 0
 
 
 def _one_load(kind: str, arguments, *, export: bool) -> dict:
