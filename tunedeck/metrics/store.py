@@ -22,15 +22,12 @@ def add_metric_points(*, session: Session, job_id: int,
     if not rows:
         return 0
     insert = _dialect_insert(session)
-    for start in range(0, len(rows), ROWS_PER_INSERT):
-        session.execute(insert(MetricPoint).values(rows[start:start + ROWS_PER_INSERT])
-                        .on_conflict_do_nothing(index_elements=["job_id", "rank", "seq"]))
+    # One statement compiled once (and cached), its rows sent as parameter sets: SQLAlchemy
+    # batches them into multi-row INSERTs itself ("insertmanyvalues"), where a statement of
+    # literal VALUES would be compiled anew for every batch.
+    session.execute(insert(MetricPoint).on_conflict_do_nothing(
+        index_elements=["job_id", "rank", "seq"]), rows)
     return len(rows)
-
-
-# 16 bound parameters a row: 2,000 rows stay under PostgreSQL's 65,535 parameters a
-# statement and SQLite's default 32,766.
-ROWS_PER_INSERT = 2000
 
 
 def last_seq_by_rank(*, session: Session, job_id: int) -> dict[int, int]:
