@@ -1,7 +1,7 @@
 """A Slurm job as the supervision sees it (worker/slurm/executor.py SlurmAllocation), from
 the states Slurm reports: running, ended with an exit code, requeued, or forgotten."""
 from tunedeck.slurm.states import SlurmState
-from worker.slurm.executor import SlurmAllocation
+from worker.slurm.allocation import SlurmAllocation
 
 
 class ReportedStates:

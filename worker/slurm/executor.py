@@ -27,7 +27,7 @@ from tunedeck.run_folder import RunFolder, write_run_folder
 from tunedeck.settings import Settings
 from tunedeck.slurm.sbatch_script import (SCRIPT_NAME, SbatchJob, SlurmOptions, published_site,
                                          rank_threads, sbatch_script)
-from tunedeck.slurm.states import SlurmState, Verdict, verdict
+from tunedeck.slurm.states import Verdict, verdict
 from worker import job_runner
 from worker.failure_triage import FailureEvidence, FailureReason, classify_failure
 from worker.input_check import find_input_problems, worker_input_roots
@@ -35,15 +35,13 @@ from worker.launch import inherited_environment, launch_environment, torchrun_pa
 from worker.outcome import Outcome
 from worker.sampler import JobSampler
 from worker.slurm import client
+from worker.slurm.allocation import SlurmAllocation, cancel_quietly
 from worker.slurm.client import SlurmError, SlurmStates
 from worker.supervision import supervise
 from worker.trackers.export import TrackerExport
 from worker.worker_identity import WorkerIdentity
 
 log = logging.getLogger(__name__)
-# After scancel, how long the executor waits for Slurm to say the job ended (KillWait and
-# the epilog come first) before it stops waiting; the job is cancelled only once it has.
-CANCEL_WAIT_SECONDS = 300.0
 
 
 def slurm_options(settings: Settings, *, gpus: bool) -> SlurmOptions:
@@ -172,7 +170,7 @@ class SlurmExecutor:
                                                   run_dir=str(run.path))
         except InvalidTransition:
             # Cancelled (or claimed) while sbatch ran: the Slurm job must not run on.
-            _cancel_quietly(slurm_job_id)
+            cancel_quietly(slurm_job_id)
             return None
         return slurm_job_id
 
@@ -255,7 +253,7 @@ class SlurmExecutor:
                 if job.status == RUNNING:
                     return None  # followed again after a restart: it runs already
                 if job.status != QUEUED:  # cancelled while pending
-                    _cancel_quietly(slurm_job_id)
+                    cancel_quietly(slurm_job_id)
                     return Outcome.of_unclaimed(job.status)
                 if state is None:
                     job_store.mark_job_failed(
@@ -263,10 +261,12 @@ class SlurmExecutor:
                         error=f"Slurm no longer knows its job {slurm_job_id}")
                     return Outcome.FAILED
                 judged = verdict(state, partition)
-                if judged.phase == "queued" or judged.phase == "requeued":
+                if judged.phase in ("queued", "requeued"):
                     job_store.note_job_waiting(session=session, job_id=job_id,
                                                reason=f"Slurm job {slurm_job_id}: {judged.words}")
-                elif judged.phase == "running":
+                else:
+                    # Running, or ended before it was seen running (a short job, a bad
+                    # node): the row runs, and the supervision judges how it ended.
                     job_store.mark_job_running(session=session, job_id=job_id,
                                                run_dir=str(run.path),
                                                worker_host=state.nodes or "slurm",
@@ -274,12 +274,6 @@ class SlurmExecutor:
                     job_store.add_job_event(session=session, job_id=job_id, kind="slurm",
                                             message=f"Slurm job {slurm_job_id} runs on "
                                                     f"{state.nodes or 'its nodes'}")
-                    return None
-                else:  # it ended before it was seen running (a short job, a bad node)
-                    job_store.mark_job_running(session=session, job_id=job_id,
-                                               run_dir=str(run.path),
-                                               worker_host=state.nodes or "slurm",
-                                               worker_name=self.identity.name)
                     return None
             time.sleep(self.settings.slurm_poll_seconds)
 
@@ -300,10 +294,10 @@ class SlurmExecutor:
                                                    "checkpoint when Slurm starts it again")
                 cancel = None
         if cancel:
-            _cancel_quietly(cancel)
+            cancel_quietly(cancel)
         return cancel is None
 
-    def _judge(self, allocation: "SlurmAllocation", supervision,
+    def _judge(self, allocation: SlurmAllocation, supervision,
                run: RunFolder) -> job_runner.RunResult:
         judged = allocation.verdict
         if supervision.cancelled or (judged is not None and judged.phase == "cancelled"):
@@ -326,81 +320,7 @@ class SlurmExecutor:
                                   database=self.database)
 
 
-class SlurmAllocation:
-    """A Slurm job as `supervise` watches a launch: `launcher.poll()` is None while Slurm
-    runs it and its exit code once it ended; `stop()` is scancel, returning once Slurm
-    says the job ended. It owns no local process (`known_pids` is empty)."""
-
-    def __init__(self, slurm_job_id: str, states: SlurmStates,
-                 shutdown_requested: Callable[[], bool]):
-        self.slurm_job_id = slurm_job_id
-        self.launcher = self
-        self.returncode: int | None = None
-        self.verdict: Verdict | None = None
-        self.requeued = False
-        self.lost = False
-        self.detached = False
-        self._states = states
-        self._shutdown_requested = shutdown_requested
-
-    def poll(self) -> int | None:
-        if self.returncode is not None:
-            return self.returncode
-        if self._shutdown_requested():
-            # The executor stops, the job does not: the next executor follows it again.
-            self.detached = True
-            self.returncode = -1
-            return self.returncode
-        state = self._states.state(self.slurm_job_id)
-        if state is None:
-            self.lost, self.returncode = True, -1
-            return self.returncode
-        judged = verdict(state)
-        if judged.phase == "running":
-            return None
-        self.verdict = judged
-        self.requeued = judged.phase in ("requeued", "queued")
-        self.returncode = _exit_code(state) if judged.phase == "ended" else 1
-        return self.returncode
-
-    def refresh(self) -> None:
-        pass
-
-    def known_pids(self) -> list[int]:
-        return []
-
-    def stop(self, *, grace_seconds: float) -> None:
-        """scancel (Slurm signals the ranks and kills them after its KillWait), then wait
-        until Slurm says the job ended."""
-        _cancel_quietly(self.slurm_job_id)
-        deadline = time.monotonic() + max(grace_seconds, CANCEL_WAIT_SECONDS)
-        while time.monotonic() < deadline and self.poll() is None:
-            time.sleep(0.5)
-        if self.verdict is not None and self.verdict.phase in ("requeued", "queued"):
-            self.requeued = False  # cancelled while requeued: it ends here
-
-    def kill(self) -> None:
-        pass
-
-
-def _exit_code(state: SlurmState) -> int:
-    """sacct's "1:0" (exit code : signal); squeue gives none, and 0 then means COMPLETED."""
-    if not state.exit_code:
-        return 0 if state.state == "COMPLETED" else 1
-    code, _, signal_number = state.exit_code.partition(":")
-    if signal_number not in ("", "0"):
-        return -int(signal_number)
-    return int(code or 0)
-
-
 def _no_local_processes() -> JobSampler:
     """The ranks run on the cluster's nodes: nothing of this host to sample (their memory
     comes from the ranks' own allocator readings, in their metric lines)."""
     return JobSampler(host="slurm", gpu_ids=[], nvml=None)
-
-
-def _cancel_quietly(slurm_job_id: str) -> None:
-    try:
-        client.cancel(slurm_job_id)
-    except SlurmError as error:
-        log.warning("scancel %s: %s", slurm_job_id, error)
