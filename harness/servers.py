@@ -26,10 +26,34 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+class _ServerClient(httpx.Client):
+    """An HTTP client whose connection failures say what became of the server: whether
+    the `tunedeck up` process is still alive, and the end of its logs (a refused
+    connection alone says nothing about why the web went away)."""
+
+    def __init__(self, server: "RunningServer", **options):
+        super().__init__(**options)
+        self._server = server
+
+    def send(self, request, **options):
+        try:
+            return super().send(request, **options)
+        except httpx.TransportError as error:
+            raise AssertionError(f"{request.method} {request.url}: {error!r}; "
+                                 f"{self._server.describe()}") from error
+
+
 class RunningServer:
     def __init__(self, process: subprocess.Popen, base_url: str, home: Path):
         self.process, self.base_url, self.home = process, base_url, home
-        self.http = httpx.Client(base_url=base_url, timeout=60)
+        self.http = _ServerClient(self, base_url=base_url, timeout=60)
+
+    def describe(self) -> str:
+        returncode = self.process.poll()
+        state = "still running" if returncode is None else f"exited with {returncode}"
+        logs = "".join(f"\n--- {log.name} ---\n{log.read_text(errors='replace')[-4000:]}"
+                       for log in sorted(self.home.glob("*.log")))
+        return f"the server process is {state}{logs}"
 
     def submit(self, spec: dict) -> int:
         response = self.http.post("/api/jobs", json=spec)
@@ -100,12 +124,11 @@ def _wait_until_healthy(server: RunningServer, timeout_seconds: float) -> None:
     deadline = time.monotonic() + timeout_seconds
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
-            logs = "".join(log.read_text()[-3000:] for log in server.home.glob("*.log"))
-            raise AssertionError("tunedeck exited: " + logs)
+            raise AssertionError("tunedeck exited: " + server.describe())
         try:
             if server.http.get("/healthz").status_code == 200:
                 return
-        except httpx.HTTPError:
+        except (httpx.HTTPError, AssertionError):  # not listening yet
             pass
         time.sleep(0.5)
     raise AssertionError("tunedeck up did not answer /healthz in time")

@@ -67,7 +67,7 @@ def run_web_and_worker(settings: Settings) -> int:
     if not _wait_until_listening(web, settings, stopping=stopping):
         return _stop_all([web], stopping=stopping)  # the web said why it stopped
     worker = subprocess.Popen([*command, "worker"], env=environment)
-    return _wait_for_either(web, worker, stopping=stopping)
+    return _wait_for_either({"web": web, "worker": worker}, stopping=stopping)
 
 
 def _stop_on_signals() -> threading.Event:
@@ -97,10 +97,26 @@ def _wait_until_listening(web: subprocess.Popen, settings: Settings, *,
     return False
 
 
-def _wait_for_either(*processes: subprocess.Popen, stopping: threading.Event) -> int:
-    while not stopping.is_set() and all(process.poll() is None for process in processes):
+def _wait_for_either(processes: dict[str, subprocess.Popen], *, stopping: threading.Event) -> int:
+    while not stopping.is_set() and all(process.poll() is None for process in processes.values()):
         time.sleep(0.5)
-    return _stop_all(processes, stopping=stopping)
+    # Said once, in `up`'s own log: an operator (or a failing test) sees which service
+    # ended the other, and how.
+    for name, process in processes.items():
+        if process.poll() is not None and not stopping.is_set():
+            logging.getLogger("tunedeck.up").error(
+                "the %s exited (%s): stopping the other service", name,
+                _exit_words(process.returncode))
+    return _stop_all(list(processes.values()), stopping=stopping)
+
+
+def _exit_words(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
 
 
 def _stop_all(processes: Sequence[subprocess.Popen], *, stopping: threading.Event) -> int:
