@@ -16,7 +16,9 @@ def make_engine(database_url: str) -> Engine:
                                connect_args={"timeout": 30, "check_same_thread": False})
         event.listen(engine, "connect", _tune_sqlite_connection)
         return engine
-    return create_engine(database_url, pool_pre_ping=True)
+    # Wider than the default 5 for the same reason; a server's connections are processes,
+    # so the overflow stays moderate.
+    return create_engine(database_url, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
 
 def _tune_sqlite_connection(dbapi_connection, _record) -> None:

@@ -1,5 +1,8 @@
 """Eval points through the store, on SQLite and (marked) PostgreSQL."""
 import pytest
+from sqlalchemy import select
+
+from tunedeck.db.models import MetricPoint
 
 from tunedeck import job_store
 from tunedeck.job_spec import JobSpec
@@ -199,3 +202,27 @@ def test_a_single_node_job_between_checks_reads_only_the_new_rows(database, monk
     with database.transaction() as session:
         train = metric_store.read_chart_metrics(session=session, job_id=job_id, max_points=2000)["train"]
     assert train[-1]["step"] == 52 and counted == []
+
+
+def test_a_batch_partly_stored_already_adds_only_its_new_lines_and_keeps_the_transaction(database):
+    """PostgreSQL takes a batch through COPY, which has no ON CONFLICT: a batch holding lines
+    stored before falls back to the conflict-skipping INSERT without undoing what the same
+    transaction did before it. Text with tabs, newlines and backslashes survives COPY."""
+    with database.transaction() as session:
+        job_id = job_store.create_job(session=session, spec=JobSpec(max_steps=4)).id
+    message = 'tab\there\nnew line \\ backslash "quoted" \\N é'
+    events = [(seq, decode_event(encode_event("step", rank=0, time=float(seq), step=seq + 1,
+                                              loss=1.0 + seq, note=message)))
+              for seq in range(4)]
+    with database.transaction() as session:
+        metric_store.add_metric_points(session=session, job_id=job_id, events=events[:2])
+    with database.transaction() as session:
+        other_id = job_store.create_job(session=session, spec=JobSpec(max_steps=1)).id
+        assert metric_store.add_metric_points(session=session, job_id=job_id, events=events) == 4
+    with database.transaction() as session:
+        train = metric_store.read_job_metrics(session=session, job_id=job_id)["train"]
+        assert job_store.get_job(session=session, job_id=other_id) is not None
+    assert [(row["step"], row["loss"]) for row in train] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]
+    with database.transaction() as session:
+        notes = session.scalars(select(MetricPoint.values).where(MetricPoint.job_id == job_id)).all()
+    assert [values["note"] for values in notes] == [message] * 4
