@@ -7,7 +7,8 @@ two counts of the FLOPs a token costs:
   forward and 2 backward for the gradient of its input, plus 2 for its own gradient only
   when it is trained. So 6N for a full fine-tune, and about 4N for LoRA/QLoRA (4 x the
   frozen base + 6 x the adapters): the frozen weights get no gradient. NeMo Automodel's
-  LoRA figure, 6N x (2 + trainable/frozen) / 3, is the same count.
+  LoRA figure, 6N x (2 + trainable/frozen) / 3 = 4N + 2N x trainable/frozen, is the same
+  count but for a hair (N x trainable/frozen is about the trainable count).
 - `mfu_6n`, the plain convention: 6N for every method, as torchtitan, KempnerForge and
   most papers count a full fine-tune. For LoRA it reads about 1.5x `mfu`, crediting
   weight gradients that are never computed; compare it only with figures counted alike.
@@ -20,7 +21,8 @@ torchtitan's `get_num_flop_per_token` and PaLM's (Chowdhery et al. 2022, appendi
 the causal mask's skipped half is not subtracted and flash attention's recomputation in
 backward is not added, so a figure compares with theirs. T is the mean row length of the
 step's micro-batches on this rank, weighted by tokens (sum of T^2 over sum of T): a
-packed row counts its whole length, although its examples do not see each other.
+packed row counts its whole length, although its examples do not see each other. Model
+FLOPs, not the hardware's: activation checkpointing's recomputed forward is not counted.
 
 On a CPU, or a card missing from the table, there is no MFU: the meter adds nothing to
 the step event.
