@@ -3,6 +3,10 @@
 # (bench/gpu_throughput.py), then the memory planner against the allocator's peak
 # (bench/gpu_memory_plan.py). Skips (exit 0) where no GPU answers.
 #
+# About 8 minutes on one H200: the throughput matrix starts no cell past its budget (the
+# 1B cells first, then the 8B LoRA), the memory plan runs seq 2048 only. Longer budgets:
+# THROUGHPUT_BUDGET_SECONDS=1800 MEMORY_PLAN_BUDGET_SECONDS=600 bench/gpu_check.sh
+#
 # On a machine without internet, carry DeepSpeed as a wheel in ./wheels (pip download
 # deepspeed==0.19.8 -d wheels); it is installed from there when missing.
 set -euo pipefail
@@ -22,5 +26,6 @@ fi
 # The repository's own packages (tunedeck, trainer) import from the checkout.
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
-"$PYTHON" bench/gpu_throughput.py
-"$PYTHON" bench/gpu_memory_plan.py
+"$PYTHON" bench/gpu_throughput.py --budget-seconds "${THROUGHPUT_BUDGET_SECONDS:-330}"
+"$PYTHON" bench/gpu_memory_plan.py --seq-lens 2048 \
+  --budget-seconds "${MEMORY_PLAN_BUDGET_SECONDS:-90}"

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,8 +59,10 @@ def read_summary(log_text: str) -> Summary:
 
 
 def run_plain_torchrun(home: Path, spec: JobSpec, run_dir: Path, *, metrics: bool = False,
-                       timeout_seconds: float = 3600) -> PlainRun:
-    """The trainer on `spec.num_gpus` local ranks, exactly as a worker would launch it."""
+                       timeout_seconds: float = 3600, stop_after_summary: bool = False) -> PlainRun:
+    """The trainer on `spec.num_gpus` local ranks, exactly as a worker would launch it.
+    `stop_after_summary`: end the ranks once rank 0 printed its summary, skipping the
+    export (an 8B merge writes 16 GB) when only the training steps are measured."""
     run = RunFolder(run_dir)
     torchrun = str(Path(sys.executable).with_name("torchrun"))
     argv = [*build_torchrun_argv(spec, str(run.path), torchrun=torchrun),
@@ -68,9 +72,52 @@ def run_plain_torchrun(home: Path, spec: JobSpec, run_dir: Path, *, metrics: boo
     threads = str(max(1, (os.cpu_count() or 1) // spec.num_gpus))
     env = {**os.environ, "TUNEDECK_HOME": str(home), "GRADIO_ANALYTICS_ENABLED": "False",
            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads)}
+    if stop_after_summary:
+        output = _run_until_summary(argv, env=env, timeout_seconds=timeout_seconds)
+        return PlainRun(read_summary(output), run, output)
     result = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True,
                             timeout=timeout_seconds)
     output = result.stdout + result.stderr
     if result.returncode != 0:
         raise RuntimeError(f"trainer exited {result.returncode}:\n{output[-4000:]}")
     return PlainRun(read_summary(result.stdout), run, output)
+
+
+def _run_until_summary(argv: list[str], *, env: dict[str, str], timeout_seconds: float) -> str:
+    """stdout and stderr as one text; the process group gets SIGTERM at the summary line,
+    or at the timeout (a RuntimeError saying so)."""
+    process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    timer = threading.Timer(timeout_seconds, _terminate_group, args=(process,))
+    timer.daemon = True
+    timer.start()
+    lines, summarised = [], False
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if not summarised and SUMMARY.search(line):
+                summarised = True
+                _terminate_group(process)
+        process.wait()
+    finally:
+        timed_out = timer.finished.is_set() and not summarised
+        timer.cancel()
+    output = "".join(lines)
+    if not summarised:
+        reason = f"timed out after {timeout_seconds:.0f} s" if timed_out else f"exited {process.returncode}"
+        raise RuntimeError(f"trainer {reason} without a summary:\n{output[-4000:]}")
+    return output
+
+
+def _terminate_group(process: subprocess.Popen) -> None:
+    """SIGTERM to torchrun and its ranks; SIGKILL 30 s later if they are still there."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        killer = threading.Timer(30, _kill_group, args=(process,))
+        killer.daemon = True
+        killer.start()
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)

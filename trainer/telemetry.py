@@ -78,7 +78,7 @@ class FileTelemetry:
 
     def step(self, *, step: int, loss: float, learning_rate: float, grad_norm: float,
              tokens_per_second: float, step_seconds: float, tokens: int,
-             **extra: float) -> None:  # extra: mfu, on a GPU
+             **extra: float) -> None:  # extra: mfu and mfu_6n, on a GPU
         self._write(STEP, step=step, loss=loss, learning_rate=learning_rate, grad_norm=grad_norm,
                     tokens_per_second=tokens_per_second, step_seconds=step_seconds, tokens=tokens,
                     **extra)

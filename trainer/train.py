@@ -85,8 +85,8 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     if spec.activation_checkpointing:
         # Non-reentrant checkpointing composes with FSDP2, DeepSpeed and frozen (LoRA) inputs.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    mfu_meter = MfuMeter.for_model(model, full_finetune=spec.method == "full",
-                                   device=context.device, world_size=context.world_size)
+    # After apply_method: which weights are trained is what tells LoRA's FLOPs from full's.
+    mfu_meter = MfuMeter.for_model(model, device=context.device, world_size=context.world_size)
     with compiling_ops(telemetry, compiling=compiling):
         backend = backend_type.wrap(model, backend_settings, context)
     clock.mark("backend")
@@ -213,7 +213,9 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *
         reporting = time.perf_counter()
         telemetry.step(step=step, loss=loss, learning_rate=learning_rate, grad_norm=grad_norm_value,
                        tokens_per_second=tokens / step_seconds, step_seconds=step_seconds,
-                       tokens=int(tokens), **mfu_meter.fields(tokens / step_seconds))
+                       tokens=int(tokens),
+                       **mfu_meter.step_fields(tokens / step_seconds,
+                                               [batch.inputs for batch in step_batches]))
         telemetry.memory(step=step)
         footprint_pending = report_footprint(backend, telemetry, step=step,
                                              pending=footprint_pending)

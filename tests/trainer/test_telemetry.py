@@ -19,9 +19,9 @@ def test_file_telemetry_writes_schema_events(tmp_path):
     telemetry.close()
     assert notice["kind"] == "notice" and set(NOTICE_FIELDS) <= notice.keys()
     assert notice["level"] == "info" and notice["rank"] == 1
-    # mfu comes only from a GPU rank (trainer/mfu.py); a CPU step carries none.
-    assert step["kind"] == "step" and set(STEP_FIELDS) - {"mfu"} <= step.keys()
-    assert step["tokens"] == 20 and "mfu" not in step
+    # The MFUs come only from a GPU rank (trainer/mfu.py); a CPU step carries none.
+    assert step["kind"] == "step" and set(STEP_FIELDS) - {"mfu", "mfu_6n"} <= step.keys()
+    assert step["tokens"] == 20 and "mfu" not in step and "mfu_6n" not in step
     assert memory["kind"] == "memory" and set(MEMORY_FIELDS) <= memory.keys()
     assert memory["device"] == "cpu" and memory["allocated_mb"] is None and memory["rss_mb"] > 0
     assert evaluation["kind"] == "eval" and set(EVAL_FIELDS) <= evaluation.keys()

@@ -2,7 +2,8 @@
 
 Each line is a JSON object with `kind` and `time` (Unix seconds) and `rank`:
 - kind "step":   step, loss, learning_rate, grad_norm, tokens_per_second, step_seconds,
-                 tokens (this step, all ranks), mfu (on a GPU only: model FLOPs utilisation)
+                 tokens (this step, all ranks), mfu and mfu_6n (on a GPU only: model FLOPs
+                 utilisation with the method's FLOPs and with plain 6N; trainer/mfu.py)
 - kind "memory": step, host, device, allocated_mb, reserved_mb, peak_mb (allocated),
                  peak_reserved_mb, rss_mb
 - kind "eval":   step, eval_loss (mean over every answer token of the eval set, all
@@ -33,7 +34,7 @@ PHASE = "phase"
 KINDS = (STEP, MEMORY, NOTICE, EVAL, FOOTPRINT, PHASE)
 
 STEP_FIELDS = ("step", "loss", "learning_rate", "grad_norm", "tokens_per_second",
-               "step_seconds", "tokens", "mfu")
+               "step_seconds", "tokens", "mfu", "mfu_6n")
 MEMORY_FIELDS = ("step", "host", "device", "allocated_mb", "reserved_mb", "peak_mb",
                  "peak_reserved_mb", "rss_mb")
 NOTICE_FIELDS = ("level", "message")

@@ -56,6 +56,16 @@ def test_an_infinite_gradient_norm_reads_back_as_null(database):
     assert train[0]["grad_norm"] is None and train[0]["loss"] == 2.0
 
 
+def test_both_mfus_of_a_gpu_step_reach_the_chart_series_from_the_rows_json(database):
+    with database.transaction() as session:
+        job_id = job_store.create_job(session=session, spec=JobSpec(max_steps=2)).id
+    line = encode_event("step", rank=0, time=1.0, step=1, loss=2.0, mfu=0.31, mfu_6n=0.45)
+    with database.transaction() as session:
+        metric_store.add_metric_points(session=session, job_id=job_id, events=[(0, decode_event(line))])
+        train = metric_store.read_chart_metrics(session=session, job_id=job_id, max_points=100)["train"]
+    assert (train[0]["mfu"], train[0]["mfu_6n"]) == (0.31, 0.45)
+
+
 def test_a_downsampled_series_keeps_the_resumed_runs_values_not_the_ones_it_replaced(database):
     with database.transaction() as session:
         job_id = job_store.create_job(session=session, spec=JobSpec(max_steps=3000)).id
