@@ -1,7 +1,6 @@
 """Metric points: batched, idempotent inserts from the worker; the series the web reads."""
 from __future__ import annotations
 
-import json
 import math
 from typing import Any, Callable, Iterable
 
@@ -12,6 +11,7 @@ from sqlalchemy.orm import Session
 from tunedeck.db.models import Job, MetricPoint
 from tunedeck.metrics import chart_cache, events as metrics_event, figures
 from tunedeck.metrics.downsample import keep_positions
+from tunedeck.metrics.postgres_copy import copied_metric_points
 
 TRAIN_SERIES_RANK = 0  # step and eval events carry all-rank figures; rank 0's row is the job's
 
@@ -23,7 +23,7 @@ def add_metric_points(*, session: Session, job_id: int,
     if not rows:
         return 0
     dialect = session.get_bind().dialect
-    if dialect.name == "postgresql" and dialect.driver == "psycopg" and _copied(session, rows):
+    if dialect.name == "postgresql" and dialect.driver == "psycopg" and copied_metric_points(session, rows):
         return len(rows)
     # One statement compiled once (and cached), its rows sent as parameter sets: SQLAlchemy
     # batches them into multi-row INSERTs itself ("insertmanyvalues"), where a statement of
@@ -31,33 +31,6 @@ def add_metric_points(*, session: Session, job_id: int,
     session.execute(_dialect_insert(session)(MetricPoint).on_conflict_do_nothing(
         index_elements=["job_id", "rank", "seq"]), rows)
     return len(rows)
-
-
-# The columns COPY fills, in its order (the id is the table's own sequence).
-COPY_COLUMNS = tuple(column.name for column in MetricPoint.__table__.columns if column.name != "id")
-_QUOTED_COPY_COLUMNS = ", ".join(f'"{name}"' for name in COPY_COLUMNS)  # "values" is a keyword
-_COPY_STATEMENT = f"COPY {MetricPoint.__tablename__} ({_QUOTED_COPY_COLUMNS}) FROM STDIN"
-
-
-def _copied(session: Session, rows: list[dict[str, Any]]) -> bool:
-    """The rows through PostgreSQL's COPY, the cheapest way in for the client and the
-    server alike (measured: about half the client's CPU a point of the parameter-set
-    INSERT, which at 16,000 points/s took the worker's whole core). COPY has no ON
-    CONFLICT: a batch holding a line already stored (one retried after its commit's
-    answer was lost) fails as a whole, inside a savepoint so nothing else of the
-    transaction goes with it, and False sends it the INSERT ... ON CONFLICT way."""
-    from psycopg import errors
-
-    try:
-        with session.begin_nested():
-            cursor = session.connection().connection.driver_connection.cursor()
-            with cursor.copy(_COPY_STATEMENT) as copy:
-                for row in rows:
-                    copy.write_row([json.dumps(row[name]) if name == "values" else row[name]
-                                    for name in COPY_COLUMNS])
-    except errors.UniqueViolation:
-        return False
-    return True
 
 
 def last_seq_by_rank(*, session: Session, job_id: int) -> dict[int, int]:
