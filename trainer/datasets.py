@@ -38,6 +38,9 @@ class MicroBatch(NamedTuple):
     inputs: dict[str, Any]  # the model's keyword arguments, labels included
     token_count: int  # tokens that are not padding (what throughput counts)
     loss_tokens: int  # answer tokens the loss covers (what the step's mean divides by)
+    # Each row's tokens (an example, or a packed row), however the batch is laid out: what
+    # a token attends over, for MFU's attention FLOPs (trainer/mfu.py).
+    row_lengths: tuple[int, ...] = ()
 
 
 def load_examples(source: str | DatasetSource, *, field: str = "dataset",
@@ -210,6 +213,31 @@ def collate(batch: list[TokenizedExample], pad_token_id: int) -> dict[str, Any]:
     return inputs
 
 
+def collate_padding_free(batch: list[TokenizedExample]) -> dict[str, Any]:
+    """The micro-batch's rows laid end to end in one row: no padding at all. Position ids
+    restart at 0 for every example (a packed row keeps its own), which is how the model
+    keeps them apart (trainer/packing.py says how); no attention mask. Each row's first
+    label is unlabeled, as the one-position shift leaves it in a padded batch, so the loss
+    covers exactly the same tokens either way."""
+    import torch
+
+    input_ids, labels, position_ids = [], [], []
+    for item in batch:
+        input_ids += item.input_ids
+        labels += [IGNORE_INDEX, *item.labels[1:]]
+        position_ids += (item.position_ids if item.position_ids is not None
+                         else range(len(item.input_ids)))
+    return {"input_ids": torch.tensor([input_ids], dtype=torch.long),
+            "labels": torch.tensor([labels], dtype=torch.long),
+            "position_ids": torch.tensor([position_ids], dtype=torch.long)}
+
+
+def collate_rows(batch: list[TokenizedExample], pad_token_id: int, *,
+                 padding_free: bool = False) -> dict[str, Any]:
+    """The spec's layout of a micro-batch: padded rows, or one padding-free row."""
+    return collate_padding_free(batch) if padding_free else collate(batch, pad_token_id)
+
+
 def rank_shard_order(example_count: int, *, seed: int, epoch: int, rank: int,
                      world_size: int) -> list[int]:
     """This rank's indices for one epoch: one seeded shuffle shared by all ranks, dealt out
@@ -221,9 +249,11 @@ def rank_shard_order(example_count: int, *, seed: int, epoch: int, rank: int,
 
 
 def micro_batches(examples: list[TokenizedExample], *, micro_batch_size: int, pad_token_id: int,
-                  seed: int, rank: int, world_size: int) -> Iterator[MicroBatch]:
+                  seed: int, rank: int, world_size: int,
+                  padding_free: bool = False) -> Iterator[MicroBatch]:
     """Endless micro-batches for this rank, epoch after epoch (the step count ends training).
-    `examples` are rows: examples, or packed rows of them."""
+    `examples` are rows: examples, or packed rows of them; `padding_free` lays each
+    micro-batch's rows end to end in one row (`collate_padding_free`)."""
     if len(examples) < micro_batch_size * world_size:
         raise ValueError(f"dataset has {len(examples)} usable rows (examples, or packed rows "
                          f"with packing on); need at least micro_batch_size x ranks = "
@@ -233,7 +263,9 @@ def micro_batches(examples: list[TokenizedExample], *, micro_batch_size: int, pa
         order = rank_shard_order(len(examples), seed=seed, epoch=epoch, rank=rank, world_size=world_size)
         for start in range(0, len(order) - micro_batch_size + 1, micro_batch_size):
             batch = [examples[i] for i in order[start:start + micro_batch_size]]
-            inputs = collate(batch, pad_token_id)
-            yield MicroBatch(inputs, token_count=sum(len(item.input_ids) for item in batch),
-                             loss_tokens=loss_token_count(inputs["labels"]))
+            inputs = collate_rows(batch, pad_token_id, padding_free=padding_free)
+            row_lengths = tuple(len(item.input_ids) for item in batch)
+            yield MicroBatch(inputs, token_count=sum(row_lengths),
+                             loss_tokens=loss_token_count(inputs["labels"]),
+                             row_lengths=row_lengths)
         epoch += 1

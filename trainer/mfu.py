@@ -20,8 +20,10 @@ FLOPs a multiply-add, backward twice forward), with T the token's row length. Th
 torchtitan's `get_num_flop_per_token` and PaLM's (Chowdhery et al. 2022, appendix B):
 the causal mask's skipped half is not subtracted and flash attention's recomputation in
 backward is not added, so a figure compares with theirs. T is the mean row length of the
-step's micro-batches on this rank, weighted by tokens (sum of T^2 over sum of T): a
-packed row counts its whole length, although its examples do not see each other. Model
+step's micro-batches on this rank, weighted by tokens (sum of T^2 over sum of T), padding
+left out: a packed row counts its whole length, although its examples do not see each
+other, and a padding-free micro-batch counts the rows it was laid out from, so the same
+data reads the same with padding_free on or off. Model
 FLOPs, not the hardware's: activation checkpointing's recomputed forward is not counted.
 
 On a CPU, or a card missing from the table, there is no MFU: the meter adds nothing to
@@ -29,6 +31,7 @@ the step event.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,21 +61,12 @@ def attention_flops_per_token_per_context(config: Any) -> float:
     return 12.0 * layers * heads * head_dim
 
 
-def attended_row_lengths(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Each row's tokens in a micro-batch: its mask's ones, or (packed rows carry no mask)
-    the whole row."""
-    mask = inputs.get("attention_mask")
-    if mask is not None:
-        return mask.sum(dim=1)
-    input_ids = inputs["input_ids"]
-    return torch.full((input_ids.shape[0],), input_ids.shape[1])
-
-
-def context_length(micro_batch_inputs: list[dict[str, torch.Tensor]]) -> float:
-    """The tokens a token of these micro-batches attends over, on average: sum T^2 / sum T."""
-    lengths = torch.cat([attended_row_lengths(inputs) for inputs in micro_batch_inputs]).double()
-    total = float(lengths.sum())
-    return float((lengths * lengths).sum()) / total if total else 0.0
+def context_length(micro_batch_row_lengths: list[Sequence[int]]) -> float:
+    """The tokens a token of these micro-batches attends over, on average: sum T^2 / sum T,
+    T each row's tokens (an example, or a packed row; padding-free or padded alike)."""
+    lengths = [float(length) for row_lengths in micro_batch_row_lengths for length in row_lengths]
+    total = sum(lengths)
+    return sum(length * length for length in lengths) / total if total else 0.0
 
 
 @dataclass(frozen=True)
@@ -111,11 +105,12 @@ class MfuMeter:
         return bool(self._peak and self._flops_per_token)
 
     def step_fields(self, tokens_per_second: float,
-                    micro_batch_inputs: list[dict[str, torch.Tensor]]) -> dict[str, float]:
-        """`fields` for a step of these micro-batches (their rows read only on a GPU)."""
+                    micro_batch_row_lengths: list[Sequence[int]]) -> dict[str, float]:
+        """`fields` for a step of micro-batches with these rows (counted only on a GPU)."""
         if not self.measuring:
             return {}
-        return self.fields(tokens_per_second, context_tokens=context_length(micro_batch_inputs))
+        return self.fields(tokens_per_second,
+                           context_tokens=context_length(micro_batch_row_lengths))
 
     def fields(self, tokens_per_second: float, *, context_tokens: float) -> dict[str, float]:
         """The step's tokens are every rank's, so they are measured against every GPU's peak."""

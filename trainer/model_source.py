@@ -49,7 +49,7 @@ def resolve_model_source(model: str) -> str:
 
 def load_base_model(source: str, *, quantization: dict[str, Any] | None = None,
                     device: torch.device | None = None, trust_remote_code: bool = False,
-                    telemetry=None):
+                    attn_implementation: str | None = None, telemetry=None):
     """`quantization` is `BitsAndBytesConfig` keywords (tunedeck.backend_config's
     `quantization_config`); it needs the `device` the rank trains on. With `telemetry`, the
     load is a "load_shards" phase of the checkpoint's bytes as the weights land (transformers'
@@ -77,6 +77,7 @@ def load_base_model(source: str, *, quantization: dict[str, Any] | None = None,
             loading_weights_progress(phase, lambda: checkpoint_tensor_bytes(source)):
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32,
                                                      trust_remote_code=trust_remote_code,
+                                                     attn_implementation=attn_implementation,
                                                      **placement)
         # Where transformers drew no "Loading weights" bar (another version, or a loader of
         # its own such as ZeRO-3's), nothing counted on the way: all of it is in now.

@@ -45,7 +45,8 @@ def router_aux_loss_coefficient(model) -> float:
 
 
 def micro_batch_objective(model, batch: dict[str, Any], *, loss_weight: float,
-                          aux_loss_coefficient: float = 0.0) -> tuple[Any, Any]:
+                          aux_loss_coefficient: float = 0.0,
+                          loss_in_model: bool = False) -> tuple[Any, Any]:
     """One micro-batch's forward: (the tensor to call backward on, its detached summed
     answer-token loss).
 
@@ -54,15 +55,36 @@ def micro_batch_objective(model, batch: dict[str, Any], *, loss_weight: float,
     is then exactly the step's mean over its answer tokens. A mixture-of-experts model that
     asks for its router load-balancing loss (`router_aux_loss_coefficient`) adds it as the
     model's own loss does, weighted by this micro-batch's share of the step's answer tokens
-    (so the split of the batch does not change that part of the objective either)."""
-    inputs = {name: tensor for name, tensor in batch.items() if name != "labels"}
-    outputs = model(**inputs)
-    loss_sum, tokens = summed_token_loss(outputs.logits, batch["labels"])
+    (so the split of the batch does not change that part of the objective either).
+
+    `loss_in_model`: the model takes the labels and returns the summed loss itself
+    (`model_summed_loss`), as Liger's fused linear cross-entropy must: it never makes the
+    logits this function would otherwise take the loss of."""
+    if loss_in_model:
+        loss_sum, aux_loss = model_summed_loss(model, batch, aux_loss_coefficient)
+        tokens = (batch["labels"][:, 1:] != IGNORE_INDEX).sum()
+    else:
+        outputs = model(**{name: tensor for name, tensor in batch.items() if name != "labels"})
+        loss_sum, tokens = summed_token_loss(outputs.logits, batch["labels"])
+        aux_loss = getattr(outputs, "aux_loss", None)
     objective = loss_sum * loss_weight
-    aux_loss = getattr(outputs, "aux_loss", None)
     if aux_loss_coefficient and aux_loss is not None:
         objective = objective + aux_loss_coefficient * aux_loss.float() * tokens * loss_weight
     return objective, loss_sum.detach()
+
+
+def model_summed_loss(model, batch: dict[str, Any], aux_loss_coefficient: float) -> tuple[Any, Any]:
+    """(the summed answer-token loss, the router's aux loss or None), from the model's own
+    loss. transformers' causal-LM loss, and Liger's in its place, divide the sum by
+    `num_items_in_batch` when given one, so 1 gives the sum itself; both shift the labels
+    by one as `summed_token_loss` does. An MoE model adds coefficient x aux loss to the loss
+    it returns: taken off again, so the caller weighs it as the logits path does."""
+    outputs = model(**batch, num_items_in_batch=1)
+    aux_loss = getattr(outputs, "aux_loss", None)
+    loss_sum = outputs.loss.float()
+    if aux_loss_coefficient and aux_loss is not None:
+        loss_sum = loss_sum - aux_loss_coefficient * aux_loss.float()
+    return loss_sum, aux_loss
 
 
 def step_loss_weight(*, world_size: int, step_loss_tokens: float) -> float:

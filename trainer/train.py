@@ -32,6 +32,8 @@ from trainer.progress import compiling_ops
 from trainer.model_source import load_base_model, load_tokenizer, resolve_model_source
 from trainer.rank import RankContext, seed_everything
 from trainer.schedule import learning_rate_at, total_optimizer_steps
+from trainer.speed.options import (apply_kernels, attn_implementation, check_speed_options,
+                                   loss_in_model)
 from trainer.startup_clock import StartupClock
 from trainer.startup_gc import resume_collection_after_imports
 from trainer.telemetry import Telemetry
@@ -48,6 +50,7 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     clock.mark("imports")
     telemetry.notice(f"loading model {spec.model}")
     model_source = resolve_model_source(spec.model)
+    check_speed_options(spec, model_source, context=context)
     backend_settings = read_json(run.backend_config_file(spec.backend))
     slow_start = backend_type.startup_notice(backend_settings, context)
     if context.is_main:
@@ -72,7 +75,9 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     seed_everything(spec.seed)
     base_model = load_base_model(model_source, quantization=quantization_config(spec),
                                  device=context.device, trust_remote_code=spec.trust_remote_code,
+                                 attn_implementation=attn_implementation(spec),
                                  telemetry=telemetry if context.is_main else None)
+    apply_kernels(base_model, spec)  # before the adapter wraps its modules
     clock.mark("base model")
     if uses_adapter(spec) and context.is_main:
         telemetry.notice(resolve_lora_targets(base_model, spec.lora).as_text())
@@ -88,7 +93,8 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     # After apply_method: which weights are trained is what tells LoRA's FLOPs from full's.
     mfu_meter = MfuMeter.for_model(model, device=context.device, world_size=context.world_size)
     with compiling_ops(telemetry, compiling=compiling):
-        backend = backend_type.wrap(model, backend_settings, context)
+        backend = backend_type.wrap(model, backend_settings, context,
+                                    loss_in_model=loss_in_model(spec))
     clock.mark("backend")
     if context.is_main:
         print(clock.as_text(), flush=True)
@@ -136,7 +142,8 @@ def prepare_training_data(spec: JobSpec, tokenizer, tokenized: TokenizedData, *,
     rows = tokenized.train_rows
     batches = micro_batches(rows, micro_batch_size=spec.micro_batch_size,
                             pad_token_id=tokenizer.pad_token_id, seed=spec.seed,
-                            rank=context.rank, world_size=context.world_size)
+                            rank=context.rank, world_size=context.world_size,
+                            padding_free=spec.padding_free)
     total_steps = total_optimizer_steps(
         max_steps=spec.max_steps, epochs=spec.epochs, example_count=len(rows),
         micro_batch_size=spec.micro_batch_size, grad_accum=spec.grad_accum,
@@ -215,7 +222,7 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *
                        tokens_per_second=tokens / step_seconds, step_seconds=step_seconds,
                        tokens=int(tokens),
                        **mfu_meter.step_fields(tokens / step_seconds,
-                                               [batch.inputs for batch in step_batches]))
+                                               [batch.row_lengths for batch in step_batches]))
         telemetry.memory(step=step)
         footprint_pending = report_footprint(backend, telemetry, step=step,
                                              pending=footprint_pending)

@@ -14,6 +14,8 @@ ADAM_BETAS = (0.9, 0.999)
 ADAM_EPSILON = 1e-8
 
 TORCH_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+# The spec's attention -> transformers' attn_implementation.
+ATTENTION_IMPLEMENTATIONS = {"sdpa": "sdpa", "flash": "flash_attention_2"}
 
 
 def zero2_config(spec: JobSpec) -> dict[str, Any]:
@@ -46,6 +48,10 @@ def zero2_config(spec: JobSpec) -> dict[str, Any]:
                 # With offload DeepSpeed must step its own CPU Adam; otherwise torch's
                 # AdamW runs on any accelerator without compiling FusedAdam first.
                 "torch_adam": not spec.zero2.offload_optimizer,
+                # DeepSpeed hands the keys it does not know to torch's AdamW: fused=True is
+                # its one-kernel step, as DeepSpeed's FusedAdam is, with no op to compile
+                # (FusedAdam JIT-builds with nvcc, which a pip-installed torch lacks).
+                **({"fused": True} if spec.fused_optimizer else {}),
             },
         },
         # The trainer sets the learning rate each step from one schedule for both backends.
@@ -95,6 +101,8 @@ def fsdp_settings(spec: JobSpec) -> dict[str, Any]:
             "betas": list(ADAM_BETAS),
             "eps": ADAM_EPSILON,
             "weight_decay": spec.weight_decay,
+            # torch.optim.AdamW(fused=True): one kernel over FSDP2's per-parameter shards.
+            "fused": spec.fused_optimizer,
         },
     }
 
@@ -125,6 +133,11 @@ def trainer_settings(spec: JobSpec) -> dict[str, Any]:
         "lr_schedule": {"type": spec.lr_schedule, "peak": spec.learning_rate,
                         "warmup_steps": spec.warmup_steps},
         "packing": spec.packing,
+        # The speed options (trainer/speed/): what the model runs on, each a spec field.
+        "kernels": spec.kernels,
+        "attention": ATTENTION_IMPLEMENTATIONS[spec.attention],
+        "padding_free": spec.padding_free,
+        "fused_optimizer": spec.fused_optimizer,
         "eval": ({"split": spec.eval_split, "dataset": spec.eval_dataset,
                   "every_steps": spec.eval_every_steps} if spec.has_eval else None),
         "checkpoints": ({"every_steps": spec.checkpoint_every_steps,

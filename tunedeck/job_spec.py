@@ -33,6 +33,12 @@ EXPORT_DTYPES: tuple[str, ...] = ExportDType.__args__
 # Where the worker also sends the job's metrics (worker/trackers/; servers in Settings).
 Tracker = Literal["tensorboard", "mlflow", "wandb"]
 TRACKERS: tuple[str, ...] = Tracker.__args__
+# GPU speed options (trainer/speed/): Liger Kernel's Triton kernels, and which attention
+# kernel the model runs (PyTorch's scaled_dot_product_attention, or flash-attn 2).
+Kernels = Literal["none", "liger"]
+Attention = Literal["sdpa", "flash"]
+KERNELS: tuple[str, ...] = Kernels.__args__
+ATTENTIONS: tuple[str, ...] = Attention.__args__
 
 
 # A queue or host name: it becomes part of a broker queue name, so letters, digits and
@@ -82,6 +88,18 @@ class JobSpec(StrictModel):
     # Pack several examples into each seq_len row (fewer pad tokens; attention still stops
     # at each example's boundary through per-example position ids).
     packing: bool = False
+    # GPU speed options, each off until measured on a GPU (docs/user-guide.md, "Speed
+    # options"). liger: Liger Kernel's RMSNorm, RoPE, SwiGLU and fused linear
+    # cross-entropy (the logits are never made whole) on the architectures it patches.
+    kernels: Kernels = "none"
+    # flash: flash-attn 2 (its varlen kernel for padding-free rows); sdpa: PyTorch's own.
+    attention: Attention = "sdpa"
+    # A micro-batch's rows laid end to end in one row, with no pad token; position ids
+    # restart at every example, so examples still do not see each other.
+    padding_free: bool = Field(False, validate_default=True)
+    # AdamW's fused kernel (torch.optim.AdamW(fused=True)): one launch for every tensor
+    # instead of a few per tensor; both backends (ZeRO-2 through DeepSpeed's torch_adam).
+    fused_optimizer: bool = False
     # Save a checkpoint every N optimizer steps (0: none) and keep the newest K.
     checkpoint_every_steps: int = Field(0, ge=0, le=10_000_000)
     keep_checkpoints: int = Field(2, ge=1, le=1000)
@@ -142,6 +160,26 @@ class JobSpec(StrictModel):
                 "lora under fsdp")
         return backend
 
+    @field_validator("attention")
+    @classmethod
+    def _flash_needs_half_precision(cls, attention: str, info) -> str:
+        if attention == "flash" and info.data.get("precision") == "fp32":
+            raise ValueError("flash runs in bf16 or fp16 only; pick precision bf16, or "
+                             "attention sdpa for fp32")
+        return attention
+
+    @field_validator("padding_free")
+    @classmethod
+    def _flash_packing_is_padding_free(cls, padding_free: bool, info) -> bool:
+        if info.data.get("attention") == "flash" and info.data.get("packing") and not padding_free:
+            # transformers finds a packed row's examples from its position ids only in a
+            # micro-batch of one row on the flash path; with more rows they would see each
+            # other.
+            raise ValueError("attention flash with packing needs padding_free: true (flash "
+                             "attention keeps a packed row's examples apart only when the "
+                             "micro-batch is one row)")
+        return padding_free
+
     @field_validator("eval_dataset")
     @classmethod
     def _one_eval_source(cls, eval_dataset: str | None, info) -> str | None:
@@ -176,6 +214,25 @@ class JobSpec(StrictModel):
         if every > 0 and not (info.data.get("eval_split", 0) > 0 or info.data.get("eval_dataset")):
             raise ValueError("eval_every_steps needs an eval set: set eval_split or eval_dataset")
         return every
+
+    @field_validator("zero2")
+    @classmethod
+    def _fused_optimizer_on_the_gpu(cls, zero2: Zero2Settings, info) -> Zero2Settings:
+        if zero2.offload_optimizer and info.data.get("fused_optimizer") \
+                and info.data.get("backend") == "zero2":
+            raise ValueError("offload_optimizer with fused_optimizer: the offloaded optimizer "
+                             "is DeepSpeed's CPU Adam, vectorised already; turn "
+                             "fused_optimizer off")
+        return zero2
+
+    @field_validator("fsdp")
+    @classmethod
+    def _flash_compute_dtype(cls, fsdp: FsdpSettings, info) -> FsdpSettings:
+        if fsdp.param_dtype == "fp32" and info.data.get("attention") == "flash" \
+                and info.data.get("backend") == "fsdp":
+            raise ValueError("param_dtype fp32 with attention flash: flash runs in bf16 or "
+                             "fp16 only; leave param_dtype unset or pick bf16")
+        return fsdp
 
     @field_validator("fsdp")
     @classmethod

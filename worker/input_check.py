@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Sequence
 
 from trainer.builtin_dataset import ARITHMETIC_SIZE
+from trainer.speed.host_support import speed_option_problems
 from trainer.target_preview import model_family_problem
 from tunedeck.data.input_paths import spec_path_problems
 from tunedeck.data.records import eval_split_problem
@@ -45,6 +46,7 @@ def find_input_problems(spec: JobSpec, *, cuda_available: bool | None = None,
             return path_problems
     dataset_problem = _dataset_problem(spec, cache_dir=datasets_cache)
     problems = [host_problem(spec, cuda_available=cuda_available),
+                *_speed_problems(spec, cuda_available=cuda_available),
                 _model_problem(spec.model) or model_family_problem(spec), dataset_problem,
                 _dataset_problem(spec, field="eval_dataset", cache_dir=datasets_cache)
                 if spec.eval_dataset else None,
@@ -76,6 +78,16 @@ def host_problem(spec: JobSpec, *, cuda_available: bool | None = None) -> str | 
     return ("precision fp16 under zero2 needs a CUDA GPU: DeepSpeed's CPU accelerator has no "
             "fp16 support on this host and its engine refuses to start; use bf16 (or fp32) on "
             "CPU hosts, or backend fsdp, which runs fp16 with loss scaling on CPU")
+
+
+def _speed_problems(spec: JobSpec, *, cuda_available: bool | None) -> list[str]:
+    """The speed options this host cannot run (trainer/speed/host_support.py); torch is
+    asked about CUDA only when the spec has one of them on."""
+    if spec.kernels == "none" and spec.attention == "sdpa":
+        return []
+    if cuda_available is None:
+        cuda_available = host_has_cuda()
+    return speed_option_problems(spec, cuda_available=cuda_available)
 
 
 def _model_problem(model: str) -> str | None:

@@ -6,8 +6,10 @@ from peft import LoraConfig, get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from trainer import mfu as mfu_module
+from trainer.datasets import TokenizedExample, micro_batches
 from trainer.mfu import (FlopsPerToken, MfuMeter, context_length, matmul_parameter_count,
                          peak_flops_for)
+from trainer.packing import pack_examples
 
 # Per layer: q 16x16, k and v 16x8 (2 KV heads of 4), o 16x16, gate and up 16x32, down
 # 32x16 = 2304; two layers and lm_head 16x64: N = 5632.
@@ -81,21 +83,31 @@ def test_attention_reads_head_dim_from_the_config_when_it_differs_from_hidden_ov
 
 
 def test_the_context_is_each_rows_tokens_weighted_by_its_tokens():
-    plain = {"input_ids": torch.zeros(2, 4, dtype=torch.long),
-             "attention_mask": torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])}
-    packed = {"input_ids": torch.zeros(1, 6, dtype=torch.long),
-              "position_ids": torch.tensor([[0, 1, 2, 0, 1, 2]])}
-    assert context_length([plain]) == (3 * 3 + 1 * 1) / (3 + 1)
-    assert context_length([plain, packed]) == (9 + 1 + 36) / (3 + 1 + 6)
+    assert context_length([(3, 1)]) == (3 * 3 + 1 * 1) / (3 + 1)
+    assert context_length([(3, 1), (6,)]) == (9 + 1 + 36) / (3 + 1 + 6)
+
+
+@pytest.mark.parametrize("packing", [False, True])
+def test_padded_and_padding_free_micro_batches_count_the_same_rows(packing):
+    examples = [TokenizedExample(input_ids=[5] * length, labels=[-100] + [7] * (length - 1))
+                for length in (3, 5, 2, 4, 6, 1, 3, 2)]
+    rows = pack_examples(examples, seq_len=8) if packing else examples
+
+    def first_batch(padding_free):
+        return next(micro_batches(rows, micro_batch_size=2, pad_token_id=0, seed=1, rank=0,
+                                  world_size=1, padding_free=padding_free))
+    padded, padding_free = first_batch(False), first_batch(True)
+    assert padded.row_lengths == padding_free.row_lengths
+    assert padded.token_count == padding_free.token_count == sum(padded.row_lengths)
+    assert padded.loss_tokens == padding_free.loss_tokens
+    assert padding_free.inputs["input_ids"].shape == (1, sum(padded.row_lengths))
 
 
 def test_step_fields_measure_the_steps_rows(fake_h100):
     meter = MfuMeter(FlopsPerToken(method_weights=4e9, plain_weights=6e9,
                                    attention_per_context=1e6), peak_flops_all_ranks=1e15)
-    rows = {"input_ids": torch.zeros(2, 2000, dtype=torch.long),
-            "attention_mask": torch.ones(2, 2000, dtype=torch.long)}
     # 100k tokens/s x (4e9 + 1e6 x 2000) / 1e15 = 0.6; with 6N, 0.8.
-    assert meter.step_fields(1e5, [rows]) == pytest.approx({"mfu": 0.6, "mfu_6n": 0.8})
+    assert meter.step_fields(1e5, [(2000, 2000)]) == pytest.approx({"mfu": 0.6, "mfu_6n": 0.8})
 
 
 def test_a_cpu_rank_reports_no_mfu():

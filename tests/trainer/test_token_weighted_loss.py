@@ -17,15 +17,17 @@ CURVE_TOLERANCE = 1e-3
 
 @pytest.fixture(scope="module")
 def split_run(tmp_path_factory, tunedeck_home, builtin_model_dir):
-    """split_run(backend, ranks, micro_batch_size, grad_accum) -> rank 0's step losses,
-    each launched once per module."""
+    """split_run(backend, ranks, micro_batch_size, grad_accum, **spec_options) -> rank 0's
+    step losses, each launched once per module."""
     dataset = write_uneven_answers(tmp_path_factory.mktemp("data") / "uneven.jsonl")
     losses = {}
 
-    def run(backend: str, ranks: int, micro_batch_size: int, grad_accum: int) -> list[float]:
-        key = (backend, ranks, micro_batch_size, grad_accum)
+    def run(backend: str, ranks: int, micro_batch_size: int, grad_accum: int,
+            **options) -> list[float]:
+        key = (backend, ranks, micro_batch_size, grad_accum, *sorted(options))
         if key not in losses:
             folder = write_run(tmp_path_factory.mktemp("-".join(map(str, key))) / "run",
+                               **options,
                                dataset=str(dataset), backend=backend, num_gpus=ranks,
                                micro_batch_size=micro_batch_size, grad_accum=grad_accum,
                                max_steps=STEPS, precision="fp32", lr_schedule="constant",
@@ -67,3 +69,22 @@ def test_zero2_and_fsdp_stay_equal(split_run):
     zero2 = split_run("zero2", 2, 4, 1)
     fsdp = split_run("fsdp", 2, 4, 1)
     assert max(relative_gaps(fsdp, zero2)) < 1e-6, (zero2, fsdp)
+
+
+@pytest.mark.parametrize("backend", ["zero2", "fsdp"])
+def test_padding_free_rows_and_the_fused_optimizer_train_the_same_curve(backend, split_run):
+    """The speed options that run on CPU ranks change how the step is computed, never what
+    it computes: one padding-free row a micro-batch (the block-diagonal mask from the
+    restarting positions) and torch's fused AdamW (through DeepSpeed's torch_adam under
+    ZeRO-2) follow the padded, unfused curve."""
+    plain = split_run(backend, 2, 4, 1)
+    fast = split_run(backend, 2, 4, 1, padding_free=True, fused_optimizer=True)
+    gaps = relative_gaps(fast, plain)
+    assert gaps[0] < STEP_ONE_TOLERANCE and max(gaps) < CURVE_TOLERANCE, gaps
+
+
+def test_packed_rows_padding_free_train_as_packed_rows_padded(split_run):
+    packed = split_run("fsdp", 2, 2, 1, packing=True)
+    padding_free = split_run("fsdp", 2, 2, 1, packing=True, padding_free=True)
+    gaps = relative_gaps(padding_free, packed)
+    assert gaps[0] < STEP_ONE_TOLERANCE and max(gaps) < CURVE_TOLERANCE, gaps

@@ -36,6 +36,13 @@ SPECS = {
         eval_dataset="/data/eval.jsonl",
         fsdp={"param_dtype": "fp16", "reduce_dtype": "bf16", "buffer_dtype": "bf16",
               "backward_prefetch": False, "forward_prefetch": True, "compile": True}),
+    # Every speed option on, under each backend.
+    "zero2_full_speed_options": JobSpec(
+        max_steps=30, num_gpus=8, method="full", kernels="liger", attention="flash",
+        packing=True, padding_free=True, fused_optimizer=True),
+    "fsdp_lora_speed_options": JobSpec(
+        max_steps=30, num_gpus=8, backend="fsdp", kernels="liger", attention="flash",
+        padding_free=True, fused_optimizer=True),
 }
 
 

@@ -133,3 +133,15 @@ def test_a_missing_column_fails_naming_it_and_the_columns(tmp_path):
         datasets_cache=tmp_path / "hf-datasets")
     assert problems == [f"eval_dataset {eval_data}: no column 'answer' (columns.response); its "
                         "columns are ['question', 'reply']"]
+
+
+def test_gpu_speed_options_are_refused_on_a_host_without_cuda_before_any_gpu_is_taken():
+    liger_and_flash = spec(kernels="liger", attention="flash")
+    kernels, attention = find_input_problems(liger_and_flash, cuda_available=False)
+    assert kernels.startswith("kernels liger: needs a CUDA GPU")
+    assert kernels.endswith("set kernels to none to train here")
+    assert attention.startswith("attention flash: needs a CUDA GPU")
+    assert attention.endswith("set attention to sdpa to train here")
+    # Padding-free rows and the fused optimizer run on any host.
+    assert find_input_problems(spec(padding_free=True, fused_optimizer=True, backend="fsdp"),
+                               cuda_available=False) == []

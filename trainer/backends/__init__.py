@@ -25,8 +25,11 @@ class TrainingBackend(Protocol):
         """Join the process group (gloo on CPU, nccl on GPU)."""
 
     @classmethod
-    def wrap(cls, model, settings: dict[str, Any], context: RankContext) -> "TrainingBackend":
-        """Take ownership of `model`; `settings` is the run folder's generated config."""
+    def wrap(cls, model, settings: dict[str, Any], context: RankContext, *,
+             loss_in_model: bool = False) -> "TrainingBackend":
+        """Take ownership of `model`; `settings` is the run folder's generated config.
+        `loss_in_model`: the model takes the labels and returns the summed loss (Liger's
+        fused linear cross-entropy; trainer/token_loss.py)."""
 
     def set_learning_rate(self, learning_rate: float) -> None: ...
 

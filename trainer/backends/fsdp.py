@@ -18,8 +18,10 @@ from trainer.token_loss import micro_batch_objective, router_aux_loss_coefficien
 
 
 class FsdpBackend:
-    def __init__(self, model, optimizer, *, grad_accum: int, max_grad_norm: float, scaler=None):
+    def __init__(self, model, optimizer, *, grad_accum: int, max_grad_norm: float, scaler=None,
+                 loss_in_model: bool = False):
         self._model = model
+        self._loss_in_model = loss_in_model
         self._aux_loss_coefficient = router_aux_loss_coefficient(model)
         self._optimizer = optimizer
         self._grad_accum = grad_accum
@@ -43,7 +45,8 @@ class FsdpBackend:
         dist.init_process_group(backend=context.communication_backend)
 
     @classmethod
-    def wrap(cls, model, settings: dict[str, Any], context: RankContext) -> "FsdpBackend":
+    def wrap(cls, model, settings: dict[str, Any], context: RankContext, *,
+             loss_in_model: bool = False) -> "FsdpBackend":
         import torch
 
         shard_model(model, settings, context)
@@ -52,10 +55,14 @@ class FsdpBackend:
             trainable_parameters(model), lr=optimizer_settings["lr"],
             betas=tuple(optimizer_settings["betas"]), eps=optimizer_settings["eps"],
             weight_decay=optimizer_settings["weight_decay"],
+            # One kernel over every shard (CUDA and CPU alike); a run folder written before
+            # the setting existed has no key, and ran the default (foreach) then.
+            fused=optimizer_settings.get("fused", False) or None,
         )
         return cls(model, optimizer, grad_accum=settings["gradient_accumulation_steps"],
                    max_grad_norm=settings["gradient_clipping"],
-                   scaler=loss_scaler(settings["loss_scaling"], context))
+                   scaler=loss_scaler(settings["loss_scaling"], context),
+                   loss_in_model=loss_in_model)
 
     def set_learning_rate(self, learning_rate: float) -> None:
         for group in self._optimizer.param_groups:
@@ -68,7 +75,7 @@ class FsdpBackend:
         self._model.set_requires_gradient_sync(self._micro_step % self._grad_accum == 0)
         objective, loss_sum = micro_batch_objective(
             self._model, batch, loss_weight=loss_weight,
-            aux_loss_coefficient=self._aux_loss_coefficient)
+            aux_loss_coefficient=self._aux_loss_coefficient, loss_in_model=self._loss_in_model)
         if self._scaler is not None:
             objective = self._scaler.scale(objective)
         objective.backward()

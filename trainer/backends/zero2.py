@@ -86,8 +86,9 @@ def ops_to_compile(settings: dict[str, Any], context: RankContext, extensions_di
 
 
 class Zero2Backend:
-    def __init__(self, engine):
+    def __init__(self, engine, *, loss_in_model: bool = False):
         self._engine = engine
+        self._loss_in_model = loss_in_model
         self._aux_loss_coefficient = router_aux_loss_coefficient(engine.module)
         self._gradient_bytes: int | None = None  # measured once, at the first boundary
 
@@ -111,13 +112,14 @@ class Zero2Backend:
         deepspeed.init_distributed(dist_backend=context.communication_backend)
 
     @classmethod
-    def wrap(cls, model, settings: dict[str, Any], context: RankContext) -> "Zero2Backend":
+    def wrap(cls, model, settings: dict[str, Any], context: RankContext, *,
+             loss_in_model: bool = False) -> "Zero2Backend":
         import deepspeed
 
         engine, _, _, _ = deepspeed.initialize(
             model=model, model_parameters=trainable_parameters(model),
             config=config_for_host(settings, context))
-        return cls(engine)
+        return cls(engine, loss_in_model=loss_in_model)
 
     def set_learning_rate(self, learning_rate: float) -> None:
         for group in self._engine.optimizer.param_groups:
@@ -126,7 +128,7 @@ class Zero2Backend:
     def step(self, batch: dict[str, Any], *, loss_weight: float):
         objective, loss_sum = micro_batch_objective(
             self._engine, batch, loss_weight=loss_weight,
-            aux_loss_coefficient=self._aux_loss_coefficient)
+            aux_loss_coefficient=self._aux_loss_coefficient, loss_in_model=self._loss_in_model)
         # The weight already makes the step's sum its mean over answer tokens, so DeepSpeed
         # must not divide by gradient_accumulation_steps as well; it still averages over
         # ranks when it reduces at the boundary, and engine.step() counts micro-batches and

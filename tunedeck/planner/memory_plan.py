@@ -27,7 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tunedeck.job_spec import JobSpec
-from tunedeck.planner.activation_memory import activation_bytes, logits_bytes
+from tunedeck.planner.activation_memory import (activation_bytes, attention_mask_bytes,
+                                                logits_bytes)
 from tunedeck.planner.gpu_cards import GpuSet
 from tunedeck.planner.model_shapes import ModelShape
 from tunedeck.units import FP32_BYTES, GB, compute_bytes
@@ -124,7 +125,7 @@ def plan_strategies(spec: JobSpec, gpus: GpuSet, shape: ModelShape) -> dict[str,
     ranks, compute = gpus.world_size, compute_bytes(spec.precision)
     trainable = states.trainable
     activations = (activation_bytes(spec, shape, checkpointing=spec.activation_checkpointing)
-                   + logits_bytes(spec, shape))
+                   + logits_bytes(spec, shape) + attention_mask_bytes(spec))
     zero2_buffers = _zero2_bucket_bytes(spec, trainable)
     fsdp_gathered = _fsdp_gathered_bytes(spec, shape)
     ranks_per_node = gpus.count

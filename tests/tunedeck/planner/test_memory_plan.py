@@ -114,3 +114,39 @@ def test_plan_matches_golden(name):
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(json.dumps(actual, indent=2, sort_keys=True) + "\n")
     assert actual == json.loads(path.read_text())
+
+
+LLAMA_3_8B = known_shape("meta-llama/Meta-Llama-3-8B")
+
+
+def activations_of(spec: JobSpec, shape: ModelShape) -> float:
+    return plan_strategies(spec, GpuSet(1, 141), shape)[spec.backend].breakdown.activations
+
+
+def test_liger_drops_the_logits_term_for_its_fused_losss_working_memory():
+    """Llama-3-8B, seq 4096, micro-batch 1, bf16 LoRA: the logits and their fp32 log-softmax
+    are 4096 x 128256 x (2 + 8) bytes = 5.25 GB. Liger's fused cross-entropy keeps the
+    input's gradient (4096 x 4096 x 2) and one chunk of logits: ceil(128256 / 4096) = 32
+    chunks of 4096 / 32 = 128 tokens, 128 x 128256 x 2 bytes. A full fine-tune adds the
+    head's gradient, 128256 x 4096 x 2."""
+    plain = JobSpec(model="meta-llama/Meta-Llama-3-8B", max_steps=1, seq_len=4096,
+                    micro_batch_size=1)
+    liger = plain.model_copy(update={"kernels": "liger"})
+    layers, hidden, intermediate = 32, 4096, 14336
+    norms_saved = layers * 4096 * 2 * hidden * 4  # two norms a layer: the fp32 copy's 4 bytes
+    silu_saved = layers * 4096 * 2 * intermediate  # the SiLU output, c = 2
+    logits_saved = 4096 * 128256 * 10 - (4096 * 4096 * 2 + 128 * 128256 * 2)
+    assert activations_of(plain, LLAMA_3_8B) - activations_of(liger, LLAMA_3_8B) == \
+        norms_saved + silu_saved + logits_saved
+    full, full_liger = (spec.model_copy(update={"method": "full"}) for spec in (plain, liger))
+    assert activations_of(full, LLAMA_3_8B) - activations_of(full_liger, LLAMA_3_8B) == \
+        norms_saved + silu_saved + logits_saved - 128256 * 4096 * 2
+
+
+def test_padding_free_under_sdpa_counts_its_block_mask_and_flash_needs_none():
+    """One row of micro_batch_size x seq_len = 4 x 2048 = 8192 tokens: an 8192^2-byte mask."""
+    padded = JobSpec(model="meta-llama/Meta-Llama-3-8B", max_steps=1, seq_len=2048)
+    padding_free = padded.model_copy(update={"padding_free": True})
+    flash = padding_free.model_copy(update={"attention": "flash"})
+    assert activations_of(padding_free, LLAMA_3_8B) - activations_of(padded, LLAMA_3_8B) == 8192**2
+    assert activations_of(flash, LLAMA_3_8B) == activations_of(padded, LLAMA_3_8B)

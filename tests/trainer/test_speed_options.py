@@ -1,0 +1,51 @@
+"""The speed options' plumbing on a CPU host: what each rank refuses before the weights load
+(a GPU option on a CPU rank, a package missing, a family Liger does not patch), the
+attention kernel the model loads with, and the loss taken inside the model for Liger."""
+import pytest
+import torch
+
+from trainer.rank import RankContext
+from trainer.speed.host_support import speed_option_problems
+from trainer.speed.liger import liger_family_problem
+from trainer.speed.options import attn_implementation, check_speed_options, loss_in_model
+from tunedeck.job_spec import JobSpec
+
+
+def spec(**fields) -> JobSpec:
+    return JobSpec(max_steps=1, **fields)
+
+
+def test_a_gpu_host_without_the_package_is_told_what_to_install():
+    installed = {"liger_kernel"}.__contains__
+    (problem,) = speed_option_problems(spec(kernels="liger", attention="flash"),
+                                       cuda_available=True, installed=installed)
+    assert problem == ("attention flash: flash-attn is not installed on this host (pip install "
+                       "flash-attn into the worker's environment), or set attention to sdpa")
+    assert speed_option_problems(spec(kernels="liger"), cuda_available=True,
+                                 installed=installed) == []
+
+
+def test_the_defaults_ask_nothing_of_the_host():
+    assert speed_option_problems(spec(), cuda_available=False, installed=lambda name: False) == []
+
+
+def test_a_family_liger_does_not_patch_is_named_with_what_it_does_patch():
+    problem = liger_family_problem("gpt_neox", frozenset({"llama", "qwen2"}))
+    assert problem == ("kernels liger: Liger Kernel has no kernels for model family 'gpt_neox' "
+                       "(it patches llama, qwen2); set kernels to none")
+    assert liger_family_problem("llama", frozenset({"llama"})) is None
+
+
+def test_a_cpu_rank_refuses_liger_before_loading_anything(builtin_model_dir):
+    cpu_rank = RankContext(rank=0, local_rank=0, world_size=1, local_world_size=1,
+                           device=torch.device("cpu"))
+    with pytest.raises(ValueError, match="kernels liger: needs a CUDA GPU"):
+        check_speed_options(spec(kernels="liger"), str(builtin_model_dir), context=cpu_rank)
+    check_speed_options(spec(padding_free=True), str(builtin_model_dir), context=cpu_rank)
+
+
+def test_the_attention_kernel_and_where_the_loss_is_taken():
+    assert attn_implementation(spec()) is None  # transformers' own default: sdpa
+    assert attn_implementation(spec(attention="flash")) == "flash_attention_2"
+    assert not loss_in_model(spec())
+    assert loss_in_model(spec(kernels="liger"))

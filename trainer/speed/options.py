@@ -1,0 +1,45 @@
+"""The speed options as train() meets them: checked before the weights load, the attention
+kernel the model loads with, Liger's patches before the method's adapter, and where the
+loss is taken."""
+from __future__ import annotations
+
+from tunedeck.backend_config import ATTENTION_IMPLEMENTATIONS
+from tunedeck.job_spec import JobSpec
+
+from trainer.rank import RankContext
+from trainer.speed.host_support import check_host_runs
+from trainer.speed.liger import apply_liger_kernels, liger_family_problem, liger_model_types
+
+
+def check_speed_options(spec: JobSpec, model_source: str, *, context: RankContext) -> None:
+    """Refuse, before any weight is loaded, what this rank cannot run: a GPU option on a CPU
+    rank, a package missing, a model family Liger has no kernels for."""
+    check_host_runs(spec, cuda_available=context.uses_cuda)
+    if spec.kernels == "liger":
+        problem = liger_family_problem(model_type_of(model_source, spec), liger_model_types())
+        if problem:
+            raise ValueError(problem)
+
+
+def model_type_of(model_source: str, spec: JobSpec) -> str:
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_source, trust_remote_code=spec.trust_remote_code)
+    return config.model_type
+
+
+def attn_implementation(spec: JobSpec) -> str | None:
+    """transformers' name for the spec's attention kernel; None for sdpa, which is
+    transformers' own default (and leaves the eager path to a family without sdpa)."""
+    return ATTENTION_IMPLEMENTATIONS[spec.attention] if spec.attention != "sdpa" else None
+
+
+def loss_in_model(spec: JobSpec) -> bool:
+    """Whether the model takes the labels and returns the loss (Liger's fused linear
+    cross-entropy never makes the logits the trainer would otherwise take it from)."""
+    return spec.kernels == "liger"
+
+
+def apply_kernels(base_model, spec: JobSpec) -> None:
+    if spec.kernels == "liger":
+        apply_liger_kernels(base_model)
