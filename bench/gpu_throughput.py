@@ -3,7 +3,9 @@
 A matrix of cells, each a few dozen steps of the trainer launched exactly as a worker
 launches it, bf16, 1 GPU, on random-weight Llamas (bench/random_llama.py: about 1.1B, and
 Llama-3.1-8B's shape) and long synthetic rows that fill seq_len: sizes x {lora, full} x
-{zero2, fsdp} x seq_len x kernels (the last only where the JobSpec has a `kernels` field).
+{zero2, fsdp} x seq_len x speed options (a cell's `--speed` value: none, or options joined
+by "+": liger (kernels liger), fused (fused_optimizer), flash (attention flash, which needs
+flash-attn), padding-free).
 A row a cell: tokens/s, both MFUs the trainer's step events carry (trainer/mfu.py: `mfu`
 counts the method's FLOPs, 6N full and about 4N LoRA; `mfu 6N` counts 6N for every
 method; both add attention's), the peak reserved memory (torch.cuda.max_memory_reserved,
@@ -12,12 +14,12 @@ measured / predicted. A cell the planner says does not fit the card is skipped, 
 Target: MFU >= 40% for the full fine-tune.
 
 The most telling cells run first (the first size's lora and full x zero2 and fsdp at the
-first seq_len; then the second size's LoRA; then the rest), and with --budget-seconds no
+first seq_len and speed value; then the second size's LoRA; then the rest), and with --budget-seconds no
 cell starts that the time left would not see through (guessed from the longest cell of its
 size so far, else twice the longest of any size).
 
 Usage: .venv/bin/python bench/gpu_throughput.py [--sizes 1b,8b] [--methods lora,full]
-       [--backends zero2,fsdp] [--seq-lens 2048,4096] [--kernels none,liger] [--steps N]
+       [--backends zero2,fsdp] [--seq-lens 2048,4096] [--speed none,liger,fused] [--steps N]
        [--micro-batch N] [--budget-seconds S]; without a CUDA GPU it says so and exits 0.
        Smoke test on a CPU: --allow-cpu --sizes tiny --seq-lens 64.
 """
@@ -51,9 +53,18 @@ MICRO_BATCH_TOKENS = {"tiny": 128, "1b": 16384, "8b": 8192}
 STEPS = {"tiny": 3, "1b": 20, "8b": 10}
 # The card a CPU smoke test plans for.
 CPU_STAND_IN_BYTES = 141 * GB
-# `kernels` is added to the JobSpec by a change of its own; until it is merged the matrix
-# has no kernels dimension.
-HAS_KERNELS = "kernels" in JobSpec.model_fields
+# A `--speed` value's parts -> the spec fields they set ("none": the defaults).
+SPEED_OPTIONS = {"liger": {"kernels": "liger"}, "fused": {"fused_optimizer": True},
+                 "flash": {"attention": "flash"}, "padding-free": {"padding_free": True}}
+
+
+def speed_fields(speed: str) -> dict:
+    """The spec fields of a `--speed` value such as "liger+fused"."""
+    fields: dict = {}
+    for part in speed.split("+"):
+        if part != "none":
+            fields.update(SPEED_OPTIONS[part])
+    return fields
 
 
 @dataclass(frozen=True)
@@ -62,22 +73,22 @@ class Cell:
     method: str
     backend: str
     seq_len: int
-    kernels: str
+    speed: str
 
     @property
     def name(self) -> str:
-        return f"{self.size}-{self.method}-{self.backend}-s{self.seq_len}-{self.kernels}"
+        return f"{self.size}-{self.method}-{self.backend}-s{self.seq_len}-{self.speed}"
 
 
 def ordered_cells(*, sizes: list[str], methods: list[str], backends: list[str],
-                  seq_lens: list[int], kernels: list[str]) -> list[Cell]:
-    """Every cell, the most telling first: the first size at the first seq_len and kernels,
-    then the second size's LoRA there, then the rest in table order."""
-    cells = [Cell(size, method, backend, seq_len, kernel) for size, seq_len, kernel, method, backend
-             in itertools.product(sizes, seq_lens, kernels, methods, backends)]
+                  seq_lens: list[int], speeds: list[str]) -> list[Cell]:
+    """Every cell, the most telling first: the first size at the first seq_len and speed
+    value, then the second size's LoRA there, then the rest in table order."""
+    cells = [Cell(size, method, backend, seq_len, speed) for size, seq_len, speed, method, backend
+             in itertools.product(sizes, seq_lens, speeds, methods, backends)]
 
     def tier(cell: Cell) -> int:
-        first_setting = cell.seq_len == seq_lens[0] and cell.kernels == kernels[0]
+        first_setting = cell.seq_len == seq_lens[0] and cell.speed == speeds[0]
         if first_setting and cell.size == sizes[0]:
             return 0
         if first_setting and cell.size in sizes[1:2] and cell.method == "lora":
@@ -123,7 +134,7 @@ def cell_spec(cell: Cell, folder: Path, *, steps: int, micro_batch: int) -> JobS
                    dataset=str(folder / f"rows-{cell.seq_len}.jsonl"), method=cell.method,
                    backend=cell.backend, num_gpus=1, max_steps=steps, learning_rate=1e-5,
                    micro_batch_size=micro_batch, seq_len=cell.seq_len, precision="bf16",
-                   **({"kernels": cell.kernels} if HAS_KERNELS else {}))
+                   **speed_fields(cell.speed))
 
 
 def predicted_peak_bytes(spec: JobSpec, shape, card_bytes: float) -> float:
@@ -147,14 +158,14 @@ def measure(spec: JobSpec, folder: Path, *, timeout_seconds: float) -> dict:
             "peak_reserved_bytes": max(reserved) * MIB if reserved else None}
 
 
-HEADER = (f"{'model':<6} {'method':<6} {'backend':<7} {'seq':>5} {'kernels':<7} {'mb':>3} "
+HEADER = (f"{'model':<6} {'method':<6} {'backend':<7} {'seq':>5} {'speed':<12} {'mb':>3} "
           f"{'tokens/s':>10} {'MFU':>6} {'MFU 6N':>7} {'reserved GiB':>12} {'planned GiB':>11} "
           f"{'meas/plan':>9}")
 
 
 def row_text(cell: Cell, micro_batch: int, rest: str) -> str:
     return (f"{cell.size:<6} {cell.method:<6} {cell.backend:<7} {cell.seq_len:>5} "
-            f"{cell.kernels:<7} {micro_batch:>3} {rest}")
+            f"{cell.speed:<12} {micro_batch:>3} {rest}")
 
 
 def measured_text(measured: dict, predicted_bytes: float) -> str:
@@ -245,8 +256,9 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--backends", type=comma_list, default=["zero2", "fsdp"])
     parser.add_argument("--seq-lens", type=lambda text: [int(part) for part in comma_list(text)],
                         default=[2048, 4096])
-    parser.add_argument("--kernels", type=comma_list, default=["none", "liger"],
-                        help="only where the JobSpec has a kernels field")
+    parser.add_argument("--speed", type=comma_list, default=["none", "liger", "fused"],
+                        help=f"speed options a cell: none, or of {', '.join(SPEED_OPTIONS)} "
+                             "joined by +")
     parser.add_argument("--steps", type=int, default=None, help="default: by size")
     parser.add_argument("--micro-batch", type=int, default=None,
                         help="default: a size's tokens a micro-batch over seq_len")
@@ -256,8 +268,11 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [size for size in arguments.sizes if size not in SHAPES]
     if unknown:
         parser.error(f"--sizes: unknown {', '.join(unknown)}; known: {', '.join(SHAPES)}")
-    if not HAS_KERNELS:
-        arguments.kernels = ["none"]
+    unknown = [part for speed in arguments.speed for part in speed.split("+")
+               if part != "none" and part not in SPEED_OPTIONS]
+    if unknown:
+        parser.error(f"--speed: unknown {', '.join(unknown)}; known: none, "
+                     f"{', '.join(SPEED_OPTIONS)}")
     return arguments
 
 
@@ -274,10 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     peak = peak_flops_for(device_name)
     cells = ordered_cells(sizes=arguments.sizes, methods=arguments.methods,
                           backends=arguments.backends, seq_lens=arguments.seq_lens,
-                          kernels=arguments.kernels)
+                          speeds=arguments.speed)
     print(f"device {device_name} ({card_bytes / GIB:.0f} GiB, dense bf16 peak "
-          f"{peak / 1e12 if peak else float('nan'):.0f} TFLOP/s); bf16, 1 GPU; {len(cells)} cells"
-          + ("" if HAS_KERNELS else "; no kernels field in the JobSpec: kernels none only"))
+          f"{peak / 1e12 if peak else float('nan'):.0f} TFLOP/s); bf16, 1 GPU; {len(cells)} cells")
     print(HEADER, flush=True)
     with tempfile.TemporaryDirectory(prefix="tunedeck-gpu-") as directory:
         run_matrix(cells, Path(directory), arguments=arguments, card_bytes=card_bytes)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import Field, field_validator, model_validator
 
@@ -39,6 +39,19 @@ Kernels = Literal["none", "liger"]
 Attention = Literal["sdpa", "flash"]
 KERNELS: tuple[str, ...] = Kernels.__args__
 ATTENTIONS: tuple[str, ...] = Attention.__args__
+
+
+class SpeedPackage(NamedTuple):
+    """A speed option's choice that runs only on a CUDA host with a package installed."""
+
+    field: str  # the spec field
+    value: str  # its value that needs the package
+    import_name: str  # what the worker's heartbeat and the trainer look for
+    pip_name: str  # what to install
+
+
+SPEED_PACKAGES = (SpeedPackage("kernels", "liger", "liger_kernel", "liger-kernel"),
+                  SpeedPackage("attention", "flash", "flash_attn", "flash-attn"))
 
 
 # A queue or host name: it becomes part of a broker queue name, so letters, digits and
@@ -259,6 +272,12 @@ class JobSpec(StrictModel):
         """The chosen backend's setting (each backend has its own switch in the form)."""
         settings = self.zero2 if self.backend == "zero2" else self.fsdp
         return settings.activation_checkpointing
+
+    @property
+    def speed_packages(self) -> tuple[SpeedPackage, ...]:
+        """The GPU packages this spec's speed options need (none by default)."""
+        return tuple(package for package in SPEED_PACKAGES
+                     if getattr(self, package.field) == package.value)
 
     @property
     def has_eval(self) -> bool:

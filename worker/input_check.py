@@ -83,7 +83,7 @@ def host_problem(spec: JobSpec, *, cuda_available: bool | None = None) -> str | 
 def _speed_problems(spec: JobSpec, *, cuda_available: bool | None) -> list[str]:
     """The speed options this host cannot run (trainer/speed/host_support.py); torch is
     asked about CUDA only when the spec has one of them on."""
-    if spec.kernels == "none" and spec.attention == "sdpa":
+    if not spec.speed_packages:
         return []
     if cuda_available is None:
         cuda_available = host_has_cuda()

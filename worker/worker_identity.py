@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 import psutil
 
 from tunedeck.cluster.placement import WorkerView
+from tunedeck.job_spec import SPEED_PACKAGES
 from tunedeck.settings import Settings
 from tunedeck.units import MIB
 from worker.sampler import JobSampler, load_nvml, visible_gpu_ids
@@ -100,6 +101,8 @@ class HostResources:
         self._sampler = JobSampler(host=identity.host, nvml=nvml,
                                    gpu_ids=list(identity.gpu_ids or ()))
         self._models = _gpu_models(nvml, identity.gpu_ids or ())
+        # Looked up once: installing a package means restarting the worker anyway.
+        self._speed_packages = installed_speed_packages()
 
     def describe(self) -> dict[str, Any]:
         memory = psutil.virtual_memory()
@@ -108,6 +111,7 @@ class HostResources:
             "memory_total_mb": memory.total / MIB,
             "memory_available_mb": memory.available / MIB,
             "gpus": None,
+            "speed_packages": self._speed_packages,
         }
         if self._slurm_partition is not None:
             described["slurm"] = self._slurm_partition()
@@ -120,6 +124,15 @@ class HostResources:
                 for position, (gpu_id, model, reading)
                 in enumerate(zip(self._identity.gpu_ids, self._models, readings))]
         return described
+
+
+def installed_speed_packages() -> list[str]:
+    """The speed options' packages this worker's ranks can import (found on the path, not
+    imported: flash_attn's import loads its CUDA library)."""
+    import importlib.util
+
+    return sorted(package.import_name for package in SPEED_PACKAGES
+                  if importlib.util.find_spec(package.import_name) is not None)
 
 
 def _gpu_models(nvml: Any, gpu_ids: Sequence[int | str]) -> list[str | None]:

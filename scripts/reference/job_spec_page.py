@@ -48,6 +48,19 @@ SPEC_FIELD_NOTES: dict[str, str] = {
                                 "(0: at the end only); needs an eval set.",
     "JobSpec.packing": "Pack several examples into each `seq_len` row (fewer pad tokens; "
                        "attention still stops at each example's boundary).",
+    "JobSpec.kernels": "GPU speed: `liger` patches the model with Liger Kernel's RMSNorm, RoPE, "
+                       "SwiGLU and fused linear cross-entropy (the logits are never made whole; "
+                       "the memory plan drops them). Needs a CUDA GPU with `liger-kernel` "
+                       "installed, and a model family Liger patches.",
+    "JobSpec.attention": "The attention kernel: `sdpa` (PyTorch's scaled_dot_product_attention, "
+                         "transformers' default) or `flash` (flash-attn 2, bf16/fp16 only; "
+                         "needs a CUDA GPU with `flash-attn` installed).",
+    "JobSpec.padding_free": "Lay each micro-batch's rows end to end in one row with no pad "
+                            "token; position ids restart at every example, so examples still "
+                            "do not see each other. Under `sdpa` the block mask costs (micro-batch "
+                            "x seq_len)^2 bytes; under `flash` nothing.",
+    "JobSpec.fused_optimizer": "AdamW's fused kernel (`torch.optim.AdamW(fused=True)`), under "
+                               "FSDP and, through DeepSpeed's `torch_adam`, ZeRO-2.",
     "JobSpec.checkpoint_every_steps": "Save a checkpoint every N optimizer steps (0: none; "
                                       "Resume needs one).",
     "JobSpec.keep_checkpoints": "Keep the newest K checkpoints.",
@@ -123,6 +136,10 @@ SPEC_RULES = (
     "`fsdp.sharding_strategy: hybrid_shard` is refused (it needs several nodes and a node x GPU "
     "mesh that is not built).",
     "`columns.messages` or `columns.prompt`/`response`, not both.",
+    "`attention: flash` needs a bf16 or fp16 compute dtype, and with `packing: true` it needs "
+    "`padding_free: true` (flash keeps a packed row's examples apart only in a one-row batch).",
+    "`fused_optimizer` cannot go with `zero2.offload_optimizer` (that optimizer is DeepSpeed's "
+    "CPU Adam).",
     "No text field may hold a NUL character.",
 )
 

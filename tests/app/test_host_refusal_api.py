@@ -104,3 +104,40 @@ def test_the_form_previews_the_sbatch_script_a_slurm_executor_would_submit(datab
                  "export TUNEDECK_HOME=/shared/td"):
         assert line in script.splitlines()
     assert "/opt/td/.venv/bin/torchrun --standalone --nnodes 1 --nproc_per_node 8" in script
+
+
+def register_gpu_worker(client, *, speed_packages):
+    with client.app_state.database.transaction() as session:
+        worker_registry.record_heartbeat(
+            session=session, name="gpu@box", host="gpubox", queues=["default"], pid=13,
+            concurrency=1, started_at=utc_now(),
+            resources={"gpus": [{"index": 0, "id": "0", "model": "NVIDIA H200"}],
+                       "speed_packages": speed_packages})
+
+
+def test_gpu_speed_options_on_a_cpu_only_cluster_are_422s_naming_each_field(client):
+    register_cpu_worker(client)
+    response = client.post("/api/jobs", json={"max_steps": 5, "kernels": "liger",
+                                              "attention": "flash"})
+    assert response.status_code == 422
+    problems = {tuple(problem["loc"]): problem["msg"] for problem in response.json()["detail"]}
+    assert set(problems) == {("body", "kernels"), ("body", "attention")}
+    assert "needs a CUDA GPU — set kernels to none" in problems[("body", "kernels")]
+    # What runs on any host is accepted there.
+    assert client.post("/api/jobs", json={"max_steps": 5, "padding_free": True,
+                                          "fused_optimizer": True}).status_code == 201
+
+
+def test_a_speed_option_whose_package_no_gpu_worker_has_is_a_422_naming_the_package(client):
+    register_gpu_worker(client, speed_packages=["liger_kernel"])
+    assert client.post("/api/jobs", json={"max_steps": 5, "kernels": "liger"}).status_code == 201
+    response = client.post("/api/jobs", json={"max_steps": 5, "attention": "flash"})
+    assert response.status_code == 422
+    [problem] = response.json()["detail"]
+    assert problem["loc"] == ["body", "attention"]
+    assert "no GPU worker that could take this job has flash-attn installed" in problem["msg"]
+
+
+def test_a_worker_that_does_not_say_what_it_has_gets_the_benefit(client):
+    register_gpu_worker(client, speed_packages=None)
+    assert client.post("/api/jobs", json={"max_steps": 5, "attention": "flash"}).status_code == 201

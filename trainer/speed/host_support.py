@@ -1,16 +1,13 @@
 """Whether this host can run a spec's speed options: pure rules over what the host has, so the
 worker (before any GPU is taken) and each rank (before the weights load) refuse alike, with
-the field and what to do instead."""
+the field and what to do instead. Which package each option needs is the spec's table
+(tunedeck.job_spec.SPEED_PACKAGES), which the web's check of the workers reads too."""
 from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
 
 from tunedeck.job_spec import JobSpec
-
-# The spec's option -> (the import name that must be present, the pip name that brings it).
-SPEED_PACKAGES = {"kernels": ("liger_kernel", "liger-kernel"),
-                  "attention": ("flash_attn", "flash-attn")}
 
 
 def package_installed(import_name: str) -> bool:
@@ -23,21 +20,17 @@ def speed_option_problems(spec: JobSpec, *, cuda_available: bool,
     """A line per speed option this host cannot run, naming the spec field and the way out;
     [] when it can run them all (or none is asked for). The fused optimizer and
     padding-free batches run anywhere (torch's fused AdamW has a CPU kernel too)."""
-    asked = {"kernels": spec.kernels == "liger", "attention": spec.attention == "flash"}
     problems = []
-    for field, wanted in asked.items():
-        if not wanted:
-            continue
-        value = getattr(spec, field)
-        import_name, pip_name = SPEED_PACKAGES[field]
+    for package in spec.speed_packages:
+        default = JobSpec.model_fields[package.field].default
         if not cuda_available:
-            problems.append(f"{field} {value}: needs a CUDA GPU (its kernels are GPU code), and "
-                            f"this host has none; set {field} to "
-                            f"{JobSpec.model_fields[field].default} to train here")
-        elif not installed(import_name):
-            problems.append(f"{field} {value}: {pip_name} is not installed on this host "
-                            f"(pip install {pip_name} into the worker's environment), or set "
-                            f"{field} to {JobSpec.model_fields[field].default}")
+            problems.append(f"{package.field} {package.value}: needs a CUDA GPU (its kernels are "
+                            f"GPU code), and this host has none; set {package.field} to "
+                            f"{default} to train here")
+        elif not installed(package.import_name):
+            problems.append(f"{package.field} {package.value}: {package.pip_name} is not "
+                            f"installed on this host (pip install {package.pip_name} into the "
+                            f"worker's environment), or set {package.field} to {default}")
     return problems
 
 

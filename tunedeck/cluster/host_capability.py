@@ -3,6 +3,9 @@
 What the trainer refuses on a host without GPUs: DeepSpeed (backend zero2) with fp16 raises
 "Type fp16 is not supported on your device" on its CPU accelerator, so the job would fail
 only after it was queued. bf16 and fp32 run on CPU under ZeRO-2, so those are offered.
+The GPU speed options (kernels liger, attention flash) need a GPU, and a package that each
+worker's heartbeat says it has or not: refused when no worker that could take the job has
+both (a worker that does not say, such as a Slurm executor, is given the benefit).
 With no worker registered for the job there is nothing to judge: the job may wait for a
 GPU worker, so nothing is refused."""
 from __future__ import annotations
@@ -24,11 +27,35 @@ def host_problems(spec: JobSpec, workers: Sequence[WorkerView]) -> list[tuple[st
     if partitions and len(partitions) == len(candidates):
         return _partition_problems(spec, partitions)
     if any(worker.gpu_indices or worker.slurm for worker in candidates):
-        return []
+        return _missing_package_problems(spec, candidates)
     problems = []
     if spec.backend == "zero2" and spec.precision == "fp16":
         problems.append(("precision", "this host has no GPU: fp16 under ZeRO-2 needs one "
                                       "(DeepSpeed refuses fp16 on CPU) — pick bf16 or fp32"))
+    return problems + _no_gpu_speed_problems(spec, "this host has no GPU")
+
+
+def _no_gpu_speed_problems(spec: JobSpec, where: str) -> list[tuple[str, str]]:
+    return [(package.field, f"{where}: {package.field} {package.value} needs a CUDA GPU — "
+                            f"set {package.field} to {JobSpec.model_fields[package.field].default}")
+            for package in spec.speed_packages]
+
+
+def _missing_package_problems(spec: JobSpec, candidates: Sequence[WorkerView]
+                              ) -> list[tuple[str, str]]:
+    """Each speed option's package that no GPU worker able to take the job has."""
+    with_gpus = [worker for worker in candidates if worker.gpu_indices or worker.slurm]
+    problems = []
+    for package in spec.speed_packages:
+        # A Slurm executor's own environment is not its compute nodes': not judged.
+        if any(worker.slurm is not None or worker.speed_packages is None
+               or package.import_name in worker.speed_packages for worker in with_gpus):
+            continue
+        problems.append((package.field, f"{package.field} {package.value}: no GPU worker that "
+                                        f"could take this job has {package.pip_name} installed "
+                                        f"(pip install {package.pip_name} on the GPU hosts and "
+                                        f"restart their workers), or set {package.field} to "
+                                        f"{JobSpec.model_fields[package.field].default}"))
     return problems
 
 
@@ -45,10 +72,11 @@ def _partition_problems(spec: JobSpec, partitions: Sequence[SlurmPartitionView]
                 else f"no GPUs and {widest.cpus_per_node} CPUs a node (a rank a CPU)")
         problems.append(("num_gpus", f"{spec.num_gpus} a node asked for; Slurm partition "
                                      f"{widest.name} has {what}"))
-    if not any(partition.gpus_per_node for partition in partitions) \
-            and spec.backend == "zero2" and spec.precision == "fp16":
-        problems.append(("precision", f"Slurm partition {widest.name} has no GPU: fp16 under "
-                                      "ZeRO-2 needs one — pick bf16 or fp32"))
+    if not any(partition.gpus_per_node for partition in partitions):
+        if spec.backend == "zero2" and spec.precision == "fp16":
+            problems.append(("precision", f"Slurm partition {widest.name} has no GPU: fp16 "
+                                          "under ZeRO-2 needs one — pick bf16 or fp32"))
+        problems += _no_gpu_speed_problems(spec, f"Slurm partition {widest.name} has no GPU")
     return problems
 
 

@@ -68,6 +68,9 @@ class WorkerView:
     concurrency: int
     # A Slurm executor's partition (what its heartbeat read from sinfo); None: a local worker.
     slurm: "SlurmPartitionView | None" = None
+    # The speed options' packages (tunedeck.job_spec.SPEED_PACKAGES) its Python environment
+    # has, by import name; None: not said (a Slurm executor's nodes, an older worker).
+    speed_packages: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,9 @@ def live_worker_views(*, session: Session, silent_seconds: float) -> list[Worker
 
 def worker_view(worker: Worker) -> WorkerView:
     gpus = worker.resources.get("gpus")
+    speed_packages = worker.resources.get("speed_packages")
     return WorkerView(
         name=worker.name, host=worker.host, queues=tuple(worker.queues),
         gpu_indices=None if gpus is None else tuple(gpu["index"] for gpu in gpus),
-        concurrency=worker.concurrency, slurm=SlurmPartitionView.of(worker.resources.get("slurm")))
+        concurrency=worker.concurrency, slurm=SlurmPartitionView.of(worker.resources.get("slurm")),
+        speed_packages=None if speed_packages is None else frozenset(speed_packages))

@@ -9,8 +9,9 @@ import gradio as gr
 from app.ui.new_job import form_handlers
 from app.ui.new_job.form_handlers import SAME_AS_PRECISION
 from app.ui.new_job.form_labels import COLUMN_ROLES, FORM_LABELS as LABELS
-from tunedeck.job_spec import (BACKENDS, DTYPES, EXPORT_DTYPES, LEARNING_RATE_SCHEDULES, METHODS,
-                               PRECISIONS, SHARDING_STRATEGIES, TRACKERS)
+from tunedeck.job_spec import (ATTENTIONS, BACKENDS, DTYPES, EXPORT_DTYPES, KERNELS,
+                               LEARNING_RATE_SCHEDULES, METHODS, PRECISIONS, SHARDING_STRATEGIES,
+                               TRACKERS)
 
 
 def _dtype(name: str, defaults: dict[str, Any], choices: list[str],
@@ -135,8 +136,23 @@ def form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
                 label=LABELS["report_to"], elem_id="new-job-report-to",
                 info="trackers the worker also writes the metrics to (servers: the "
                      "worker's TUNEDECK_MLFLOW_* and TUNEDECK_WANDB_* settings)")
+    _speed_options(fields, defaults)
     groups = {**dataset_options, **_option_groups(fields, defaults)}
     return fields, groups
+
+
+def _speed_options(fields: dict[str, Any], defaults: dict[str, Any]) -> None:
+    """The GPU speed options (each off by default; the first two need a CUDA worker with
+    liger-kernel or flash-attn installed, which the worker checks before taking a GPU)."""
+    with gr.Accordion("GPU speed", open=False, elem_id="new-job-speed-options"):
+        with gr.Row():
+            fields["kernels"] = _dtype("kernels", defaults, list(KERNELS),
+                                       info="liger: Liger Kernel's fused norms, RoPE, SwiGLU "
+                                            "and cross-entropy (no logits in memory)")
+            fields["attention"] = _dtype("attention", defaults, list(ATTENTIONS),
+                                         info="flash: flash-attn 2 (bf16/fp16)")
+            fields["padding_free"] = _checkbox("padding_free", defaults)
+            fields["fused_optimizer"] = _checkbox("fused_optimizer", defaults)
 
 
 def _dataset_options(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
