@@ -33,6 +33,20 @@ def apply_method(model, spec: JobSpec):
     return adapted
 
 
+def set_training_mode(model, spec: JobSpec) -> None:
+    """Train mode, and activation checkpointing where the spec asks for it.
+
+    from_pretrained hands the model back in eval mode; peft's wrapper turns an adapter's
+    model to train mode, but a full fine-tune stayed in eval mode, where transformers'
+    layers never checkpoint (they recompute only while training: the planner's
+    checkpointed peak was not what ran), Liger's forward takes the loss from whole logits,
+    and MoE routers skip their training-time behaviour."""
+    model.train()
+    if spec.activation_checkpointing:
+        # Non-reentrant checkpointing composes with FSDP2, DeepSpeed and frozen (LoRA) inputs.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def prepare_quantized_base(model) -> None:
     """peft's k-bit preparation, then bitsandbytes' CPU repacking turned off (below).
 

@@ -26,7 +26,8 @@ from trainer.datasets import MicroBatch, micro_batches
 from trainer.evaluation import Evaluation, NoEvaluation, build_evaluation
 from trainer.export import export_weights
 from trainer.lora_targets import resolve_lora_targets
-from trainer.method import apply_method, trainable_parameter_count, uses_adapter
+from trainer.method import (apply_method, set_training_mode, trainable_parameter_count,
+                            uses_adapter)
 from trainer.mfu import MfuMeter
 from trainer.progress import compiling_ops
 from trainer.model_source import load_base_model, load_tokenizer, resolve_model_source
@@ -87,9 +88,7 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     evaluation = build_evaluation(tokenized.eval_rows, pad_token_id=tokenizer.pad_token_id,
                                   spec=spec, context=context, telemetry=telemetry)
 
-    if spec.activation_checkpointing:
-        # Non-reentrant checkpointing composes with FSDP2, DeepSpeed and frozen (LoRA) inputs.
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    set_training_mode(model, spec)
     # After apply_method: which weights are trained is what tells LoRA's FLOPs from full's.
     mfu_meter = MfuMeter.for_model(model, device=context.device, world_size=context.world_size)
     with compiling_ops(telemetry, compiling=compiling):

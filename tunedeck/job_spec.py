@@ -176,7 +176,9 @@ class JobSpec(StrictModel):
     @field_validator("attention")
     @classmethod
     def _flash_needs_half_precision(cls, attention: str, info) -> str:
-        if attention == "flash" and info.data.get("precision") == "fp32":
+        # Under fsdp the compute dtype is fsdp.param_dtype's when set: checked with it.
+        if attention == "flash" and info.data.get("precision") == "fp32" \
+                and info.data.get("backend") == "zero2":
             raise ValueError("flash runs in bf16 or fp16 only; pick precision bf16, or "
                              "attention sdpa for fp32")
         return attention
@@ -241,10 +243,12 @@ class JobSpec(StrictModel):
     @field_validator("fsdp")
     @classmethod
     def _flash_compute_dtype(cls, fsdp: FsdpSettings, info) -> FsdpSettings:
-        if fsdp.param_dtype == "fp32" and info.data.get("attention") == "flash" \
+        compute = fsdp.param_dtype or info.data.get("precision")
+        if compute == "fp32" and info.data.get("attention") == "flash" \
                 and info.data.get("backend") == "fsdp":
-            raise ValueError("param_dtype fp32 with attention flash: flash runs in bf16 or "
-                             "fp16 only; leave param_dtype unset or pick bf16")
+            raise ValueError("attention flash runs in bf16 or fp16 only, and the compute dtype "
+                             "(param_dtype, else precision) is fp32: set param_dtype or "
+                             "precision to bf16, or attention to sdpa")
         return fsdp
 
     @field_validator("fsdp")

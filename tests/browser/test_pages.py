@@ -105,6 +105,27 @@ def test_the_form_defaults_train_and_a_bad_value_is_marked_beside_its_field(wide
     expect(rate).to_have_value("0.0002")
 
 
+def test_the_gpu_speed_options_show_in_the_preview_and_liger_is_refused_on_a_cpu_cluster(
+        wide_page, jobs):
+    """The form's GPU speed section: a ticked fused optimizer is in the DeepSpeed JSON the
+    preview shows, and with only this CPU worker registered (`jobs` started it), Liger is
+    marked beside its field before anything is submitted."""
+    expect, page = _expect(), wide_page
+    section = page.locator("#new-job-speed-options")
+    section.get_by_text("GPU speed", exact=True).click()
+    page.locator("#new-job-fused-optimizer input").check()
+    config = page.locator("#new-job-config")
+    expect(config).to_contain_text('"fused": true')
+    page.locator("#new-job-kernels input").click()
+    page.get_by_role("option", name="liger", exact=True).click()
+    field = page.locator("#new-job-kernels")
+    expect(field).to_have_class(re.compile(r"\bfield-error\b"))
+    expect(field).to_contain_text("needs a CUDA GPU")
+    expect(page.locator("#new-job-errors")).to_contain_text("Kernels (kernels)")
+    section.scroll_into_view_if_needed()
+    _shot(page, "new-job-speed")
+
+
 def test_the_jobs_table_fits_says_why_a_job_waits_and_filters(wide_page, jobs):
     expect, page = _expect(), wide_page
     long_job, short_job = jobs

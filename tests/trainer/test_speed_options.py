@@ -49,3 +49,23 @@ def test_the_attention_kernel_and_where_the_loss_is_taken():
     assert attn_implementation(spec(attention="flash")) == "flash_attention_2"
     assert not loss_in_model(spec())
     assert loss_in_model(spec(kernels="liger"))
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_the_model_trains_in_train_mode_so_checkpointing_recomputes(method, builtin_model_dir):
+    """from_pretrained returns an eval-mode model, and transformers' layers checkpoint only
+    in train mode: a full fine-tune asked for checkpointing used to run without it."""
+    from trainer.method import apply_method, set_training_mode
+    from trainer.model_source import load_base_model
+
+    training = spec(method=method, backend="fsdp", fsdp={"activation_checkpointing": True})
+    model = apply_method(load_base_model(str(builtin_model_dir)), training)
+    set_training_mode(model, training)
+    assert model.training
+    attention_calls = []
+    first_attention = next(module for name, module in model.named_modules()
+                           if name.endswith("layers.0.self_attn"))
+    first_attention.register_forward_hook(lambda *_: attention_calls.append(1))
+    input_ids = torch.tensor([[1, 5, 6, 7, 8]])
+    model(input_ids=input_ids, labels=input_ids).loss.backward()
+    assert len(attention_calls) == 2  # forward, and the recomputation in backward

@@ -161,3 +161,28 @@ def test_splits_of_an_id_or_folder_are_kept():
     spec = JobSpec(max_steps=1, dataset="org/name", dataset_split="train[:10%]",
                    eval_dataset="org/name", eval_dataset_split="test")
     assert (spec.dataset_split, spec.eval_dataset_split) == ("train[:10%]", "test")
+
+
+def test_the_speed_options_refuse_what_cannot_run_together_naming_the_field():
+    from tunedeck.job_spec import format_validation_error
+
+    def problems(**fields) -> str:
+        with pytest.raises(ValueError) as raised:
+            JobSpec(max_steps=1, **fields)
+        return format_validation_error(raised.value)
+
+    assert problems(attention="flash", packing=True).startswith(
+        "padding_free: attention flash with packing needs padding_free: true")
+    assert problems(attention="flash", precision="fp32").startswith(
+        "attention: flash runs in bf16 or fp16 only")
+    assert problems(backend="fsdp", attention="flash", fsdp={"param_dtype": "fp32"}).startswith(
+        "fsdp: attention flash runs in bf16 or fp16 only")
+    assert problems(fused_optimizer=True, zero2={"offload_optimizer": True}).startswith(
+        "zero2: offload_optimizer with fused_optimizer")
+    # What does run together is accepted: fp32 masters with a bf16 FSDP compute dtype, the
+    # fused optimizer beside FSDP's CPU offload, padding-free rows with or without packing.
+    JobSpec(max_steps=1, backend="fsdp", precision="fp32", attention="flash",
+            fsdp={"param_dtype": "bf16"})
+    JobSpec(max_steps=1, backend="fsdp", fused_optimizer=True, fsdp={"cpu_offload": True})
+    JobSpec(max_steps=1, attention="flash", packing=True, padding_free=True)
+    JobSpec(max_steps=1, padding_free=True)
