@@ -19,7 +19,7 @@ from tunedeck.job_spec import JobSpec
 from trainer.datasets import IGNORE_INDEX, TokenizedExample, collate_rows, load_spec_examples
 from trainer.rank import RankContext
 from trainer.telemetry import Telemetry
-from trainer.token_loss import summed_token_loss
+from trainer.token_loss import model_summed_loss, summed_token_loss
 
 
 def load_train_and_eval_examples(spec: JobSpec, *, ranks: int) -> tuple[list[Example], list[Example]]:
@@ -43,16 +43,23 @@ def eval_source(spec: JobSpec) -> str:
     return f"eval_split {spec.eval_split} of dataset {spec.dataset}"
 
 
-def score_micro_batch(model, batch: dict[str, Any]) -> tuple[Any, Any]:
+def score_micro_batch(model, batch: dict[str, Any], *, loss_in_model: bool = False,
+                      aux_loss_coefficient: float = 0.0) -> tuple[Any, Any]:
     """What a backend's `evaluate` returns: (summed answer-token loss, answer-token count)
     of one micro-batch, in eval mode and without gradients; the model is back in training
-    mode afterwards."""
+    mode afterwards. `loss_in_model` (Liger): the model's fused loss, asked to skip the
+    logits as in training (in eval mode Liger would make them whole: memory the plan does
+    not count), its router loss left out as the logits path leaves it out."""
     import torch
 
-    inputs = {name: tensor for name, tensor in batch.items() if name != "labels"}
     model.eval()
     try:
         with torch.no_grad():
+            if loss_in_model:
+                loss_sum, _aux = model_summed_loss(model, batch, aux_loss_coefficient,
+                                                   skip_logits=True)
+                return loss_sum, (batch["labels"][:, 1:] != IGNORE_INDEX).sum()
+            inputs = {name: tensor for name, tensor in batch.items() if name != "labels"}
             logits = model(**inputs).logits
     finally:
         model.train()

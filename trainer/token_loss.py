@@ -73,13 +73,15 @@ def micro_batch_objective(model, batch: dict[str, Any], *, loss_weight: float,
     return objective, loss_sum.detach()
 
 
-def model_summed_loss(model, batch: dict[str, Any], aux_loss_coefficient: float) -> tuple[Any, Any]:
+def model_summed_loss(model, batch: dict[str, Any], aux_loss_coefficient: float,
+                      **model_options) -> tuple[Any, Any]:
     """(the summed answer-token loss, the router's aux loss or None), from the model's own
     loss. transformers' causal-LM loss, and Liger's in its place, divide the sum by
     `num_items_in_batch` when given one, so 1 gives the sum itself; both shift the labels
     by one as `summed_token_loss` does. An MoE model adds coefficient x aux loss to the loss
-    it returns: taken off again, so the caller weighs it as the logits path does."""
-    outputs = model(**batch, num_items_in_batch=1)
+    it returns: taken off again, so the caller weighs it as the logits path does.
+    `model_options` go to the forward (Liger's `skip_logits`)."""
+    outputs = model(**batch, num_items_in_batch=1, **model_options)
     aux_loss = getattr(outputs, "aux_loss", None)
     loss_sum = outputs.loss.float()
     if aux_loss_coefficient and aux_loss is not None:

@@ -148,7 +148,9 @@ def prepare_training_data(spec: JobSpec, tokenizer, tokenized: TokenizedData, *,
         micro_batch_size=spec.micro_batch_size, grad_accum=spec.grad_accum,
         world_size=context.world_size)
     packed_rows = f" in {len(rows)} packed rows" if spec.packing else ""
-    return TrainingData(batches, total_steps, f"{tokenized.train_examples} examples{packed_rows}")
+    layout = ", each micro-batch one padding-free row" if spec.padding_free else ""
+    return TrainingData(batches, total_steps,
+                        f"{tokenized.train_examples} examples{packed_rows}{layout}")
 
 
 def export_trained_model(backend: TrainingBackend, spec: JobSpec, run: RunFolder, *,

@@ -51,7 +51,9 @@ def zero2_config(spec: JobSpec) -> dict[str, Any]:
                 # DeepSpeed hands the keys it does not know to torch's AdamW: fused=True is
                 # its one-kernel step, as DeepSpeed's FusedAdam is, with no op to compile
                 # (FusedAdam JIT-builds with nvcc, which a pip-installed torch lacks).
-                **({"fused": True} if spec.fused_optimizer else {}),
+                # Offloaded, DeepSpeed steps its own CPU Adam, which takes no such key.
+                **({"fused": True} if spec.fused_optimizer and not spec.zero2.offload_optimizer
+                   else {}),
             },
         },
         # The trainer sets the learning rate each step from one schedule for both backends.

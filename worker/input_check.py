@@ -8,7 +8,7 @@ from typing import Sequence
 
 from trainer.builtin_dataset import ARITHMETIC_SIZE
 from trainer.speed.host_support import speed_option_problems
-from trainer.target_preview import model_family_problem
+from trainer.target_preview import family_of, model_family_problem
 from tunedeck.data.input_paths import spec_path_problems
 from tunedeck.data.records import eval_split_problem
 from tunedeck.data.sources import count_source_records, load_source_examples, spec_source
@@ -87,7 +87,21 @@ def _speed_problems(spec: JobSpec, *, cuda_available: bool | None) -> list[str]:
         return []
     if cuda_available is None:
         cuda_available = host_has_cuda()
-    return speed_option_problems(spec, cuda_available=cuda_available)
+    problems = speed_option_problems(spec, cuda_available=cuda_available)
+    if not problems and spec.kernels == "liger":
+        problems = [_liger_family_problem(spec)]
+    return [problem for problem in problems if problem]
+
+
+def _liger_family_problem(spec: JobSpec) -> str | None:
+    """A local model folder whose family Liger does not patch (a hub id's family is known
+    once the ranks fetch its config: they check it before the weights load)."""
+    if not Path(spec.model).expanduser().is_dir():
+        return None
+    from trainer.speed.liger import liger_family_problem, liger_model_types
+
+    family = family_of(spec.model)
+    return None if family == "unknown family" else liger_family_problem(family, liger_model_types())
 
 
 def _model_problem(model: str) -> str | None:

@@ -36,6 +36,9 @@ class WorkerIdentity:
     # How other hosts reach this one (node 0 of a job on several nodes hosts its
     # rendezvous here); None: the host name.
     reachable_at: str | None = None
+    # The speed options' packages the ranks can import (tunedeck.job_spec.SPEED_PACKAGES);
+    # None: not known here (a Slurm executor's ranks run in its nodes' environment).
+    speed_packages: frozenset[str] | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings,
@@ -46,13 +49,16 @@ class WorkerIdentity:
         if settings.executor == "slurm":
             # A login node: Slurm grants the GPUs; a thread follows each job it submitted.
             gpu_ids, concurrency = None, settings.worker_concurrency or SLURM_JOBS_FOLLOWED
+            speed_packages = None
         else:
             gpu_ids = discover_gpu_ids(settings.worker_gpus, environ)
             concurrency = settings.worker_concurrency or max(1, len(gpu_ids or ()))
+            # Looked up once: installing a package means restarting the worker anyway.
+            speed_packages = installed_speed_packages()
         # Broker queue names (the embedded broker's files) allow letters, digits and . _ - only.
         return cls(name=settings.worker_name or f"{host}-{'-'.join(queues)}", host=host,
                    queues=queues, gpu_ids=gpu_ids, concurrency=concurrency,
-                   reachable_at=settings.worker_address)
+                   reachable_at=settings.worker_address, speed_packages=speed_packages)
 
     @property
     def address(self) -> str:
@@ -62,7 +68,8 @@ class WorkerIdentity:
     def view(self) -> WorkerView:
         positions = None if self.gpu_ids is None else tuple(range(len(self.gpu_ids)))
         return WorkerView(name=self.name, host=self.host, queues=self.queues,
-                          gpu_indices=positions, concurrency=self.concurrency)
+                          gpu_indices=positions, concurrency=self.concurrency,
+                          speed_packages=self.speed_packages)
 
     def cuda_visible_devices(self, positions: Sequence[int] | None) -> str | None:
         """The CUDA_VISIBLE_DEVICES of a job holding `positions` (None on a host without
@@ -101,8 +108,6 @@ class HostResources:
         self._sampler = JobSampler(host=identity.host, nvml=nvml,
                                    gpu_ids=list(identity.gpu_ids or ()))
         self._models = _gpu_models(nvml, identity.gpu_ids or ())
-        # Looked up once: installing a package means restarting the worker anyway.
-        self._speed_packages = installed_speed_packages()
 
     def describe(self) -> dict[str, Any]:
         memory = psutil.virtual_memory()
@@ -111,7 +116,8 @@ class HostResources:
             "memory_total_mb": memory.total / MIB,
             "memory_available_mb": memory.available / MIB,
             "gpus": None,
-            "speed_packages": self._speed_packages,
+            "speed_packages": (None if self._identity.speed_packages is None
+                               else sorted(self._identity.speed_packages)),
         }
         if self._slurm_partition is not None:
             described["slurm"] = self._slurm_partition()
@@ -126,13 +132,13 @@ class HostResources:
         return described
 
 
-def installed_speed_packages() -> list[str]:
+def installed_speed_packages() -> frozenset[str]:
     """The speed options' packages this worker's ranks can import (found on the path, not
     imported: flash_attn's import loads its CUDA library)."""
     import importlib.util
 
-    return sorted(package.import_name for package in SPEED_PACKAGES
-                  if importlib.util.find_spec(package.import_name) is not None)
+    return frozenset(package.import_name for package in SPEED_PACKAGES
+                     if importlib.util.find_spec(package.import_name) is not None)
 
 
 def _gpu_models(nvml: Any, gpu_ids: Sequence[int | str]) -> list[str | None]:

@@ -57,10 +57,12 @@ SPEC_FIELD_NOTES: dict[str, str] = {
                          "needs a CUDA GPU with `flash-attn` installed).",
     "JobSpec.padding_free": "Lay each micro-batch's rows end to end in one row with no pad "
                             "token; position ids restart at every example, so examples still "
-                            "do not see each other. Under `sdpa` the block mask costs (micro-batch "
-                            "x seq_len)^2 bytes; under `flash` nothing.",
+                            "do not see each other. Meant for `flash`: under `sdpa` the row's "
+                            "block mask costs (micro-batch x seq_len)^2 bytes, and a bias of that "
+                            "size in the compute dtype for each layer.",
     "JobSpec.fused_optimizer": "AdamW's fused kernel (`torch.optim.AdamW(fused=True)`), under "
-                               "FSDP and, through DeepSpeed's `torch_adam`, ZeRO-2.",
+                               "FSDP and, through DeepSpeed's `torch_adam`, ZeRO-2 (not with "
+                               "`zero2.offload_optimizer`, which steps DeepSpeed's CPU Adam).",
     "JobSpec.checkpoint_every_steps": "Save a checkpoint every N optimizer steps (0: none; "
                                       "Resume needs one).",
     "JobSpec.keep_checkpoints": "Keep the newest K checkpoints.",
@@ -136,10 +138,13 @@ SPEC_RULES = (
     "`fsdp.sharding_strategy: hybrid_shard` is refused (it needs several nodes and a node x GPU "
     "mesh that is not built).",
     "`columns.messages` or `columns.prompt`/`response`, not both.",
-    "`attention: flash` needs a bf16 or fp16 compute dtype, and with `packing: true` it needs "
-    "`padding_free: true` (flash keeps a packed row's examples apart only in a one-row batch).",
-    "`fused_optimizer` cannot go with `zero2.offload_optimizer` (that optimizer is DeepSpeed's "
-    "CPU Adam).",
+    "`attention: flash` needs a bf16 or fp16 compute dtype, and with `packing: true` and "
+    "`micro_batch_size` above 1 it needs `padding_free: true` (flash keeps a packed row's "
+    "examples apart only in a one-row batch).",
+    "`fused_optimizer` under `backend: fsdp` needs a bf16 or fp32 compute dtype (torch's fused "
+    "AdamW fails on FSDP's sharded fp16 grad scaler).",
+    "Under `zero2.offload_optimizer` the optimizer is DeepSpeed's CPU Adam whatever "
+    "`fused_optimizer` says (it is vectorised already).",
     "No text field may hold a NUL character.",
 )
 

@@ -141,3 +141,19 @@ def test_a_speed_option_whose_package_no_gpu_worker_has_is_a_422_naming_the_pack
 def test_a_worker_that_does_not_say_what_it_has_gets_the_benefit(client):
     register_gpu_worker(client, speed_packages=None)
     assert client.post("/api/jobs", json={"max_steps": 5, "attention": "flash"}).status_code == 201
+
+
+def test_packages_that_no_single_gpu_worker_has_together_are_refused(client):
+    register_gpu_worker(client, speed_packages=["liger_kernel"])
+    with client.app_state.database.transaction() as session:
+        worker_registry.record_heartbeat(
+            session=session, name="gpu@box2", host="gpubox2", queues=["default"], pid=14,
+            concurrency=1, started_at=utc_now(),
+            resources={"gpus": [{"index": 0, "id": "0", "model": "NVIDIA H200"}],
+                       "speed_packages": ["flash_attn"]})
+    response = client.post("/api/jobs", json={"max_steps": 5, "kernels": "liger",
+                                              "attention": "flash"})
+    assert response.status_code == 422
+    messages = [problem["msg"] for problem in response.json()["detail"]]
+    assert all("has liger-kernel and flash-attn installed together" in message
+               for message in messages), messages

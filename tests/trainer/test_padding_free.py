@@ -114,3 +114,19 @@ def test_the_models_own_summed_loss_is_the_loss_taken_from_the_logits(family, pa
         # The router's loss is part of both objectives, not lost or counted twice.
         assert float(from_logits[0]) != pytest.approx(float(from_logits[1]) / loss_token_count(
             batch["labels"]), rel=1e-6)
+
+
+@pytest.mark.parametrize("family", ["llama", "mixtral"])
+def test_evaluation_scores_the_same_from_the_models_own_loss(family):
+    """What Liger's eval path takes (the model's summed loss, its router loss left out)
+    equals the eval loss taken from the logits."""
+    from trainer.evaluation import score_micro_batch
+
+    model = family_model(family)
+    batch = collate(examples(seed=2), pad_token_id=0)
+    from_logits = score_micro_batch(model, batch)
+    in_model = score_micro_batch(model, batch, loss_in_model=True,
+                                 aux_loss_coefficient=router_aux_loss_coefficient(model))
+    assert float(in_model[0]) == pytest.approx(float(from_logits[0]), rel=1e-5)
+    assert int(in_model[1]) == int(from_logits[1])
+    assert model.training

@@ -24,7 +24,8 @@ def split_run(tmp_path_factory, tunedeck_home, builtin_model_dir):
 
     def run(backend: str, ranks: int, micro_batch_size: int, grad_accum: int,
             **options) -> list[float]:
-        key = (backend, ranks, micro_batch_size, grad_accum, *sorted(options))
+        key = (backend, ranks, micro_batch_size, grad_accum,
+               *(f"{name}={value}" for name, value in sorted(options.items())))
         if key not in losses:
             folder = write_run(tmp_path_factory.mktemp("-".join(map(str, key))) / "run",
                                **options,
@@ -35,9 +36,11 @@ def split_run(tmp_path_factory, tunedeck_home, builtin_model_dir):
             result = launch_trainer(folder, tunedeck_home, ranks=ranks)
             assert result.returncode == 0, result.output
             losses[key] = [event["loss"] for event in result.events_of_kind(0, "step")]
+            run.notices[key] = [event["message"] for event in result.events_of_kind(0, "notice")]
             assert len(losses[key]) == STEPS
         return losses[key]
 
+    run.notices = {}  # by the same key: rank 0's notices, which say how it trained
     return run
 
 
@@ -81,6 +84,12 @@ def test_padding_free_rows_and_the_fused_optimizer_train_the_same_curve(backend,
     fast = split_run(backend, 2, 4, 1, padding_free=True, fused_optimizer=True)
     gaps = relative_gaps(fast, plain)
     assert gaps[0] < STEP_ONE_TOLERANCE and max(gaps) < CURVE_TOLERANCE, gaps
+    # It did train padding-free (that each backend steps the fused AdamW is
+    # test_speed_options.py's probe).
+    (started,) = [message for message in split_run.notices[
+        (backend, 2, 4, 1, "fused_optimizer=True", "padding_free=True")]
+        if message.startswith("training started")]
+    assert "each micro-batch one padding-free row" in started, started
 
 
 def test_packed_rows_padding_free_train_as_packed_rows_padded(split_run):

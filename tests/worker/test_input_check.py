@@ -145,3 +145,18 @@ def test_gpu_speed_options_are_refused_on_a_host_without_cuda_before_any_gpu_is_
     # Padding-free rows and the fused optimizer run on any host.
     assert find_input_problems(spec(padding_free=True, fused_optimizer=True, backend="fsdp"),
                                cuda_available=False) == []
+
+
+def test_a_local_model_family_liger_does_not_patch_is_refused_by_name(tmp_path, monkeypatch):
+    from trainer.speed import host_support, liger
+
+    monkeypatch.setattr(host_support, "package_installed", lambda name: True)
+    monkeypatch.setattr(liger, "liger_model_types", lambda: frozenset({"llama", "qwen2"}))
+    folder = tmp_path / "neox"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt_neox"}))
+    (problem,) = find_input_problems(spec(model=str(folder), kernels="liger"), cuda_available=True)
+    assert problem == ("kernels liger: Liger Kernel has no kernels for model family 'gpt_neox' "
+                       "(it patches llama, qwen2); set kernels to none")
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    assert find_input_problems(spec(model=str(folder), kernels="liger"), cuda_available=True) == []

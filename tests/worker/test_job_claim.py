@@ -168,3 +168,23 @@ def test_a_job_on_more_nodes_than_workers_waits_and_says_why(database):
         assert job_store.list_job_events(session=session, job_id=job_id)[-1].message == (
             "waiting: the job runs on 2 nodes, one worker each, and 1 live worker(s) of queue "
             "'default' can hold a node of 1 GPU(s)")
+
+
+def test_a_worker_without_the_speed_options_package_hands_the_job_to_one_that_has_it(database):
+    from dataclasses import replace
+
+    plain = replace(EIGHT_GPUS, speed_packages=frozenset())
+    with_liger = replace(OTHER, speed_packages=frozenset({"liger_kernel"}))
+    for identity in (plain, with_liger):
+        with database.transaction() as session:
+            worker_registry.record_heartbeat(
+                session=session, name=identity.name, host=identity.host,
+                queues=identity.queues, pid=1, concurrency=identity.concurrency,
+                started_at=utc_now(),
+                resources={"gpus": [{"index": index, "id": str(gpu)}
+                                    for index, gpu in enumerate(identity.gpu_ids)],
+                           "speed_packages": sorted(identity.speed_packages)})
+    job = submit(database, kernels="liger")
+    handed = claim(database, job, plain)
+    assert (handed.status, handed.gpus, handed.hand_on_to) == ("queued", None, with_liger.name)
+    assert claim(database, job, with_liger).gpus == [0]

@@ -86,7 +86,8 @@ class FsdpBackend:
         gradients. FSDP gathers parameters in forward, so every rank must call it alike."""
         from trainer.evaluation import score_micro_batch
 
-        return score_micro_batch(self._model, batch)
+        return score_micro_batch(self._model, batch, loss_in_model=self._loss_in_model,
+                                 aux_loss_coefficient=self._aux_loss_coefficient)
 
     def optimizer_step(self):
         import torch

@@ -145,7 +145,8 @@ class Zero2Backend:
         gradients, and nothing counted towards gradient accumulation."""
         from trainer.evaluation import score_micro_batch
 
-        return score_micro_batch(self._engine, batch)
+        return score_micro_batch(self._engine, batch, loss_in_model=self._loss_in_model,
+                                 aux_loss_coefficient=self._aux_loss_coefficient)
 
     def optimizer_step(self):
         import torch

@@ -16,10 +16,11 @@ def package_installed(import_name: str) -> bool:
 
 
 def speed_option_problems(spec: JobSpec, *, cuda_available: bool,
-                          installed: Callable[[str], bool] = package_installed) -> list[str]:
+                          installed: Callable[[str], bool] | None = None) -> list[str]:
     """A line per speed option this host cannot run, naming the spec field and the way out;
     [] when it can run them all (or none is asked for). The fused optimizer and
     padding-free batches run anywhere (torch's fused AdamW has a CPU kernel too)."""
+    installed = installed or package_installed
     problems = []
     for package in spec.speed_packages:
         default = JobSpec.model_fields[package.field].default

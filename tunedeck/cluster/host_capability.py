@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from tunedeck.cluster.placement import SlurmPartitionView, WorkerView, serves
+from tunedeck.cluster.placement import (SlurmPartitionView, WorkerView, has_speed_packages,
+                                        serves)
 from tunedeck.job_spec import JobSpec
 
 
@@ -43,18 +44,22 @@ def _no_gpu_speed_problems(spec: JobSpec, where: str) -> list[tuple[str, str]]:
 
 def _missing_package_problems(spec: JobSpec, candidates: Sequence[WorkerView]
                               ) -> list[tuple[str, str]]:
-    """Each speed option's package that no GPU worker able to take the job has."""
+    """The speed options' packages no GPU worker able to take the job has, together (a
+    worker that does not say what it has is given the benefit)."""
     with_gpus = [worker for worker in candidates if worker.gpu_indices or worker.slurm]
+    if not spec.speed_packages or any(has_speed_packages(worker, spec) for worker in with_gpus):
+        return []
     problems = []
     for package in spec.speed_packages:
-        # A Slurm executor's own environment is not its compute nodes': not judged.
-        if any(worker.slurm is not None or worker.speed_packages is None
-               or package.import_name in worker.speed_packages for worker in with_gpus):
-            continue
-        problems.append((package.field, f"{package.field} {package.value}: no GPU worker that "
-                                        f"could take this job has {package.pip_name} installed "
-                                        f"(pip install {package.pip_name} on the GPU hosts and "
-                                        f"restart their workers), or set {package.field} to "
+        anywhere = any(package.import_name in (worker.speed_packages or ()) for worker in with_gpus)
+        what = (f"no GPU worker that could take this job has {package.pip_name} installed"
+                if not anywhere else
+                f"no GPU worker that could take this job has "
+                f"{' and '.join(other.pip_name for other in spec.speed_packages)} installed "
+                f"together")
+        problems.append((package.field, f"{package.field} {package.value}: {what} (pip install "
+                                        f"{package.pip_name} on the GPU hosts and restart "
+                                        f"their workers), or set {package.field} to "
                                         f"{JobSpec.model_fields[package.field].default}"))
     return problems
 

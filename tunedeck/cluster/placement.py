@@ -112,16 +112,25 @@ def choose_gpus(free: Sequence[int] | None, count: int) -> list[int] | None:
     return sorted(free)[:count] if len(free) >= count else None
 
 
+def has_speed_packages(worker: WorkerView, spec: JobSpec) -> bool:
+    """Whether the worker's environment has every package the spec's speed options need;
+    a worker that does not say (a Slurm executor, an older worker) is given the benefit, and
+    its ranks refuse what they cannot run."""
+    return worker.speed_packages is None or all(
+        package.import_name in worker.speed_packages for package in spec.speed_packages)
+
+
 def can_ever_fit(worker: WorkerView, spec: JobSpec) -> bool:
     """Whether the job would fit on this worker with every GPU free."""
-    return worker.gpu_indices is None or len(worker.gpu_indices) >= spec.num_gpus
+    return has_speed_packages(worker, spec) and (
+        worker.gpu_indices is None or len(worker.gpu_indices) >= spec.num_gpus)
 
 
 def room_for(worker: WorkerView, spec: JobSpec, *, running_jobs: int,
              held: Iterable[Sequence[int] | None]) -> list[int] | None:
     """The GPUs this worker can give the job now, or None when it has no room (all its
     job slots busy, or too few GPUs free)."""
-    if running_jobs >= worker.concurrency:
+    if running_jobs >= worker.concurrency or not has_speed_packages(worker, spec):
         return None
     return choose_gpus(free_gpus(worker, held), spec.num_gpus)
 
@@ -137,6 +146,10 @@ def waiting_reason(spec: JobSpec, workers: Sequence[WorkerView],
     if not serving:
         return f"waiting: no live worker serves {where}"
     fitting = [worker for worker in serving if can_ever_fit(worker, spec)]
+    if not fitting and not any(has_speed_packages(worker, spec) for worker in serving):
+        packages = " and ".join(package.pip_name for package in spec.speed_packages)
+        return (f"waiting: no live worker of {where} has {packages} installed, which the "
+                f"spec's speed options need")
     if not fitting:
         largest = max(len(worker.gpu_indices or ()) for worker in serving)
         return (f"waiting: the job needs {wanted} GPUs on one host, and the largest worker of "

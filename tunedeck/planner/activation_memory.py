@@ -106,11 +106,15 @@ def _next_power_of_two(number: int) -> int:
     return 1 << max(0, number - 1).bit_length()
 
 
-def attention_mask_bytes(spec: JobSpec) -> float:
-    """A padding-free micro-batch is one row of micro_batch_size x seq_len tokens at most;
-    under sdpa, transformers turns its restarting positions into a boolean block-diagonal
-    causal mask over that whole row (flash attention's varlen kernel needs none)."""
+def attention_mask_bytes(spec: JobSpec, shape: ModelShape, *, checkpointing: bool) -> float:
+    """A padding-free micro-batch is one row of micro_batch_size x seq_len tokens at most.
+    Under sdpa, transformers turns its restarting positions into a boolean block-diagonal
+    causal mask over that whole row, and PyTorch's memory-efficient kernel (the one that
+    takes a mask) converts it to an additive bias in the compute dtype on every layer's
+    call and keeps that for backward: every layer's without checkpointing, the one
+    recomputed layer's with it. Flash attention's varlen kernel needs none of it."""
     if not spec.padding_free or spec.attention != "sdpa":
         return 0.0
     row = spec.micro_batch_size * spec.seq_len
-    return MASK_BYTES * row * row
+    layers_keeping_a_bias = 1 if checkpointing else shape.num_layers
+    return (MASK_BYTES + layers_keeping_a_bias * _compute_bytes(spec)) * row * row

@@ -125,7 +125,8 @@ def plan_strategies(spec: JobSpec, gpus: GpuSet, shape: ModelShape) -> dict[str,
     ranks, compute = gpus.world_size, compute_bytes(spec.precision)
     trainable = states.trainable
     activations = (activation_bytes(spec, shape, checkpointing=spec.activation_checkpointing)
-                   + logits_bytes(spec, shape) + attention_mask_bytes(spec))
+                   + logits_bytes(spec, shape)
+                   + attention_mask_bytes(spec, shape, checkpointing=spec.activation_checkpointing))
     zero2_buffers = _zero2_bucket_bytes(spec, trainable)
     fsdp_gathered = _fsdp_gathered_bytes(spec, shape)
     ranks_per_node = gpus.count

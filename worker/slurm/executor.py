@@ -144,7 +144,8 @@ class SlurmExecutor:
                 resume: bool) -> str | None:
         """The new Slurm job's id, or None when the job failed before Slurm took it."""
         problems = find_input_problems(spec, allowed_roots=worker_input_roots(self.settings, owner),
-                                       datasets_cache=self.settings.datasets_cache_dir)
+                                       datasets_cache=self.settings.datasets_cache_dir,
+                                       cuda_available=self._partition_has_gpus())
         problems += self._partition_problems(spec)
         if problems:
             self._fail(job_id, "\n".join(problems), classify_failure(
@@ -173,6 +174,15 @@ class SlurmExecutor:
             cancel_quietly(slurm_job_id)
             return None
         return slurm_job_id
+
+    def _partition_has_gpus(self) -> bool | None:
+        """Whether the ranks will have CUDA: the partition's nodes', not this login node's
+        (the ranks run this worker's own environment there, so its packages are theirs).
+        None where sinfo cannot say: the input check then asks this host."""
+        try:
+            return self.partition.gpus_per_node > 0
+        except SlurmError:
+            return None
 
     def _partition_problems(self, spec: JobSpec) -> list[str]:
         try:

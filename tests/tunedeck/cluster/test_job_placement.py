@@ -74,3 +74,23 @@ def test_on_a_host_without_gpus_the_reason_names_the_job_slots_and_who_holds_the
                        concurrency=1)
     assert waiting_reason(cpu_job, [CPU_ONLY, other], {"cpu@box": [5], "cpu@other": [4]}) == \
         "waiting: every worker of queue 'cpu' is busy (jobs 4, 5 running)"
+
+
+def test_a_worker_without_a_speed_options_package_gives_it_no_room_and_the_wait_says_why():
+    from dataclasses import replace
+
+    with_liger = replace(EIGHT_GPUS, speed_packages=frozenset({"liger_kernel"}))
+    without = replace(EIGHT_GPUS, name="plain@gpu-2", speed_packages=frozenset())
+    liger = spec(kernels="liger")
+    assert room_for(with_liger, liger, running_jobs=0, held=[]) == [0]
+    assert room_for(without, liger, running_jobs=0, held=[]) is None
+    assert room_for(without, spec(), running_jobs=0, held=[]) == [0]
+    # A worker that does not say what it has (a Slurm executor, an older worker) may take it.
+    assert room_for(EIGHT_GPUS, liger, running_jobs=0, held=[]) == [0]
+    both = spec(kernels="liger", attention="flash")
+    assert not can_ever_fit(with_liger, both)
+    assert waiting_reason(both, [with_liger, without]) == (
+        "waiting: no live worker of queue 'default' has liger-kernel and flash-attn installed, "
+        "which the spec's speed options need")
+    assert waiting_reason(liger, [with_liger, without]) == (
+        "waiting for 1 free GPU(s) on a worker of queue 'default'")

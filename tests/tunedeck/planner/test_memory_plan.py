@@ -144,9 +144,16 @@ def test_liger_drops_the_logits_term_for_its_fused_losss_working_memory():
 
 
 def test_padding_free_under_sdpa_counts_its_block_mask_and_flash_needs_none():
-    """One row of micro_batch_size x seq_len = 4 x 2048 = 8192 tokens: an 8192^2-byte mask."""
+    """One row of micro_batch_size x seq_len = 4 x 2048 = 8192 tokens: an 8192^2-byte boolean
+    mask, and the bf16 bias SDPA's kernel makes of it for each of the 32 layers (4.3 GB),
+    or for the one recomputed layer under activation checkpointing."""
     padded = JobSpec(model="meta-llama/Meta-Llama-3-8B", max_steps=1, seq_len=2048)
     padding_free = padded.model_copy(update={"padding_free": True})
     flash = padding_free.model_copy(update={"attention": "flash"})
-    assert activations_of(padding_free, LLAMA_3_8B) - activations_of(padded, LLAMA_3_8B) == 8192**2
+    assert activations_of(padding_free, LLAMA_3_8B) - activations_of(padded, LLAMA_3_8B) == \
+        (1 + 32 * 2) * 8192**2
+    checkpointed = JobSpec(model="meta-llama/Meta-Llama-3-8B", max_steps=1, seq_len=2048,
+                           zero2={"activation_checkpointing": True})
+    assert activations_of(checkpointed.model_copy(update={"padding_free": True}), LLAMA_3_8B) \
+        - activations_of(checkpointed, LLAMA_3_8B) == (1 + 2) * 8192**2
     assert activations_of(flash, LLAMA_3_8B) == activations_of(padded, LLAMA_3_8B)
