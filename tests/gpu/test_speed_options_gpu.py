@@ -39,18 +39,25 @@ def loss_and_gradient_norm(model, batch, *, loss_in_model=False) -> tuple[float,
     return float(loss_sum), float(norm)
 
 
+def assert_trains_as_the_plain_model(family, fast_model, fast_batch, *, loss_in_model=False):
+    """`fast_model` (a family model with a speed option) on `fast_batch` against the plain
+    model on the padded batch: the same loss and gradient norm, to bf16's rounding."""
+    plain, padded = on_gpu(family_model(family), collate(examples(), pad_token_id=0))
+    expected = loss_and_gradient_norm(plain, padded)
+    fast, batch = on_gpu(fast_model, fast_batch)
+    measured = loss_and_gradient_norm(fast, batch, loss_in_model=loss_in_model)
+    assert measured == pytest.approx(expected, rel=LOSS_TOLERANCE)
+
+
 @needs("liger_kernel")
 @pytest.mark.parametrize("family", FAMILIES)
 def test_liger_kernels_train_as_the_plain_model_does(family):
     from trainer.speed.liger import apply_liger_kernels
 
-    plain, batch = on_gpu(family_model(family), collate(examples(), pad_token_id=0))
-    expected = loss_and_gradient_norm(plain, batch)
     patched = family_model(family)
     apply_liger_kernels(patched)
-    patched, batch = on_gpu(patched, batch)
-    measured = loss_and_gradient_norm(patched, batch, loss_in_model=True)
-    assert measured == pytest.approx(expected, rel=LOSS_TOLERANCE)
+    assert_trains_as_the_plain_model(family, patched, collate(examples(), pad_token_id=0),
+                                     loss_in_model=True)
 
 
 @needs("flash_attn")
@@ -58,14 +65,11 @@ def test_liger_kernels_train_as_the_plain_model_does(family):
 def test_flash_attention_on_a_padding_free_row_trains_as_sdpa_on_padded_rows(family):
     from transformers import AutoModelForCausalLM
 
-    sdpa, padded = on_gpu(family_model(family), collate(examples(), pad_token_id=0))
-    expected = loss_and_gradient_norm(sdpa, padded)
-    flash = family_model(family)
-    flash = AutoModelForCausalLM.from_config(flash.config, attn_implementation="flash_attention_2")
+    config = family_model(family).config
+    flash = AutoModelForCausalLM.from_config(config, attn_implementation="flash_attention_2")
     flash.load_state_dict(family_model(family).state_dict())
     flash.config.use_cache = False
-    flash, padding_free = on_gpu(flash, collate_padding_free(examples()))
-    assert loss_and_gradient_norm(flash, padding_free) == pytest.approx(expected, rel=LOSS_TOLERANCE)
+    assert_trains_as_the_plain_model(family, flash, collate_padding_free(examples()))
 
 
 def test_fused_adamw_steps_as_the_default_adamw_does():

@@ -94,15 +94,32 @@ def trainer_environment(tunedeck_home: Path) -> dict[str, str]:
     }
 
 
+def run_process_group(argv: list[str], *, env: dict[str, str], timeout_seconds: float,
+                      cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """subprocess.run in a session of its own, the whole group killed on a timeout: a hung
+    torchrun's ranks would otherwise outlive it and slow every later test."""
+    import signal
+
+    with subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout_seconds)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+
 def launch_trainer(run: RunFolder, tunedeck_home: Path, *extra_arguments: str,
                    ranks: int = RANKS, timeout_seconds: float = RUN_TIMEOUT_SECONDS) -> TrainerRun:
     """`ranks` must match the spec's num_gpus (DeepSpeed checks its batch size against it)."""
     import time
 
     started = time.monotonic()
-    completed = subprocess.run(torchrun_command(run, *extra_arguments, ranks=ranks),
-                               env=trainer_environment(tunedeck_home),
-                               cwd=run.path, capture_output=True, text=True, timeout=timeout_seconds)
+    completed = run_process_group(torchrun_command(run, *extra_arguments, ranks=ranks),
+                                  env=trainer_environment(tunedeck_home), cwd=run.path,
+                                  timeout_seconds=timeout_seconds)
     return TrainerRun(run=run, ranks=ranks, returncode=completed.returncode,
                       output=(completed.stdout + completed.stderr)[-6000:],
                       seconds=time.monotonic() - started)
@@ -143,10 +160,9 @@ def run_probe(probe: Path, model_dir: Path, report_file: Path, tunedeck_home: Pa
     """Run a probe script on RANKS torchrun ranks; it writes `report_file` (JSON), returned."""
     import json
 
-    completed = subprocess.run(
+    completed = run_process_group(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
          str(RANKS), str(probe), str(model_dir), str(report_file)],
-        env=trainer_environment(tunedeck_home), capture_output=True, text=True,
-        timeout=RUN_TIMEOUT_SECONDS)
+        env=trainer_environment(tunedeck_home), timeout_seconds=RUN_TIMEOUT_SECONDS)
     assert completed.returncode == 0, (completed.stdout + completed.stderr)[-6000:]
     return json.loads(report_file.read_text())
