@@ -100,12 +100,23 @@ def test_an_mlflow_file_store_run_has_the_params_and_the_loss_history(database, 
         {step: 10.0 / step for step in range(1, STEPS + 1)})
 
 
+try:
+    from google.protobuf.message import DecodeError
+except ImportError:  # no protobuf, no wandb: its tests skip
+    DecodeError = ValueError
+
+
 def _wandb_records(path, *, timeout_seconds: float = 30.0):
     """The records of a closed W&B run file; wandb's own process writes it, and its last
     records land a moment after `finish()` returns, so wait for the exit record."""
     deadline = time.monotonic() + timeout_seconds
     while True:
-        records = _wandb_file_records(path) if path.is_file() else []
+        try:
+            records = _wandb_file_records(path) if path.is_file() else []
+        except DecodeError:  # read while wandb's process was writing a record: read again
+            if time.monotonic() > deadline:
+                raise
+            records = []
         if any(record.WhichOneof("record_type") == "exit" for record in records) \
                 or time.monotonic() > deadline:
             return records
@@ -123,6 +134,8 @@ def _wandb_file_records(path):
             offset += 32768 - offset % 32768
             continue
         _crc, length, kind = struct.unpack("<IHB", data[offset:offset + 7])
+        if offset + 7 + length > len(data):
+            break  # a chunk still being written: the records before it are whole
         chunk = data[offset + 7:offset + 7 + length]
         offset += 7 + length
         pending = chunk if kind in (1, 2) else pending + chunk
