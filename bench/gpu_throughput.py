@@ -121,14 +121,6 @@ class Budget:
         self._seconds_by_size[size] = max(seconds, self._seconds_by_size.get(size, 0.0))
 
 
-def write_rows_for(spec: JobSpec, folder: Path, rows_written: dict[int, int]) -> None:
-    """One rows file a seq_len, rewritten longer when a cell needs more rows than it has."""
-    needed = spec.micro_batch_size * (spec.max_steps + 4)
-    if rows_written.get(spec.seq_len, 0) < needed:
-        write_long_rows(Path(spec.dataset), rows=needed, words_per_row=spec.seq_len)
-        rows_written[spec.seq_len] = needed
-
-
 def cell_spec(cell: Cell, folder: Path, *, steps: int, micro_batch: int) -> JobSpec:
     return JobSpec(name=f"gpu-{cell.name}", model=str(folder / cell.size),
                    dataset=str(folder / f"rows-{cell.seq_len}.jsonl"), method=cell.method,

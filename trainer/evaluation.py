@@ -56,9 +56,9 @@ def score_micro_batch(model, batch: dict[str, Any], *, loss_in_model: bool = Fal
     try:
         with torch.no_grad():
             if loss_in_model:
-                loss_sum, _aux = model_summed_loss(model, batch, aux_loss_coefficient,
-                                                   skip_logits=True)
-                return loss_sum, (batch["labels"][:, 1:] != IGNORE_INDEX).sum()
+                loss_sum, tokens, _aux = model_summed_loss(model, batch, aux_loss_coefficient,
+                                                           skip_logits=True)
+                return loss_sum, tokens
             inputs = {name: tensor for name, tensor in batch.items() if name != "labels"}
             logits = model(**inputs).logits
     finally:

@@ -61,8 +61,7 @@ def micro_batch_objective(model, batch: dict[str, Any], *, loss_weight: float,
     (`model_summed_loss`), as Liger's fused linear cross-entropy must: it never makes the
     logits this function would otherwise take the loss of."""
     if loss_in_model:
-        loss_sum, aux_loss = model_summed_loss(model, batch, aux_loss_coefficient)
-        tokens = (batch["labels"][:, 1:] != IGNORE_INDEX).sum()
+        loss_sum, tokens, aux_loss = model_summed_loss(model, batch, aux_loss_coefficient)
     else:
         outputs = model(**{name: tensor for name, tensor in batch.items() if name != "labels"})
         loss_sum, tokens = summed_token_loss(outputs.logits, batch["labels"])
@@ -74,8 +73,9 @@ def micro_batch_objective(model, batch: dict[str, Any], *, loss_weight: float,
 
 
 def model_summed_loss(model, batch: dict[str, Any], aux_loss_coefficient: float,
-                      **model_options) -> tuple[Any, Any]:
-    """(the summed answer-token loss, the router's aux loss or None), from the model's own
+                      **model_options) -> tuple[Any, Any, Any]:
+    """(the summed answer-token loss, its token count, the router's aux loss or None), from
+    the model's own
     loss. transformers' causal-LM loss, and Liger's in its place, divide the sum by
     `num_items_in_batch` when given one, so 1 gives the sum itself; both shift the labels
     by one as `summed_token_loss` does. An MoE model adds coefficient x aux loss to the loss
@@ -86,7 +86,7 @@ def model_summed_loss(model, batch: dict[str, Any], aux_loss_coefficient: float,
     loss_sum = outputs.loss.float()
     if aux_loss_coefficient and aux_loss is not None:
         loss_sum = loss_sum - aux_loss_coefficient * aux_loss.float()
-    return loss_sum, aux_loss
+    return loss_sum, (batch["labels"][:, 1:] != IGNORE_INDEX).sum(), aux_loss
 
 
 def step_loss_weight(*, world_size: int, step_loss_tokens: float) -> float:

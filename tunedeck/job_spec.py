@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 # The spec's sections live in their own module; their names are the spec's too.
-from tunedeck.spec_sections import (DEFAULT_BUCKET_ELEMENTS, ColumnMapping, DType,  # noqa: F401
-                                    FsdpSettings, LoraSettings, ShardingStrategy, StrictModel,
-                                    Zero2Settings, _no_nul)
+from tunedeck.spec_sections import (ATTENTIONS, DEFAULT_BUCKET_ELEMENTS, KERNELS,  # noqa: F401
+                                    SPEED_PACKAGES, Attention, ColumnMapping, DType,
+                                    FsdpSettings, Kernels, LoraSettings, ShardingStrategy,
+                                    SpeedPackage, StrictModel, Zero2Settings, _no_nul)
 
 Method = Literal["lora", "qlora", "full"]
 Backend = Literal["zero2", "fsdp"]
@@ -33,27 +34,6 @@ EXPORT_DTYPES: tuple[str, ...] = ExportDType.__args__
 # Where the worker also sends the job's metrics (worker/trackers/; servers in Settings).
 Tracker = Literal["tensorboard", "mlflow", "wandb"]
 TRACKERS: tuple[str, ...] = Tracker.__args__
-# GPU speed options (trainer/speed/): Liger Kernel's Triton kernels, and which attention
-# kernel the model runs (PyTorch's scaled_dot_product_attention, or flash-attn 2).
-Kernels = Literal["none", "liger"]
-Attention = Literal["sdpa", "flash"]
-KERNELS: tuple[str, ...] = Kernels.__args__
-ATTENTIONS: tuple[str, ...] = Attention.__args__
-
-
-class SpeedPackage(NamedTuple):
-    """A speed option's choice that runs only on a CUDA host with a package installed."""
-
-    field: str  # the spec field
-    value: str  # its value that needs the package
-    import_name: str  # what the worker's heartbeat and the trainer look for
-    pip_name: str  # what to install
-
-
-SPEED_PACKAGES = (SpeedPackage("kernels", "liger", "liger_kernel", "liger-kernel"),
-                  SpeedPackage("attention", "flash", "flash_attn", "flash-attn"))
-
-
 # A queue or host name: it becomes part of a broker queue name, so letters, digits and
 # . _ - only.
 PLACEMENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"

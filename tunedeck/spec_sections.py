@@ -1,8 +1,9 @@
 """The job spec's sections: LoRA, the dataset's column names, ZeRO-2 and FSDP settings, each a
-strict model of its own (tunedeck/job_spec.py composes them; unknown keys are an error)."""
+strict model of its own (tunedeck/job_spec.py composes them; unknown keys are an error), and
+the speed options' choices with the package each GPU choice needs."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -10,6 +11,25 @@ ShardingStrategy = Literal["full_shard", "shard_grad_op", "hybrid_shard"]
 DType = Literal["bf16", "fp16", "fp32"]
 # DeepSpeed's default bucket size, in elements.
 DEFAULT_BUCKET_ELEMENTS = 500_000_000
+# GPU speed options (trainer/speed/): Liger Kernel's Triton kernels, and which attention
+# kernel the model runs (PyTorch's scaled_dot_product_attention, or flash-attn 2).
+Kernels = Literal["none", "liger"]
+Attention = Literal["sdpa", "flash"]
+KERNELS: tuple[str, ...] = Kernels.__args__
+ATTENTIONS: tuple[str, ...] = Attention.__args__
+
+
+class SpeedPackage(NamedTuple):
+    """A speed option's choice that runs only on a CUDA host with a package installed."""
+
+    field: str  # the spec field
+    value: str  # its value that needs the package
+    import_name: str  # what the worker's heartbeat and the trainer look for
+    pip_name: str  # what to install
+
+
+SPEED_PACKAGES = (SpeedPackage("kernels", "liger", "liger_kernel", "liger-kernel"),
+                  SpeedPackage("attention", "flash", "flash_attn", "flash-attn"))
 
 
 class StrictModel(BaseModel):

@@ -18,6 +18,7 @@ from tunedeck.cluster.placement import WorkerView
 from tunedeck.job_spec import SPEED_PACKAGES
 from tunedeck.settings import Settings
 from tunedeck.units import MIB
+from trainer.speed.host_support import package_installed
 from worker.sampler import JobSampler, load_nvml, visible_gpu_ids
 
 
@@ -133,12 +134,9 @@ class HostResources:
 
 
 def installed_speed_packages() -> frozenset[str]:
-    """The speed options' packages this worker's ranks can import (found on the path, not
-    imported: flash_attn's import loads its CUDA library)."""
-    import importlib.util
-
+    """The speed options' packages this worker's ranks can import."""
     return frozenset(package.import_name for package in SPEED_PACKAGES
-                     if importlib.util.find_spec(package.import_name) is not None)
+                     if package_installed(package.import_name))
 
 
 def _gpu_models(nvml: Any, gpu_ids: Sequence[int | str]) -> list[str | None]:
