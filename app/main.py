@@ -32,6 +32,7 @@ from tunedeck.db.engine import Database  # noqa: E402
 from tunedeck.settings import Settings, load_settings  # noqa: E402
 from app.auth.openapi_credentials import declare_credentials  # noqa: E402
 from app.request_log import RequestLog  # noqa: E402
+from app.api.docs_page import add_offline_docs  # noqa: E402
 
 
 def create_app(settings: Settings | None = None, *, with_ui: bool = True,
@@ -39,8 +40,10 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True,
     """The served app. While it serves (its lifespan), it runs the cluster sweep unless
     `with_sweeper` is false."""
     settings = settings or load_settings()
-    api = FastAPI(title="TuneDeck", version="0.1.0",
+    # docs_url/redoc_url None: FastAPI's own pages load their scripts from a CDN.
+    api = FastAPI(title="TuneDeck", version="0.1.0", docs_url=None, redoc_url=None,
                   lifespan=_sweeping_cluster if with_sweeper else None)
+    add_offline_docs(api)
     api.state.settings = settings
     api.state.database = Database(settings.resolved_database_url)
     api.state.celery_app = make_celery(settings)
@@ -71,8 +74,11 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True,
                           worker_lost_seconds=settings.worker_lost_seconds,
                           settings=settings)
         # Gradio's own upload route (the New job form's dataset upload) has the API's cap.
+        # No "Use via API" in the footer: it lists Gradio's internal events (/lambda_13, …),
+        # which are not an API anyone should script against; the page links /docs instead.
         api = gr.mount_gradio_app(api, blocks, path="/", max_file_size=settings.max_upload_bytes,
-                                  css=CSS + CHART_CSS + line_dash_css(), head=HEAD)
+                                  css=CSS + CHART_CSS + line_dash_css(), head=HEAD,
+                                  footer_links=["settings"])
         _slow_down_idle_queue_polling(blocks)
     # Outermost, so no route (REST, Gradio's own, its files) answers before it has decided.
     api.add_middleware(AccessMiddleware, database=api.state.database,

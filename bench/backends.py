@@ -23,9 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from trainer_runs import run_plain_torchrun  # noqa: E402
 
-from tunedeck.job_spec import BACKENDS, METHODS, PRECISIONS, JobSpec, format_validation_error  # noqa: E402
+from tunedeck.job_spec import BACKENDS, METHODS, PRECISIONS, JobSpec  # noqa: E402
 from tunedeck.planner.memory_plan import GpuSet, plan_strategies  # noqa: E402
 from tunedeck.planner.shape_source import resolve_model_shape  # noqa: E402
+from tunedeck.spec_text import format_validation_error  # noqa: E402
 
 PARTS = ("params", "grads", "optimizer")
 

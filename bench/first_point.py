@@ -12,7 +12,7 @@ event (the worker claimed it), launch.json's write (run folder laid out, torchru
 just after), the rank log folder torchrun makes as it spawns the ranks, rank 0's "loading
 model" and "training started" notices and its first step line (times the rank stamped in
 metrics/rank-0.jsonl), and the response that showed it. Rank 0 also prints its own
-"start-up seconds:" line (trainer/startup_clock.py), which splits the model-build phase
+"start-up seconds:" line (trainer/startup/startup_clock.py), which splits the model-build phase
 into imports, tokenizer, model, method, data and backend; its median is printed too.
 
 `--launch-only` skips the web, broker and worker: it lays out a run folder as the worker
@@ -64,7 +64,7 @@ PHASES = ("broker pick-up (submit -> job running)",
           "first step (-> first step line)",
           "ingest + API poll (-> point visible)")
 LAUNCH_ONLY_PHASES = PHASES[2:6]
-# Rank 0's own split of its start-up (trainer/startup_clock.py), e.g.
+# Rank 0's own split of its start-up (trainer/startup/startup_clock.py), e.g.
 # "start-up seconds: imports 1.92, examples 0.01, ...".
 STARTUP_LINE = re.compile(r"start-up seconds: (.+)$", re.MULTILINE)
 
@@ -145,7 +145,7 @@ def phase_seconds(marks: list[float]) -> list[float]:
 
 def wait_until_idle(server, warm: bool, timeout_seconds: float = 120) -> None:
     """An idle worker: with warm start, its standby launcher is ready (the worker starts
-    the next one when a job ends; trainer/warm_start.py writes its ready file)."""
+    the next one when a job ends; trainer/startup/warm_start.py writes its ready file)."""
     deadline = time.monotonic() + timeout_seconds
     while warm and not list((server.home / "warm").glob("*/*.ready")):
         if time.monotonic() > deadline:

@@ -2,8 +2,9 @@
 `GET /api/jobs/{id}/metrics`, with 20 jobs running at once (target: p95 <= 1 s).
 
 A real `tunedeck up` (HTTP, Celery worker with concurrency = jobs, torchrun, the worker's
-tail into SQLite) is started in bench/fake_trainer/, so each job's ranks run the fake
-trainer found there: a step line stamped with `time.time()` every 0.1 s, no model.
+tail into SQLite) is started with the `trainer_module` setting naming bench/fake_trainer's
+stand-in, so each job's ranks run it: a step line stamped with `time.time()` every 0.1 s, no
+model.
 
 A point is visible through the route from the moment the worker's transaction holding it
 commits: the route reads the database at each request (the web's chart cache reads the
@@ -54,9 +55,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.servers import running_tunedeck  # noqa: E402
+from harness.servers import fake_trainer_environment, running_tunedeck  # noqa: E402
 
-FAKE_TRAINER_DIR = Path(__file__).resolve().parent / "fake_trainer"
 TARGET_SECONDS = 1.0
 WORKER_POLL_SECONDS = 0.5  # Settings.poll_seconds, the default the server runs with
 PROBE_SECONDS = 0.05
@@ -273,9 +273,8 @@ def main() -> int:
                         help="length of each block with or without the scraper")
     arguments = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tunedeck-bench-") as folder:
-        # The fake `trainer` package has no warm start (trainer.warm_start): launch cold.
-        env = {"TUNEDECK_WORKER_CONCURRENCY": str(arguments.jobs), "TUNEDECK_WARM_START": "false"}
-        with running_tunedeck(Path(folder) / "server", extra_env=env, cwd=FAKE_TRAINER_DIR) as server:
+        env = {**fake_trainer_environment(), "TUNEDECK_WORKER_CONCURRENCY": str(arguments.jobs)}
+        with running_tunedeck(Path(folder) / "server", extra_env=env) as server:
             figures = measure(server, arguments)
     commit, answer, seen = figures["commit"], figures["answer"], figures["seen"]
     if not commit or not answer:

@@ -40,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tunedeck import job_store  # noqa: E402
+from tunedeck import job_queries, job_store  # noqa: E402
 from tunedeck.db.engine import Database  # noqa: E402
 from tunedeck.job_spec import JobSpec  # noqa: E402
 from tunedeck.metrics import store as metric_store  # noqa: E402
@@ -91,7 +91,7 @@ def ingest(database: Database, job_id: int, run: RunFolder, *, stop: threading.E
         with database.transaction() as session:
             if events:
                 metric_store.add_metric_points(session=session, job_id=job_id, events=events)
-            job_store.is_cancel_requested(session=session, job_id=job_id)
+            job_queries.is_cancel_requested(session=session, job_id=job_id)
         if events:
             on_stored()
         lags.extend(now - event["time"] for _seq, event in events)

@@ -1,5 +1,5 @@
 """Merged weights' size against the base's: a LoRA on a bf16 base (a random Llama of about
-`--hidden` width), merged and exported as a job's rank 0 does (trainer/export.py), with
+`--hidden` width), merged and exported as a job's rank 0 does (trainer/model/export.py), with
 `export_dtype` auto, bf16, fp16 and fp32. The fp32 export, what every merge gave before
 export_dtype, is the reference measured in the same run.
 
@@ -25,7 +25,7 @@ def write_bf16_base(folder: Path, *, hidden: int, layers: int) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from trainer.builtin_model import build_tokenizer
+    from trainer.model.builtin_model import build_tokenizer
 
     tokenizer = build_tokenizer()
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=4 * hidden,
@@ -40,9 +40,9 @@ def export_with(base: Path, run_dir: Path, export_dtype: str) -> Path:
     import torch
     from transformers import AutoTokenizer
 
-    from trainer.export import export_weights
-    from trainer.method import apply_method
-    from trainer.model_source import load_base_model
+    from trainer.model.export import export_weights
+    from trainer.model.method import apply_method
+    from trainer.model.model_source import load_base_model
     from tunedeck.job_spec import JobSpec
     from tunedeck.run_folder import RunFolder
 

@@ -1,11 +1,11 @@
-"""The data preflight on a large dataset: how long trainer.dataset_preflight takes for
+"""The data preflight on a large dataset: how long trainer.data.dataset_preflight takes for
 `--records` jsonl records (default 100,000), against references measured in the same run.
 
 The records are alpaca-like prompt/response pairs with a fixed seed: a tenth repeat an
 earlier one, and `--long-share` (default 0.3) have answers well past `--seq-len` (default
-256). Printed: the time to merely read the records (trainer.datasets.load_examples, the
+256). Printed: the time to merely read the records (trainer.data.datasets.load_examples, the
 first thing a job does), the time to tokenize the same sample as the trainer does at job
-start (trainer.datasets.tokenize_examples), and the whole preflight (read, tokenize a
+start (trainer.data.datasets.tokenize_examples), and the whole preflight (read, tokenize a
 seeded sample of at most SAMPLE_LIMIT, count, render), with the tokenizer loaded once
 before (a worker pays its load too: shown on their own lines, first and warm). All three run with the cyclic
 garbage collector paused, as a rank reads its data and as the preflight does. Each figure
@@ -73,9 +73,9 @@ def main() -> int:
 
 def run(folder: Path, arguments: argparse.Namespace) -> None:
     from tunedeck.job_spec import JobSpec
-    from trainer.dataset_preflight import (SAMPLE_LIMIT, _sample_indices, _spec_tokenizer,
-                                           collection_paused, preflight_report)
-    from trainer.datasets import load_examples, tokenize_examples
+    from trainer.data.dataset_preflight import (SAMPLE_LIMIT, _sample_indices, _spec_tokenizer,
+                                                collection_paused, preflight_report)
+    from trainer.data.datasets import load_examples, tokenize_examples
 
     data = folder / "train.jsonl"
     write_records(data, records=arguments.records, long_share=arguments.long_share,
@@ -83,7 +83,7 @@ def run(folder: Path, arguments: argparse.Namespace) -> None:
     spec = JobSpec(dataset=str(data), seq_len=arguments.seq_len, max_steps=1)
     first_load_seconds, tokenizer = best_seconds(lambda: _spec_tokenizer(spec), 1)
     tokenizer_seconds, tokenizer = best_seconds(lambda: _spec_tokenizer(spec), arguments.repeats)
-    with collection_paused():  # as a rank reads and tokenizes (trainer/startup_gc.py)
+    with collection_paused():  # as a rank reads and tokenizes (trainer/startup/startup_gc.py)
         read_seconds, examples = best_seconds(lambda: load_examples(str(data)), arguments.repeats)
         sample = [examples[i] for i in _sample_indices(len(examples), SAMPLE_LIMIT)]
         tokenize_seconds, _ = best_seconds(lambda: tokenize_examples(

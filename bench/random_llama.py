@@ -37,7 +37,7 @@ def write_model_config(folder: Path, shape: LlamaShape):
     """config.json and the tokenizer, no weights: enough for the memory planner."""
     from transformers import AutoTokenizer, LlamaConfig
 
-    from trainer.builtin_model import ensure_builtin_model
+    from trainer.model.builtin_model import ensure_builtin_model
 
     tokenizer = AutoTokenizer.from_pretrained(ensure_builtin_model(folder.parent / "home"))
     config = LlamaConfig(vocab_size=max(shape.vocab, len(tokenizer)), hidden_size=shape.hidden,

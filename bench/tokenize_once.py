@@ -3,7 +3,7 @@ need, for N prompt/response records with the built-in tokenizer.
 
 Every rank used to read and tokenize the whole dataset itself (R ranks: R times the CPU, R
 copies of the rows as Python lists); now the node's first rank tokenizes and writes int32
-arrays that every rank memory-maps (trainer/tokenized_data.py). The reference, measured in
+arrays that every rank memory-maps (trainer/data/tokenized_data.py). The reference, measured in
 the same run, is one rank's tokenization: the figure is the CPU a job spends on its data
 (once: tokenize + write + R opens; every rank: R x tokenize), as a ratio.
 
@@ -24,9 +24,9 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainer.builtin_model import _WORDS, ensure_builtin_model  # noqa: E402
-from trainer.model_source import load_tokenizer  # noqa: E402
-from trainer.tokenized_data import read_tokenized, tokenize_splits, write_tokenized  # noqa: E402
+from trainer.model.builtin_model import _WORDS, ensure_builtin_model  # noqa: E402
+from trainer.model.model_source import load_tokenizer  # noqa: E402
+from trainer.data.tokenized_data import read_tokenized, tokenize_splits, write_tokenized  # noqa: E402
 from tunedeck.job_spec import JobSpec  # noqa: E402
 from tunedeck.units import MIB  # noqa: E402
 

@@ -15,9 +15,8 @@ from typing import Iterator
 
 import httpx
 
-from worker.process_group import live_group_members
-
-REPO = Path(__file__).resolve().parents[1]
+from harness.services import REPO, running_service, stop_service
+from tunedeck.line_server import installed_module
 
 
 def free_port() -> int:
@@ -85,7 +84,7 @@ def add_account(home: Path, name: str, password: str, *, admin: bool = False,
     token create`) in the database of `home`; returns the account's API token."""
     env = {**os.environ, "TUNEDECK_HOME": str(home), "GRADIO_ANALYTICS_ENABLED": "False",
            **(extra_env or {})}
-    command = [sys.executable, "-m", "tunedeck.cli"]
+    command = [sys.executable, "-m", "cli"]
     home.mkdir(parents=True, exist_ok=True)
     subprocess.run([*command, "migrate"], env=env, check=True, capture_output=True)
     subprocess.run([*command, "user", "add", name, "--password-stdin", *(["--admin"] if admin else [])],
@@ -95,18 +94,36 @@ def add_account(home: Path, name: str, password: str, *, admin: bool = False,
     return created.stdout.strip()
 
 
+FAKE_TRAINER_PATH = REPO / "bench" / "fake_trainer"
+
+
+def stand_in_trainer_environment(module: str, folder: Path = REPO) -> dict[str, str]:
+    """For `running_tunedeck`'s `extra_env`: the ranks run `python -m module`, found in
+    `folder` (put before the inherited PYTHONPATH), instead of TuneDeck's trainer."""
+    path = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
+    return {"TUNEDECK_TRAINER_MODULE": module, "PYTHONPATH": path}
+
+
+def fake_trainer_environment() -> dict[str, str]:
+    """The ranks run bench/fake_trainer (a step line every FAKE_TRAINER_STEP_SECONDS, no
+    model). With no model to import ahead of a job, the warm start is off."""
+    return {**stand_in_trainer_environment("fake_trainer", FAKE_TRAINER_PATH),
+            "TUNEDECK_WARM_START": "false"}
+
+
 @contextmanager
 def running_tunedeck(home: Path, *, extra_env: dict[str, str] | None = None, cwd: Path = REPO,
                      startup_seconds: float = 120, token: str | None = None) -> Iterator[RunningServer]:
     """`tunedeck up` on a free port with its own TUNEDECK_HOME; everything of it is gone after.
-    `cwd` is the folder it runs in, where its ranks' `python -m trainer` looks first. With
+    `cwd` is the folder it runs in (its ranks' too; it cannot replace the trainer). With
     `token` (see `add_account`), the server's `http` client sends it."""
     port = free_port()
     env = {**os.environ, "TUNEDECK_HOME": str(home), "GRADIO_ANALYTICS_ENABLED": "False",
            "OMP_NUM_THREADS": "1", **(extra_env or {})}
     home.mkdir(parents=True, exist_ok=True)
     log = (home / "up.log").open("ab")
-    process = subprocess.Popen([sys.executable, "-m", "tunedeck.cli", "up", "--port", str(port)],
+    # As the `tunedeck` script runs: the folder it starts in is not on sys.path.
+    process = subprocess.Popen(installed_module("cli", "up", "--port", str(port)),
                                cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True)
     server = RunningServer(process, f"http://127.0.0.1:{port}", home)
@@ -116,7 +133,7 @@ def running_tunedeck(home: Path, *, extra_env: dict[str, str] | None = None, cwd
         _wait_until_healthy(server, startup_seconds)
         yield server
     finally:
-        _stop(process)
+        stop_service(process)
         log.close()
 
 
@@ -132,42 +149,6 @@ def _wait_until_healthy(server: RunningServer, timeout_seconds: float) -> None:
             pass
         time.sleep(0.5)
     raise AssertionError("tunedeck up did not answer /healthz in time")
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            pass
-    for pid in live_group_members(process.pid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    if process.poll() is None:
-        process.wait(timeout=10)
-
-
-@contextmanager
-def running_service(command: list[str], *, home: Path, env: dict[str, str], log_name: str,
-                    cwd: Path = REPO) -> Iterator[subprocess.Popen]:
-    """One long-running `tunedeck` service (`web`, `worker`) in its own session, as a team
-    set-up runs them: each its own process, sharing the database, the broker and
-    TUNEDECK_HOME. Stopped (and every process of it gone) afterwards."""
-    full_env = {**os.environ, "TUNEDECK_HOME": str(home), "GRADIO_ANALYTICS_ENABLED": "False",
-                "OMP_NUM_THREADS": "1", **env}
-    home.mkdir(parents=True, exist_ok=True)
-    log = (home / log_name).open("ab")
-    process = subprocess.Popen([sys.executable, "-m", "tunedeck.cli", *command], cwd=cwd,
-                               env=full_env, stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True)
-    try:
-        yield process
-    finally:
-        _stop(process)
-        log.close()
 
 
 @contextmanager

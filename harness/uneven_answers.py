@@ -3,7 +3,7 @@ shape under which a mean of micro-batch means and a mean over answer tokens diff
 import json
 import random
 
-from trainer.builtin_model import _WORDS
+from trainer.model.builtin_model import _WORDS
 
 EXAMPLES = 64  # a multiple of every micro-batch x ranks the loss tests use: no rank drops a row
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from alembic import context
 
 from tunedeck.db.engine import make_engine
-from tunedeck.db.models import Base
+from tunedeck.db.schema import METADATA
 from tunedeck.settings import load_settings
 
 config = context.config
@@ -12,7 +12,7 @@ database_url = config.get_main_option("sqlalchemy.url") or load_settings().resol
 
 
 def run_migrations_offline() -> None:
-    context.configure(url=database_url, target_metadata=Base.metadata, literal_binds=True,
+    context.configure(url=database_url, target_metadata=METADATA, literal_binds=True,
                       render_as_batch=database_url.startswith("sqlite"))
     with context.begin_transaction():
         context.run_migrations()
@@ -22,7 +22,7 @@ def run_migrations_online() -> None:
     engine = make_engine(database_url)
     with engine.connect() as connection:
         # SQLite can't ALTER most things; batch mode rebuilds tables instead.
-        context.configure(connection=connection, target_metadata=Base.metadata,
+        context.configure(connection=connection, target_metadata=METADATA,
                           render_as_batch=connection.dialect.name == "sqlite")
         with context.begin_transaction():
             context.run_migrations()

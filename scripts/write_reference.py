@@ -4,7 +4,7 @@
     python scripts/write_reference.py           # (re)write cli.md, http-api.md, job-spec.md
     python scripts/write_reference.py --check   # exit 1, naming each page that differs
 
-- cli.md: every command and subcommand of `tunedeck.cli.main._build_parser()`, with its
+- cli.md: every command and subcommand of `cli.main._build_parser()`, with its
   arguments, their types, defaults and help.
 - http-api.md: every route of the web app's OpenAPI document (`app.main.create_app(...)`,
   built against a throw-away TUNEDECK_HOME with a migrated SQLite database, then
@@ -14,10 +14,9 @@
 
 The output depends on the code only: commands, routes and fields are sorted, no path of
 this machine and no time is written, and argparse's terminal width is never consulted.
-A spec field's description is its schema `description` where the code gives one, else its
-line in SPEC_FIELD_NOTES (scripts/reference/job_spec_page.py); a field with neither (or a
-note for a field that no longer exists) stops the script, so a new field cannot reach the
-page undescribed.
+A spec field's label and description are its own (`Field(title=..., description=...)` in
+tunedeck/job_spec.py and tunedeck/spec_sections.py); a field without a description stops
+the script, so a new field cannot reach the page undescribed.
 """
 from __future__ import annotations
 

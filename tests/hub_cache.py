@@ -54,3 +54,14 @@ def add_hub_dataset(cache: Path, repo_id: str, columns: dict[str, list]) -> Path
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(SNAPSHOT_SHA)
     return snapshot
+
+
+@pytest.fixture
+def offline_hub_error(offline_hub) -> str:
+    """transformers' own words for a model it cannot fetch offline, quoted URLs and all (the
+    text a failed job's error holds)."""
+    from transformers import AutoConfig
+
+    with pytest.raises(OSError) as raised:
+        AutoConfig.from_pretrained("some-org/absent-model")
+    return str(raised.value)

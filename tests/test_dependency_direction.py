@@ -1,12 +1,13 @@
 """Dependencies point one way (docs/architecture.md), for every package: checked on the source
 and, for what must stay light, in a fresh interpreter.
 
-    core (tunedeck/, less tunedeck/cli)  -> nothing of app, worker, trainer, start-up
+    core (tunedeck/)                     -> nothing of app, worker, trainer, cli
     app                                  -> core only (never torch, never the worker)
     worker                               -> core, and the trainer's pure modules
     trainer                              -> pure core modules only
-    tunedeck/cli (start-up)              -> anything of the product
+    cli (start-up, above all the rest)   -> anything of the product
     migrations                           -> core only
+    (nothing of tunedeck, app, worker, trainer or migrations imports cli)
     harness (what tests and benches drive TuneDeck with) -> the product, never a test
     bench                                -> the product and harness, never a test
 and no package of the product imports harness, bench or tests.
@@ -21,7 +22,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 NOT_THE_PRODUCT = {"harness", "bench", "tests"}
-START_UP = "tunedeck.cli"
+START_UP = "cli"
 # What each package may not import at all (prefixes of dotted names).
 FORBIDDEN = {
     "tunedeck": {"app", "worker", "trainer", START_UP, *NOT_THE_PRODUCT},
@@ -29,10 +30,11 @@ FORBIDDEN = {
             "datasets", "tunedeck.data.sources", *NOT_THE_PRODUCT},
     "worker": {"app", START_UP, *NOT_THE_PRODUCT},
     "trainer": {"app", "worker", START_UP, "tunedeck.db", "tunedeck.job_store",
-                "tunedeck.metrics.store", "tunedeck.settings", "tunedeck.accounts",
+                "tunedeck.job_queries", "tunedeck.metrics.store", "tunedeck.settings",
+                "tunedeck.accounts",
                 "tunedeck.cluster", "sqlalchemy", "celery", "gradio", "fastapi",
                 *NOT_THE_PRODUCT},
-    "tunedeck/cli": {*NOT_THE_PRODUCT},
+    "cli": {*NOT_THE_PRODUCT},
     "migrations": {"app", "worker", "trainer", START_UP, *NOT_THE_PRODUCT},
     "harness": {"tests", "bench"},
     "bench": {"tests"},
@@ -44,7 +46,10 @@ PURE_MODULES = ["tunedeck/job_spec.py", "tunedeck/spec_sections.py", "tunedeck/t
                 "tunedeck/metrics/events.py", "tunedeck/metrics/figures.py", "tunedeck/job_states.py",
                 "tunedeck/units.py", "tunedeck/metrics/eta.py",
                 "tunedeck/safetensors_headers.py", "tunedeck/data/records.py",
-                "tunedeck/data/sources.py", "tunedeck/data/columns.py"]
+                "tunedeck/data/sources.py", "tunedeck/data/columns.py",
+                "tunedeck/data/file_formats.py", "tunedeck/data/file_check.py",
+                "tunedeck/data/preference_records.py", "tunedeck/worker_requests/states.py",
+                "tunedeck/spec_text.py"]
 HEAVY = {"torch", "deepspeed", "transformers", "peft", "sqlalchemy", "celery", "gradio",
          "fastapi", "yaml", "numpy", "datasets", "pyarrow", "huggingface_hub"}
 
@@ -58,7 +63,7 @@ def _imports(path: Path, *, module_level_only: bool) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
-            # `from tunedeck import cli` names the module through its package.
+            # `from tunedeck import job_spec` names the module through its package.
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
     return names
 
@@ -78,8 +83,6 @@ def hits(names: set[str], forbidden: set[str]) -> set[str]:
 
 def files_of(package: str) -> list[Path]:
     files = sorted((REPO / package).rglob("*.py"))
-    if package == "tunedeck":  # the core: start-up is its own package
-        files = [path for path in files if not path.is_relative_to(REPO / "tunedeck" / "cli")]
     if package == "bench":  # the stand-in trainer a bench launches is a trainer of its own
         files = [path for path in files if "fake_trainer" not in path.parts]
     return files
@@ -141,9 +144,9 @@ def test_the_worker_imports_only_pure_trainer_modules(tmp_path):
 
 # The client commands talk to a server over HTTP: they run where the web's stack is not
 # installed, so they import nothing of it (start-up commands like `web` may).
-CLIENT_COMMANDS = ["tunedeck/cli/server_calls.py", "tunedeck/cli/job_commands.py",
-                   "tunedeck/cli/logs_command.py", "tunedeck/cli/download_command.py",
-                   "tunedeck/cli/watch_command.py", "tunedeck/cli/text_table.py",
+CLIENT_COMMANDS = ["cli/server_calls.py", "cli/job_commands.py",
+                   "cli/logs_command.py", "cli/download_command.py",
+                   "cli/watch_command.py", "cli/text_table.py",
                    "tunedeck/metrics/eta.py"]
 
 

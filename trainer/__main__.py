@@ -16,7 +16,7 @@ from pathlib import Path
 # before transformers is imported, which reads it once.
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-from trainer.startup_gc import pause_collection
+from trainer.startup.startup_gc import pause_collection
 
 # Before the heavy imports below and in train(), which resumes it once they are done.
 pause_collection()
@@ -25,9 +25,10 @@ from tunedeck.job_spec import JobSpec  # noqa: E402
 from tunedeck.run_folder import RunFolder, read_json  # noqa: E402
 
 from trainer.failure_notice import accelerator_memory_reading, error_notice  # noqa: E402
-from trainer.rank import die_with_launcher, rank_context_from_environment, set_cpu_threads  # noqa: E402
+from trainer.rank import (configure_cuda_allocator, die_with_launcher,  # noqa: E402
+                          rank_context_from_environment, set_cpu_threads)
 from trainer.telemetry import open_telemetry  # noqa: E402
-from trainer.unused_libraries import keep_unused_libraries_out  # noqa: E402
+from trainer.startup.unused_libraries import keep_unused_libraries_out  # noqa: E402
 
 
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -44,6 +45,7 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     arguments = parse_arguments(argv)
     die_with_launcher()
+    configure_cuda_allocator()
     context = rank_context_from_environment()
     set_cpu_threads(context)
     run = RunFolder(arguments.run_dir.resolve())

@@ -16,7 +16,7 @@ from typing import Any
 from tunedeck.data.records import Example, eval_split_problem, split_eval_examples
 from tunedeck.job_spec import JobSpec
 
-from trainer.datasets import IGNORE_INDEX, TokenizedExample, collate_rows, load_spec_examples
+from trainer.data.datasets import IGNORE_INDEX, TokenizedExample, collate_rows, load_spec_examples
 from trainer.rank import RankContext
 from trainer.telemetry import Telemetry
 from trainer.token_loss import model_summed_loss, summed_token_loss
@@ -116,7 +116,7 @@ class NoEvaluation:
 def build_evaluation(rows: Sequence[TokenizedExample], *, pad_token_id: int, spec: JobSpec,
                      context: RankContext, telemetry: Telemetry) -> Evaluation | NoEvaluation:
     """This rank's eval micro-batches, from the eval rows (tokenized, and packed as training
-    is, by trainer/tokenized_data.py), laid out as training's are (padded, or padding-free:
+    is, by trainer/data/tokenized_data.py), laid out as training's are (padded, or padding-free:
     flash attention keeps packed examples apart only in a padding-free row)."""
     if not rows:
         return NoEvaluation()

@@ -14,8 +14,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.datasets import prompt_token_ids
-from trainer.model_source import load_base_model, load_tokenizer, resolve_model_source
+from trainer.data.datasets import prompt_token_ids
+from trainer.model.model_source import load_base_model, load_tokenizer, resolve_model_source
 
 # Loaded models kept: two, so "Compare with base" (the base, then the fine-tune, then the
 # base again for the next prompt) never reloads either.
@@ -50,7 +50,7 @@ class ModelShelf:
 
 
 def load_for_generation(request: dict) -> LoadedModel:
-    """The model and tokenizer as training loaded them (trainer/model_source.py), the adapter
+    """The model and tokenizer as training loaded them (trainer/model/model_source.py), the adapter
     on top for the adapter variant, on the request's device, in eval mode."""
     import torch
 

@@ -14,6 +14,12 @@ if TYPE_CHECKING:
     import torch
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+# The CUDA caching allocator's settings for the ranks. Expandable segments let a freed
+# range serve a later allocation of another size, so the optimizer step's flat fp32
+# partitions reuse what backward's activations freed instead of reserving new blocks beside
+# them (torchtitan runs with the same).
+CUDA_ALLOCATOR_SETTINGS = "expandable_segments:True"
+ALLOCATOR_VARIABLES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,18 @@ def rank_context_from_environment() -> RankContext:
         local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
         device=device,
     )
+
+
+def configure_cuda_allocator(environ: dict | None = None) -> None:
+    """Add expandable segments to the allocator's settings before CUDA is first used (the
+    allocator reads them once): to the variable the host's environment sets, after its own
+    settings, unless those already say whether to expand segments."""
+    environ = os.environ if environ is None else environ
+    name = next((name for name in ALLOCATOR_VARIABLES if environ.get(name)),
+                "PYTORCH_CUDA_ALLOC_CONF")
+    own = environ.get(name, "")
+    if "expandable_segments" not in own:
+        environ[name] = f"{own},{CUDA_ALLOCATOR_SETTINGS}" if own else CUDA_ALLOCATOR_SETTINGS
 
 
 def die_with_launcher() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tunedeck.metrics.events import EVAL, FOOTPRINT, MEMORY, NOTICE, PHASE, STEP, encode_event
-from tunedeck.units import MIB  # the readings' `*_mb` fields are MiB
+from tunedeck.units import GIB, MIB  # the readings' `*_mb` fields are MiB
 
 
 class Telemetry(Protocol):
@@ -118,6 +118,39 @@ def device_memory_mb(device) -> dict[str, float | None]:
         "peak_mb": torch.cuda.max_memory_allocated(device) / MIB,
         "peak_reserved_mb": torch.cuda.max_memory_reserved(device) / MIB,
     }
+
+
+def start_training_peaks(device) -> None:
+    """From here on the allocator's peaks are the training's (the memory planner's figure),
+    not loading's or wrapping's."""
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def allocator_peaks(device) -> tuple[float, float] | None:
+    """(peak allocated, peak reserved) bytes of the CUDA allocator; None on a CPU."""
+    readings = device_memory_mb(device)
+    if readings["peak_mb"] is None:
+        return None
+    return readings["peak_mb"] * MIB, readings["peak_reserved_mb"] * MIB
+
+
+def first_step_memory_text(before_update: tuple[float, float],
+                           after_update: tuple[float, float]) -> str:
+    """One log line: where the first step's memory peaked, in forward and backward or in
+    the optimizer step (which makes Adam's state and its temporaries), as the memory
+    planner counts them (docs/memory-plan.md). The peaks are the training's since its
+    start (start_training_peaks), so an update that needed no more leaves them as they
+    were."""
+    backward = (f"memory of the first step: forward and backward peaked at "
+                f"{before_update[0] / GIB:.2f} GiB allocated ({before_update[1] / GIB:.2f} GiB "
+                f"reserved)")
+    if after_update[0] <= before_update[0]:
+        return f"{backward}; the optimizer step needed no more"
+    return (f"{backward}; the optimizer step peaked higher, at {after_update[0] / GIB:.2f} GiB "
+            f"({after_update[1] / GIB:.2f} GiB reserved)")
 
 
 def _current_process():

@@ -1,6 +1,6 @@
 """`train(spec, run)`: one fine-tune, read top to bottom.
 
-Load the tokenizer, tokenize the data (once a node, trainer/tokenized_data.py), load the
+Load the tokenizer, tokenize the data (once a node, trainer/data/tokenized_data.py), load the
 model, apply the method, wrap with the backend, resume from the latest checkpoint if asked,
 loop (saving a checkpoint every N steps), gather, save and merge. Every rank runs this same
 function; only rank 0 writes the model.
@@ -8,9 +8,8 @@ function; only rank 0 writes the model.
 from __future__ import annotations
 
 import math
-import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from collections.abc import Iterator
 
 import torch
@@ -22,23 +21,25 @@ from tunedeck.run_folder import RunFolder, read_json
 
 from trainer.backends import TrainingBackend, backend_class
 from trainer.checkpoint import Checkpoints, skip_micro_batches
-from trainer.datasets import MicroBatch, micro_batches
+from trainer.data.datasets import MicroBatch, micro_batches
 from trainer.evaluation import Evaluation, NoEvaluation, build_evaluation
-from trainer.export import export_weights
-from trainer.lora_targets import resolve_lora_targets
-from trainer.method import (apply_method, set_training_mode, trainable_parameter_count,
-                            uses_adapter)
+from trainer.model.export import export_weights
+from trainer.model.lora_targets import resolve_lora_targets
+from trainer.model.method import (apply_method, set_training_mode, trainable_parameter_count,
+                                  uses_adapter)
 from trainer.mfu import MfuMeter
-from trainer.progress import compiling_ops
-from trainer.model_source import load_base_model, load_tokenizer, resolve_model_source
+from trainer.startup.progress import compiling_ops
+from trainer.model.model_source import load_base_model, load_tokenizer, resolve_model_source
 from trainer.rank import RankContext, seed_everything
 from trainer.schedule import learning_rate_at, total_optimizer_steps
 from trainer.speed.options import (apply_kernels, attn_implementation, check_speed_options,
-                                   loss_in_model)
-from trainer.startup_clock import StartupClock
-from trainer.startup_gc import resume_collection_after_imports
-from trainer.telemetry import Telemetry
-from trainer.tokenized_data import TokenizedData, remove_tokenized, tokenize_once
+                                   loss_in_model, resolve_auto_kernels)
+from trainer.startup.startup_clock import StartupClock
+from trainer.startup.startup_gc import resume_collection_after_imports
+from trainer.telemetry import (Telemetry, allocator_peaks, first_step_memory_text,
+                               start_training_peaks)
+from trainer.throughput import Throughput
+from trainer.data.tokenized_data import TokenizedData, remove_tokenized, tokenize_once
 from trainer.token_loss import step_loss_weight
 
 PRINT_EVERY_STEPS = 10
@@ -51,16 +52,19 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     clock.mark("imports")
     telemetry.notice(f"loading model {spec.model}")
     model_source = resolve_model_source(spec.model)
+    # From here on the spec names the kernels this host runs, never auto.
+    spec, kernels_choice = resolve_auto_kernels(spec, model_source, context=context)
+    if context.is_main:
+        announce(kernels_choice, telemetry=telemetry)
     check_speed_options(spec, model_source, context=context)
     backend_settings = read_json(run.backend_config_file(spec.backend))
     slow_start = backend_type.startup_notice(backend_settings, context)
     if context.is_main:
-        announce_slow_start(slow_start, telemetry=telemetry)
-    # Ops missing from the build cache compile on first use: in joining the process group
-    # (ZeRO-2's CPU collectives) and in wrapping the model (CPU Adam).
+        announce(slow_start, telemetry=telemetry)
+    # Ops missing from the build cache compile on first use, in wrapping the model (ZeRO-2's
+    # CPU Adam with an offloaded optimizer).
     compiling = slow_start is not None and context.is_main
-    with compiling_ops(telemetry, compiling=compiling):
-        backend_type.init_distributed(context)
+    backend_type.init_distributed(context)
     clock.mark("distributed init")
 
     tokenizer = load_tokenizer(model_source, trust_remote_code=spec.trust_remote_code)
@@ -115,8 +119,9 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     remove_tokenized(run, context=context)
 
 
-def announce_slow_start(notice: str | None, *, telemetry: Telemetry) -> None:
-    """Say why the job sits at step 0, in its events and its log (rank 0 asks)."""
+def announce(notice: str | None, *, telemetry: Telemetry) -> None:
+    """Say it in the job's events and its log (rank 0 asks): why the job sits at step 0,
+    which kernels auto chose."""
     if notice is not None:
         telemetry.notice(notice)
         print(notice, flush=True)
@@ -172,35 +177,6 @@ def export_trained_model(backend: TrainingBackend, spec: JobSpec, run: RunFolder
     telemetry.notice(f"merged model saved to {run.merged_dir}")
 
 
-@dataclass
-class Throughput:
-    """Tokens and seconds of the steps after the first (the first pays one-off costs)."""
-
-    first_step: int = 1
-    tokens: float = 0.0
-    seconds: float = 0.0
-    step_seconds: list[float] = field(default_factory=list)
-    # Of `seconds`, the time spent handing the step's figures to the telemetry: what
-    # running with `--metrics off` saves (bench/telemetry_overhead.py).
-    telemetry_seconds: float = 0.0
-
-    def add(self, *, step: int, tokens: float, seconds: float,
-            telemetry_seconds: float = 0.0) -> None:
-        if step > self.first_step:
-            self.tokens += tokens
-            self.seconds += seconds
-            self.step_seconds.append(seconds)
-            self.telemetry_seconds += telemetry_seconds
-
-    def as_text(self) -> str:
-        tokens_per_second = self.tokens / self.seconds if self.seconds else 0.0
-        median_step_seconds = statistics.median(self.step_seconds) if self.step_seconds else 0.0
-        return (f"tokens={int(self.tokens)} seconds={self.seconds:.4f} "
-                f"tokens_per_second={tokens_per_second:.2f} "
-                f"median_step_seconds={median_step_seconds:.6f} "
-                f"telemetry_seconds={self.telemetry_seconds:.6f}")
-
-
 def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *, spec: JobSpec,
                       start_step: int, total_steps: int, checkpoints: Checkpoints,
                       evaluation: Evaluation | NoEvaluation, context: RankContext,
@@ -208,6 +184,7 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *
                       ) -> Throughput:
     throughput = Throughput(first_step=start_step + 1)
     footprint_pending = True
+    start_training_peaks(context.device)
     for step in range(start_step + 1, total_steps + 1):
         started = time.perf_counter()
         learning_rate = learning_rate_at(step - 1, peak_learning_rate=spec.learning_rate,
@@ -215,7 +192,9 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *
                                          schedule=spec.lr_schedule)
         backend.set_learning_rate(learning_rate)
         step_batches = [next(batches) for _ in range(spec.grad_accum)]
-        loss, tokens, grad_norm_value = run_optimizer_step(backend, step_batches, context=context)
+        loss, tokens, grad_norm_value = run_optimizer_step(
+            backend, step_batches, context=context,
+            report_memory=context.is_main and step == start_step + 1)
         step_seconds = time.perf_counter() - started
         stop_on_non_finite_loss(loss, step=step, precision=spec.precision)
         reporting = time.perf_counter()
@@ -261,11 +240,13 @@ def stop_on_non_finite_loss(loss: float, *, step: int, precision: str) -> None:
 
 
 def run_optimizer_step(backend: TrainingBackend, step_batches: list[MicroBatch], *,
-                       context: RankContext) -> tuple[float, float, float]:
+                       context: RankContext, report_memory: bool = False
+                       ) -> tuple[float, float, float]:
     """Forward and backward of the step's micro-batches, then the update: (the step's loss,
     its non-pad tokens on every rank, the global gradient norm). The loss, and the gradient,
     are the mean over every answer token of the step on every rank (trainer/token_loss.py),
-    so the same global batch trains the same model however it is split."""
+    so the same global batch trains the same model however it is split. `report_memory`
+    prints where a GPU's memory peaked, before and with the update."""
     loss_tokens, tokens = all_reduce_sums(
         [sum(batch.loss_tokens for batch in step_batches),
          sum(batch.token_count for batch in step_batches)], context=context)
@@ -275,7 +256,10 @@ def run_optimizer_step(backend: TrainingBackend, step_batches: list[MicroBatch],
         batch = {name: tensor.to(context.device, non_blocking=True)
                  for name, tensor in micro_batch.inputs.items()}
         loss_sum += backend.step(batch, loss_weight=loss_weight)
+    before_update = allocator_peaks(context.device) if report_memory else None
     grad_norm = backend.optimizer_step()
+    if before_update is not None:
+        print(first_step_memory_text(before_update, allocator_peaks(context.device)), flush=True)
     loss_total, grad_norm_value = reduce_step_loss(loss_sum, grad_norm)
     return loss_total / max(loss_tokens, 1.0), tokens, grad_norm_value
 

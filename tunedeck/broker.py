@@ -46,6 +46,9 @@ def make_celery(settings: Settings) -> "Celery":
         worker_hijack_root_logger=False,
     )
     if settings.uses_embedded_broker:
+        from tunedeck.broker_files import TRANSPORT  # kombu's, each message written whole
+
+        app.conf.broker_transport = TRANSPORT
         app.conf.broker_transport_options = _filesystem_transport_options(settings)
     else:
         app.conf.broker_transport_options = {

@@ -6,6 +6,9 @@ OUT_OF_MEMORY = "out_of_memory"
 COMM_TIMEOUT = "comm_timeout"
 NAN_LOSS = "nan_loss"
 INPUT_ERROR = "input_error"
+# A Hugging Face model or dataset id the host's hub cache lacks, with HF_HUB_OFFLINE=1:
+# nothing is wrong with the input, the cache is to be filled (`offline_cache_advice`).
+NOT_CACHED_OFFLINE = "not_cached_offline"
 KILLED_BY_SIGNAL = "killed_by_signal"
 CANCELLED = "cancelled"
 WORKER_LOST = "worker_lost"
@@ -13,8 +16,19 @@ WORKER_LOST = "worker_lost"
 TIMEOUT = "timeout"
 NODE_FAIL = "node_fail"
 ERROR = "error"
-FAILURE_KINDS = (OUT_OF_MEMORY, COMM_TIMEOUT, NAN_LOSS, INPUT_ERROR, KILLED_BY_SIGNAL,
-                 CANCELLED, WORKER_LOST, TIMEOUT, NODE_FAIL, ERROR)
+FAILURE_KINDS = (OUT_OF_MEMORY, COMM_TIMEOUT, NAN_LOSS, INPUT_ERROR, NOT_CACHED_OFFLINE,
+                 KILLED_BY_SIGNAL, CANCELLED, WORKER_LOST, TIMEOUT, NODE_FAIL, ERROR)
+
+
+def offline_cache_advice(reference: str, *, hub_cache: str, repo_type: str = "model") -> str:
+    """What a host with HF_HUB_OFFLINE=1 says of a hub id its cache lacks: what it is and
+    how to fill the cache (the worker's input check and the dataset reader say it alike)."""
+    download = f"hf download {reference}" + ("" if repo_type == "model" else
+                                              f" --repo-type {repo_type}")
+    return (f"not in this host's Hugging Face cache ({hub_cache}), and HF_HUB_OFFLINE=1 "
+            f"forbids downloading it: fill the cache first (`{download}` on this host with "
+            "HF_HUB_OFFLINE unset, or on a machine with internet access and copy its cache "
+            "here, or point HF_HOME at a filled cache), or unset HF_HUB_OFFLINE")
 
 
 def failure_label(kind: str | None, rank: int | None) -> str:

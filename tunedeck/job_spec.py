@@ -2,127 +2,43 @@
 
 The form builds it, the API validates it, the database stores it unchanged, the worker
 writes it as `spec.json`, and the trainer reads only that. Unknown keys are an error.
+Its fields (and their words) are tunedeck/spec_fields.py's; here are the rules that read
+more than one of them, and what a spec says about itself.
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Literal
+import re
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import field_validator, model_validator
+from pydantic.fields import FieldInfo
 
-# The spec's sections live in their own module; their names are the spec's too.
+from tunedeck.backends import backend_named
+# The spec's fields and sections live in their own modules; their names are the spec's too.
+from tunedeck.spec_fields import (BACKENDS, DTYPES, EXPORT_DTYPES, LEARNING_RATE_SCHEDULES,  # noqa: F401
+                                  METHODS, PLACEMENT_NAME, PRECISIONS, SHARDING_STRATEGIES,
+                                  SINGLE_FILE_SUFFIXES, SPLIT_PATTERN, TAG_PATTERN, TRACKERS,
+                                  Backend, ExportDType, JobSpecFields, LearningRateSchedule,
+                                  Method, Precision, Tracker)
 from tunedeck.spec_sections import (ATTENTIONS, DEFAULT_BUCKET_ELEMENTS, KERNELS,  # noqa: F401
                                     SPEED_PACKAGES, Attention, ColumnMapping, DType,
                                     FsdpSettings, Kernels, LoraSettings, ShardingStrategy,
                                     SpeedPackage, StrictModel, Zero2Settings, _no_nul)
 
-Method = Literal["lora", "qlora", "full"]
-Backend = Literal["zero2", "fsdp"]
-Precision = Literal["bf16", "fp16", "fp32"]
-LearningRateSchedule = Literal["cosine", "linear", "constant"]
-# The dtype merged/ is saved in; auto: the base model's stored dtype (see trainer/export_dtype.py).
-ExportDType = Literal["auto", "bf16", "fp16", "fp32"]
 
-METHODS: tuple[str, ...] = Method.__args__
-BACKENDS: tuple[str, ...] = Backend.__args__
-PRECISIONS: tuple[str, ...] = Precision.__args__
-LEARNING_RATE_SCHEDULES: tuple[str, ...] = LearningRateSchedule.__args__
-SHARDING_STRATEGIES: tuple[str, ...] = ShardingStrategy.__args__
-DTYPES: tuple[str, ...] = DType.__args__
-EXPORT_DTYPES: tuple[str, ...] = ExportDType.__args__
-# Where the worker also sends the job's metrics (worker/trackers/; servers in Settings).
-Tracker = Literal["tensorboard", "mlflow", "wandb"]
-TRACKERS: tuple[str, ...] = Tracker.__args__
-# A queue or host name: it becomes part of a broker queue name, so letters, digits and
-# . _ - only.
-PLACEMENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
-# Data files read whole, as one split.
-SINGLE_FILE_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".parquet", ".csv")
-# A `datasets` split: a name (starting with a letter or digit, so never ".."), a slice of one
-# ("train[:10%]", "train[100:200]"), or a sum.
-SPLIT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(\[[0-9:%-]{0,32}\])?(\+[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(\[[0-9:%-]{0,32}\])?){0,8}$"
-
-
-class JobSpec(StrictModel):
-    name: str | None = Field(None, max_length=200)
-    model: str = Field("builtin:tiny-llama", min_length=1, max_length=1000)
-    dataset: str = Field("builtin:arithmetic", min_length=1, max_length=1000)
-    # A Hugging Face dataset id's (or dataset folder's) configuration and split, e.g.
-    # "train[:10%]"; a single file (.jsonl, .csv, .parquet, ...) is read whole.
-    dataset_config: str | None = Field(None, min_length=1, max_length=200)
-    dataset_split: str = Field("train", pattern=SPLIT_PATTERN)
-    # The dataset's own column names, where they differ (eval_dataset is read with them too).
-    columns: ColumnMapping = ColumnMapping()
-    method: Method = "lora"
-    backend: Backend = "zero2"
-    num_gpus: int = Field(1, ge=1, le=64)
-    num_nodes: int = Field(1, ge=1, le=64)
-    max_steps: int | None = Field(None, ge=1, le=10_000_000)
-    epochs: float | None = Field(None, gt=0, le=10_000)
-    learning_rate: float = Field(2.0e-4, gt=0, le=1.0)
-    warmup_steps: int = Field(0, ge=0, le=1_000_000)
-    lr_schedule: LearningRateSchedule = "cosine"
-    weight_decay: float = Field(0.0, ge=0, le=1)
-    # Gradients are clipped to this global norm; 0 turns clipping off.
-    max_grad_norm: float = Field(1.0, ge=0, le=1_000_000)
-    micro_batch_size: int = Field(4, ge=1, le=4096)
-    grad_accum: int = Field(1, ge=1, le=4096)
-    seq_len: int = Field(256, ge=8, le=1_048_576)
-    precision: Precision = "bf16"
-    seed: int = Field(42, ge=0, le=2**31 - 1)
-    # Evaluation: hold out a fraction of the dataset, or name a separate file (not both);
-    # the eval loss is measured every `eval_every_steps` optimizer steps and at the end.
-    eval_split: float = Field(0.0, ge=0, le=0.5)
-    eval_dataset: str | None = Field(None, min_length=1, max_length=1000)
-    # eval_dataset's split when it is a Hugging Face id or a dataset folder (with dataset_config).
-    eval_dataset_split: str = Field("test", pattern=SPLIT_PATTERN)
-    eval_every_steps: int = Field(0, ge=0, le=10_000_000)
-    # Pack several examples into each seq_len row (fewer pad tokens; attention still stops
-    # at each example's boundary through per-example position ids).
-    packing: bool = False
-    # GPU speed options, each off until measured on a GPU (docs/user-guide.md, "Speed
-    # options"). liger: Liger Kernel's RMSNorm, RoPE, SwiGLU and fused linear
-    # cross-entropy (the logits are never made whole) on the architectures it patches.
-    kernels: Kernels = "none"
-    # flash: flash-attn 2 (its varlen kernel for padding-free rows); sdpa: PyTorch's own.
-    attention: Attention = "sdpa"
-    # A micro-batch's rows laid end to end in one row, with no pad token; position ids
-    # restart at every example, so examples still do not see each other.
-    padding_free: bool = Field(False, validate_default=True)
-    # AdamW's fused kernel (torch.optim.AdamW(fused=True)): one launch for every tensor
-    # instead of a few per tensor; both backends (ZeRO-2 through DeepSpeed's torch_adam).
-    # zero2.offload_optimizer steps DeepSpeed's CPU Adam instead, vectorised already.
-    fused_optimizer: bool = False
-    # Save a checkpoint every N optimizer steps (0: none) and keep the newest K.
-    checkpoint_every_steps: int = Field(0, ge=0, le=10_000_000)
-    keep_checkpoints: int = Field(2, ge=1, le=1000)
-    # Where it runs: a worker queue (workers serve the queues TUNEDECK_WORKER_QUEUES names)
-    # or one host; with neither, any worker of the "default" queue with enough free GPUs.
-    queue: str | None = Field(None, pattern=PLACEMENT_NAME)
-    host: str | None = Field(None, pattern=PLACEMENT_NAME)
-    # When the worker running it is lost, queue it again (from its latest checkpoint, on
-    # any worker) up to this many times; 0: it fails with "worker lost".
-    max_restarts: int = Field(0, ge=0, le=100)
-    # Let transformers run Python code shipped with the model (its own modeling files): only
-    # an admin may submit a spec with it on (the web refuses it for anyone else).
-    trust_remote_code: bool = False
-    # The dtype of the merged weights (merging itself is fp32, cast once at the end). auto:
-    # what the base stores (its safetensors headers, else its config.json, else fp32), so a
-    # LoRA on a bf16 base downloads bf16, not twice the base's bytes in fp32.
-    export_dtype: ExportDType = "auto"
-    # Trackers the worker writes the job's metrics to as it stores them (none by default):
-    # TensorBoard event files in the run folder, an MLflow run, a W&B run.
-    report_to: list[Tracker] = Field(default_factory=list, max_length=len(TRACKERS))
-    lora: LoraSettings = LoraSettings()
-    zero2: Zero2Settings = Zero2Settings()
-    # Validated when left out too: its rules read other fields (flash's compute dtype).
-    fsdp: FsdpSettings = Field(FsdpSettings(), validate_default=True)
-
+class JobSpec(JobSpecFields):
     @field_validator("name", "model", "dataset", "eval_dataset", "dataset_config")
     @classmethod
     def _text_without_nul(cls, text: str | None) -> str | None:
         return _no_nul(text) if text is not None else None
+
+    @field_validator("tags")
+    @classmethod
+    def _tags_are_short_labels(cls, tags: list[str]) -> list[str]:
+        for tag in tags:
+            _no_nul(tag)
+            if not re.fullmatch(TAG_PATTERN, tag):
+                raise ValueError(f"{tag!r} is not a tag: 1 to 32 letters, digits or - _ . :")
+        return tags
 
     @field_validator("report_to")
     @classmethod
@@ -142,25 +58,19 @@ class JobSpec(StrictModel):
 
     @field_validator("backend")
     @classmethod
-    def _qlora_needs_zero2(cls, backend: str, info) -> str:
-        if backend == "fsdp" and info.data.get("method") == "qlora":
-            # What tests/trainer/test_qlora_under_fsdp.py shows, in one sentence.
-            raise ValueError(
-                "qlora under fsdp: FSDP2 turns each packed 4-bit weight into a plain uint8 "
-                "shard without its quantization state, and only a bitsandbytes fallback that "
-                "rebuilds the state on every forward keeps the numbers right (on 2 CPU ranks: "
-                "exact while the weights keep their layout, logits off by over 5 once "
-                "bitsandbytes repacks them for an eval forward; not verified on GPUs); use "
-                "backend zero2 (it keeps the frozen 4-bit base whole on each rank), or method "
-                "lora under fsdp")
+    def _backend_trains_the_method(cls, backend: str, info) -> str:
+        problem = backend_named(backend).method_problem(info.data.get("method"))
+        if problem:
+            raise ValueError(problem)
         return backend
 
     @field_validator("attention")
     @classmethod
     def _flash_needs_half_precision(cls, attention: str, info) -> str:
-        # Under fsdp the compute dtype is fsdp.param_dtype's when set: checked with it.
+        # A backend whose section sets the compute dtype (fsdp.param_dtype) is checked with it.
+        backend = backend_named(info.data.get("backend"))
         if attention == "flash" and info.data.get("precision") == "fp32" \
-                and info.data.get("backend") == "zero2":
+                and backend is not None and not backend.sets_compute_dtype:
             raise ValueError("flash runs in bf16 or fp16 only; pick precision bf16, or "
                              "attention sdpa for fp32")
         return attention
@@ -217,15 +127,16 @@ class JobSpec(StrictModel):
     @classmethod
     def _compute_dtype_fits_the_speed_options(cls, fsdp: FsdpSettings, info) -> FsdpSettings:
         compute = fsdp.param_dtype or info.data.get("precision")
-        if info.data.get("backend") != "fsdp":
+        if info.data.get("backend") != info.field_name:  # a section checked only when chosen
             return fsdp
         if compute == "fp32" and info.data.get("attention") == "flash":
             raise ValueError("attention flash runs in bf16 or fp16 only, and the compute dtype "
                              "(param_dtype, else precision) is fp32: set param_dtype or "
                              "precision to bf16, or attention to sdpa")
         if compute == "fp16" and info.data.get("fused_optimizer"):
-            # tests/trainer/test_speed_options.py shows it on CPU ranks; the same Python
-            # wrapper runs on CUDA.
+            # tests/trainer/test_speed_options.py::test_each_backend_steps_torchs_fused_adamw_
+            # when_asked shows it on CPU ranks (speed_options_probe.py's fused_fp16_fails); the
+            # same Python wrapper runs on CUDA.
             raise ValueError("fused_optimizer with an fp16 compute dtype: torch's fused AdamW "
                              "fails on FSDP's sharded grad scaler (its overflow flag has shape "
                              "[1], the fused step wants []); use bf16, or fused_optimizer off")
@@ -254,8 +165,7 @@ class JobSpec(StrictModel):
     @property
     def activation_checkpointing(self) -> bool:
         """The chosen backend's setting (each backend has its own switch in the form)."""
-        settings = self.zero2 if self.backend == "zero2" else self.fsdp
-        return settings.activation_checkpointing
+        return backend_named(self.backend).settings(self).activation_checkpointing
 
     @property
     def speed_packages(self) -> tuple[SpeedPackage, ...]:
@@ -273,45 +183,26 @@ class JobSpec(StrictModel):
 
     @property
     def display_name(self) -> str:
-        return self.name or f"{self.method}-{self.backend}"
+        """The spec's name, or one saying what it trains: "tiny-llama-lora-zero2"."""
+        return self.name or f"{model_stem(self.model)}-{self.method}-{self.backend}"
+
+
+def spec_field(location: str) -> FieldInfo:
+    """The field at a dotted location (`learning_rate`, `lora.r`), with its own words: its
+    `title` is the form's label, its `description` the reference's and the API schema's."""
+    model: type = JobSpec
+    *sections, name = location.split(".")
+    for section in sections:
+        model = model.model_fields[section].annotation
+    return model.model_fields[name]
+
+
+def model_stem(model: str) -> str:
+    """A model reference's last part: "builtin:tiny-llama", "Qwen/Qwen2-0.5B" and
+    "/models/qwen2-0.5b/" give "tiny-llama", "Qwen2-0.5B" and "qwen2-0.5b"."""
+    return model.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1] or model
 
 
 def is_single_file(source: str) -> bool:
     """A dataset reference that names one data file (no splits in it)."""
     return source.lower().endswith(SINGLE_FILE_SUFFIXES)
-
-
-def parse_spec_text(text: str, *, source: str = "spec") -> JobSpec:
-    """YAML or JSON text to a JobSpec (JSON is YAML, so one parser reads both)."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise ValueError(f"{source}: not valid YAML or JSON: {error}") from error
-    if not isinstance(data, dict):
-        raise ValueError(f"{source}: expected a mapping of spec keys, got {type(data).__name__}")
-    return JobSpec.model_validate(data)
-
-
-def load_spec_file(path: str | Path) -> JobSpec:
-    path = Path(path)
-    return parse_spec_text(path.read_text(encoding="utf-8"), source=str(path))
-
-
-def spec_to_json(spec: JobSpec) -> str:
-    return json.dumps(spec.model_dump(mode="json"), indent=2, sort_keys=True)
-
-
-def format_validation_error(error: Exception) -> str:
-    """One line per problem, each naming its field, for the form and the CLI."""
-    from pydantic import ValidationError
-
-    if not isinstance(error, ValidationError):
-        return str(error)
-    lines = []
-    for item in error.errors():
-        field = ".".join(str(part) for part in item["loc"]) or "spec"
-        message = item["msg"].removeprefix("Value error, ")
-        lines.append(f"{field}: {message}")
-    return "\n".join(lines)

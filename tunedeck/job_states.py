@@ -1,4 +1,5 @@
-"""The job state machine: the only transitions a job row may take."""
+"""The job state machine: the only transitions a job row may take; and the states of the
+other nodes of a job on several nodes, which the writer and the readers of job rows share."""
 from __future__ import annotations
 
 QUEUED = "queued"
@@ -9,6 +10,9 @@ CANCELLED = "cancelled"
 
 STATUSES = (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED)
 FINISHED_STATUSES = frozenset({SUCCEEDED, FAILED, CANCELLED})
+
+# The states of node K > 0 of a job on several nodes (job_nodes.state).
+NODE_ASSIGNED, NODE_STARTED, NODE_EXITED = "assigned", "started", "exited"
 
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     QUEUED: frozenset({RUNNING, FAILED, CANCELLED}),

@@ -1,4 +1,5 @@
-"""Named functions that read and change job rows; the only writers of job state.
+"""Named functions that change job rows; the only writers of job state (the read-side
+queries are tunedeck/job_queries.py).
 
 Every status change is one conditional UPDATE (WHERE status IN allowed sources), so two
 processes racing for the same job cannot both win, on SQLite and PostgreSQL alike.
@@ -6,27 +7,18 @@ The caller owns the transaction.
 """
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from tunedeck.db.models import (Job, JobEvent, JobGeneration, JobNode, JobSample, MetricPoint,
-                                utc_now)
+from tunedeck.db.models import Job, JobEvent, JobNode, JobSample, MetricPoint, utc_now
+from tunedeck.db.request_rows import JobGeneration
+from tunedeck.job_queries import PLACEMENT_EVENT, JobNotFound, get_job
 from tunedeck.job_spec import JobSpec
-from tunedeck.job_states import (CANCELLED, FAILED, FINISHED_STATUSES, QUEUED, RUNNING, SUCCEEDED,
-                                 InvalidTransition, sources_of)
-
-# The largest id a job row can have: jobs.id is an Integer column, 32-bit on PostgreSQL
-# (SQLite's are 64-bit). A larger id makes the driver raise (psycopg "integer out of
-# range", SQLite OverflowError past 2^63), a 500, instead of finding no row.
-MAX_JOB_ID = 2**31 - 1
-
-
-class JobNotFound(Exception):
-    def __init__(self, job_id: int):
-        super().__init__(f"job {job_id} does not exist")
-        self.job_id = job_id
+from tunedeck.job_states import (CANCELLED, FAILED, FINISHED_STATUSES, NODE_ASSIGNED, NODE_EXITED,
+                                 NODE_STARTED, QUEUED, RUNNING, SUCCEEDED, InvalidTransition,
+                                 sources_of)
 
 
 def create_job(*, session: Session, spec: JobSpec, owner: str | None = None) -> Job:
@@ -34,71 +26,10 @@ def create_job(*, session: Session, spec: JobSpec, owner: str | None = None) -> 
               owner=owner)
     session.add(job)
     session.flush()
+    if spec.name is None:  # unnamed jobs of one model, method and backend told apart by id
+        job.name = f"{spec.display_name}-{job.id}"
     add_job_event(session=session, job_id=job.id, kind="status", message="queued")
     return job
-
-
-def get_job(*, session: Session, job_id: int) -> Job:
-    job = session.get(Job, job_id, populate_existing=True)
-    if job is None:
-        raise JobNotFound(job_id)
-    return job
-
-
-def list_jobs(*, session: Session, limit: int = 200, owner: str | None = None,
-              status: str | None = None, model_contains: str | None = None,
-              archived: bool = False) -> list[Job]:
-    """The newest jobs first; only `owner`'s, only those in `status`, and only those whose
-    spec's model contains `model_contains` (any case), when given. Archived jobs only
-    with `archived` (then those alone), unarchived ones otherwise."""
-    query = select(Job).where(Job.archived.is_(archived))
-    if owner is not None:
-        query = query.where(Job.owner == owner)
-    if status is not None:
-        query = query.where(Job.status == status)
-    if model_contains is not None:
-        model = func.lower(Job.spec["model"].as_string())
-        query = query.where(model.contains(model_contains.lower(), autoescape=True))
-    return list(session.scalars(query.order_by(Job.id.desc()).limit(limit)))
-
-
-def list_queued_job_ids(*, session: Session) -> list[int]:
-    return list(session.scalars(select(Job.id).where(Job.status == QUEUED).order_by(Job.id)))
-
-
-def list_running_jobs(*, session: Session, worker_host: str,
-                      started_before: datetime | None = None) -> list[Job]:
-    query = select(Job).where(Job.status == RUNNING, Job.worker_host == worker_host)
-    if started_before is not None:
-        query = query.where(Job.started_at < started_before)
-    return list(session.scalars(query.order_by(Job.id)))
-
-
-def list_running_jobs_of_worker(*, session: Session, worker_name: str) -> list[Job]:
-    query = select(Job).where(Job.status == RUNNING, Job.worker_name == worker_name)
-    return list(session.scalars(query.order_by(Job.id)))
-
-
-# The states of node K > 0 of a job on several nodes (job_nodes.state).
-NODE_ASSIGNED, NODE_STARTED, NODE_EXITED = "assigned", "started", "exited"
-
-
-def worker_load(*, session: Session, worker_name: str) -> list[list[int] | None]:
-    """The GPUs each job on a worker holds there, one entry a job (node 0 of its running
-    jobs, and the other nodes it runs of jobs on several nodes): its count is the jobs the
-    worker runs."""
-    held = [job.gpu_indices for job in list_running_jobs_of_worker(session=session,
-                                                                   worker_name=worker_name)]
-    nodes = session.scalars(select(JobNode).join(Job, Job.id == JobNode.job_id).where(
-        JobNode.worker_name == worker_name, JobNode.state != NODE_EXITED, Job.status == RUNNING))
-    return held + [node.gpu_indices for node in nodes]
-
-
-def list_running_jobs_with_a_node_on(*, session: Session, worker_name: str) -> list[Job]:
-    """Running jobs of which the worker runs a node other than node 0."""
-    query = select(Job).join(JobNode, Job.id == JobNode.job_id).where(
-        JobNode.worker_name == worker_name, JobNode.state != NODE_EXITED, Job.status == RUNNING)
-    return list(session.scalars(query.order_by(Job.id)))
 
 
 def assign_nodes(*, session: Session, job_id: int,
@@ -110,11 +41,6 @@ def assign_nodes(*, session: Session, job_id: int,
         session.add(JobNode(job_id=job_id, node_rank=node_rank, worker_name=worker_name,
                             host=host, gpu_indices=gpus, state=NODE_ASSIGNED))
     session.flush()
-
-
-def list_job_nodes(*, session: Session, job_id: int) -> list[JobNode]:
-    return list(session.scalars(select(JobNode).where(JobNode.job_id == job_id)
-                                .order_by(JobNode.node_rank)))
 
 
 def start_node(*, session: Session, job_id: int, node_rank: int, worker_name: str) -> bool:
@@ -131,12 +57,6 @@ def finish_node(*, session: Session, job_id: int, node_rank: int, exit_code: int
     session.execute(update(JobNode).where(JobNode.job_id == job_id, JobNode.node_rank == node_rank)
                     .values(state=NODE_EXITED, exit_code=exit_code)
                     .execution_options(synchronize_session=False))
-
-
-def list_queued_jobs(*, session: Session, limit: int = 100) -> list[Job]:
-    """The oldest queued jobs first."""
-    return list(session.scalars(select(Job).where(Job.status == QUEUED).order_by(Job.id)
-                                .limit(limit)))
 
 
 def take_undispatched_queued_jobs(*, session: Session, older_than_seconds: float,
@@ -156,9 +76,6 @@ def take_undispatched_queued_jobs(*, session: Session, older_than_seconds: float
     return jobs
 
 
-PLACEMENT_EVENT = "placement"  # a worker's word on why a queued job waits
-
-
 def note_job_waiting(*, session: Session, job_id: int, reason: str) -> None:
     """A worker saw the queued job but had no room: stamp it (so the sweep does not send it
     again at once) and say why on its page, once per distinct reason."""
@@ -171,25 +88,8 @@ def note_job_waiting(*, session: Session, job_id: int, reason: str) -> None:
         add_job_event(session=session, job_id=job_id, kind=PLACEMENT_EVENT, message=reason)
 
 
-def latest_placement_notes(*, session: Session, job_ids: list[int]) -> dict[int, str]:
-    """The newest placement note of each job (one query for all of them)."""
-    if not job_ids:
-        return {}
-    newest = (select(func.max(JobEvent.id)).where(JobEvent.job_id.in_(job_ids),
-                                                  JobEvent.kind == PLACEMENT_EVENT)
-              .group_by(JobEvent.job_id))
-    rows = session.execute(select(JobEvent.job_id, JobEvent.message)
-                           .where(JobEvent.id.in_(newest.scalar_subquery())))
-    return {job_id: message for job_id, message in rows}
-
-
 def add_job_event(*, session: Session, job_id: int, kind: str, message: str) -> None:
     session.add(JobEvent(job_id=job_id, kind=kind, message=message))
-
-
-def list_job_events(*, session: Session, job_id: int, limit: int = 200) -> list[JobEvent]:
-    query = select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id.desc())
-    return list(reversed(list(session.scalars(query.limit(limit)))))
 
 
 def _transition(*, session: Session, job_id: int, target: str,
@@ -221,10 +121,12 @@ def mark_job_running(*, session: Session, job_id: int, run_dir: str, worker_host
                      rendezvous: str | None = None) -> Job:
     """Claim a queued job for a worker and the GPUs it gives the job (and, on several
     nodes, where node 0 hosts the rendezvous); raises InvalidTransition when someone else
-    already did."""
+    already did. A resumed or restarted job keeps its first start; `claimed_at` is this one."""
+    now = utc_now()
     return _transition(session=session, job_id=job_id, target=RUNNING, run_dir=run_dir,
                        worker_host=worker_host, worker_name=worker_name, gpu_indices=gpu_indices,
-                       rendezvous=rendezvous, started_at=utc_now(), attempts=Job.attempts + 1)
+                       rendezvous=rendezvous, claimed_at=now,
+                       started_at=func.coalesce(Job.started_at, now), attempts=Job.attempts + 1)
 
 
 def requeue_lost_job(*, session: Session, job_id: int, reason: str) -> Job:
@@ -276,14 +178,6 @@ def record_slurm_submission(*, session: Session, job_id: int, slurm_job_id: str,
         raise InvalidTransition(job_id, job.status, QUEUED)
     add_job_event(session=session, job_id=job_id, kind="slurm",
                   message=f"submitted to Slurm as job {slurm_job_id}")
-
-
-def list_slurm_jobs_of_worker(*, session: Session, worker_name: str) -> list[Job]:
-    """The queued and running jobs an executor submitted to Slurm: the ones it follows
-    again when it starts."""
-    return list(session.scalars(select(Job).where(
-        Job.worker_name == worker_name, Job.slurm_job_id.is_not(None),
-        Job.status.in_((QUEUED, RUNNING))).order_by(Job.id)))
 
 
 def mark_job_succeeded(*, session: Session, job_id: int) -> Job:
@@ -360,33 +254,11 @@ def delete_job(*, session: Session, job_id: int) -> None:
     session.expunge(job)
 
 
-def is_cancel_requested(*, session: Session, job_id: int) -> bool:
-    flag = session.scalar(select(Job.cancel_requested).where(Job.id == job_id))
-    return bool(flag)
-
-
-def run_control(*, session: Session, job_id: int, worker_name: str | None) -> tuple[bool, bool]:
-    """What a supervising worker obeys: (cancel requested, still ours). A job is no longer
-    ours once the sweep gave it up for lost (it is failed, or queued for another worker)."""
-    row = session.execute(select(Job.cancel_requested, Job.status, Job.worker_name)
-                          .where(Job.id == job_id)).one_or_none()
-    if row is None:
-        return True, False
-    cancel, status, owner = row
-    return bool(cancel), status == RUNNING and (worker_name is None or owner == worker_name)
-
-
 __all__ = [
-    "JobNotFound", "InvalidTransition", "create_job", "get_job", "list_jobs",
-    "list_queued_job_ids", "list_running_jobs", "list_running_jobs_of_worker", "list_queued_jobs",
-    "take_undispatched_queued_jobs", "note_job_waiting", "requeue_lost_job", "run_control",
-    "worker_load", "list_running_jobs_with_a_node_on", "assign_nodes", "list_job_nodes",
-    "start_node", "finish_node", "add_job_event", "list_job_events", "mark_job_running",
-    "resume_job",
-    "record_launcher_pid", "record_slurm_submission", "list_slurm_jobs_of_worker",
-    "requeue_slurm_job", "latest_placement_notes",
-    "mark_job_succeeded", "mark_job_failed", "mark_job_cancelled",
-    "request_cancel", "is_cancel_requested", "set_job_archived", "delete_job",
-    "JobStillActive", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED",
-    "CANCELLED",
+    "InvalidTransition", "create_job", "take_undispatched_queued_jobs", "note_job_waiting",
+    "requeue_lost_job", "assign_nodes", "start_node", "finish_node", "add_job_event",
+    "mark_job_running", "resume_job", "record_launcher_pid", "record_slurm_submission",
+    "requeue_slurm_job", "mark_job_succeeded", "mark_job_failed", "mark_job_cancelled",
+    "request_cancel", "set_job_archived", "delete_job", "JobStillActive", "QUEUED", "RUNNING",
+    "SUCCEEDED", "FAILED", "CANCELLED",
 ]

@@ -19,6 +19,14 @@ import threading
 from collections.abc import Callable
 
 
+def installed_module(module: str, *args: str) -> list[str]:
+    """The argv that runs `module` as this Python has it installed. `-P` keeps the working
+    folder off `sys.path`: a `trainer/` folder there (a user's own project) would otherwise
+    stand in for TuneDeck's trainer. (Python 3.10 has no `-P`: there the folder stays.)"""
+    safe_path = ["-P"] if sys.version_info >= (3, 11) else []
+    return [sys.executable, *safe_path, "-m", module, *args]
+
+
 class LineServerError(RuntimeError):
     """The server gave no usable answer (died, timed out, or answered out of step)."""
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tunedeck.failure_kinds import INPUT_ERROR, NAN_LOSS, OUT_OF_MEMORY
+from tunedeck.backends import backend_of
+from tunedeck.failure_kinds import INPUT_ERROR, NAN_LOSS, NOT_CACHED_OFFLINE, OUT_OF_MEMORY
 from tunedeck.job_spec import JobSpec
 from tunedeck.units import GB
 
@@ -16,6 +17,8 @@ SAME_SPEC = "same spec"
 # What a retry leaves to the user: the job itself and the hardware it asked for.
 RETRY_NEVER_CHANGES = {"method", "num_gpus", "num_nodes"}
 NAN_LEARNING_RATE_DIVISOR = 10
+NOT_CACHED_WORDS = ("a Hugging Face id is not in the host's cache and HF_HUB_OFFLINE=1 "
+                    "forbids downloading it")
 
 
 class NoRetry(Exception):
@@ -31,6 +34,9 @@ class RetryChange:
 def retry_change(spec: JobSpec, failure_kind: str | None, *, error: str | None = None) -> RetryChange:
     if failure_kind == INPUT_ERROR:
         raise NoRetry(f"fix the file first: {error or 'a model or dataset file is missing or malformed'}")
+    if failure_kind == NOT_CACHED_OFFLINE:
+        # The spec is right; the host's cache is not. The error says how to fill it.
+        raise NoRetry(f"nothing to change in the spec: {error or NOT_CACHED_WORDS}")
     if failure_kind == OUT_OF_MEMORY:
         return memory_retry(spec)
     if failure_kind == NAN_LOSS:
@@ -77,7 +83,7 @@ def planner_setups(spec: JobSpec) -> list[dict]:
     """Every set-up that fits a card just as large as this job's planned need (the job did
     not fit, so the real card was no larger), best first, as plan JSON."""
     from tunedeck.planner.advice import RUNTIME_RESERVE_BYTES, ranked_setups, setup_json
-    from tunedeck.planner.memory_plan import GpuSet, plan_strategies, spec_strategy
+    from tunedeck.planner.memory_plan import GpuSet, spec_plan
     from tunedeck.planner.shape_source import resolve_model_shape
 
     try:
@@ -85,8 +91,7 @@ def planner_setups(spec: JobSpec) -> list[dict]:
     except ValueError:
         return []  # a model whose shape cannot be found: the fallback still helps
     gpus = GpuSet(count=spec.num_gpus, nodes=spec.num_nodes)
-    strategy = spec_strategy(spec)
-    needed_bytes = plan_strategies(spec, gpus, shape)[strategy].breakdown.total
+    needed_bytes = spec_plan(spec, gpus, shape).breakdown.total
     card = GpuSet(spec.num_gpus, (needed_bytes + RUNTIME_RESERVE_BYTES) / GB, spec.num_nodes)
     ranked = ranked_setups(spec, card, shape)
     reference = ranked[0].cost.seconds if ranked else 0.0
@@ -109,11 +114,8 @@ def fallback_memory_retry(spec: JobSpec) -> RetryChange:
         return RetryChange(f"micro-batch {half}, grad_accum {spec.grad_accum * 2}",
                            spec.model_copy(update={"micro_batch_size": half,
                                                    "grad_accum": spec.grad_accum * 2}))
-    if spec.backend == "zero2":
-        return RetryChange("optimizer offload", spec.model_copy(update={
-            "zero2": spec.zero2.model_copy(update={"offload_optimizer": True})}))
-    return RetryChange("CPU offload", spec.model_copy(update={
-        "fsdp": spec.fsdp.model_copy(update={"cpu_offload": True})}))
+    backend = backend_of(spec)
+    return RetryChange(backend.offload_words, backend.with_offload(spec))
 
 
 def retry_name(name: str, label: str) -> str:

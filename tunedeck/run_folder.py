@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import json
+import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tunedeck.backends import BACKENDS
+
 SPEC_FILE = "spec.json"
-DEEPSPEED_CONFIG_FILE = "deepspeed.json"
-FSDP_CONFIG_FILE = "fsdp.json"
 LAUNCH_FILE = "launch.json"
 METRICS_DIR = "metrics"
 LOGS_DIR = "logs"
@@ -21,7 +23,7 @@ CHECKPOINTS_DIR = "checkpoints"
 CHECKPOINT_PREFIX = "step-"
 # Written by rank 0 after every rank has saved its part: a checkpoint without it is partial.
 CHECKPOINT_STATE_FILE = "trainer_state.json"
-# The trainer's tokenized data, one folder a node (trainer/tokenized_data.py).
+# The trainer's tokenized data, one folder a node (trainer/data/tokenized_data.py).
 TOKENIZED_DIR = "tokenized"
 ADAPTER_DIR = "adapter"
 MERGED_DIR = "merged"
@@ -40,7 +42,8 @@ class RunFolder:
         return self.path / SPEC_FILE
 
     def backend_config_file(self, backend: str) -> Path:
-        return self.path / (DEEPSPEED_CONFIG_FILE if backend == "zero2" else FSDP_CONFIG_FILE)
+        """The generated config of `backend` (its file name is its module's)."""
+        return self.path / BACKENDS[backend].config_file
 
     @property
     def launch_file(self) -> Path:
@@ -129,11 +132,20 @@ class RunFolder:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write atomically so a reader never sees half a file."""
+    """Write atomically so a reader never sees half a file.
+
+    The temporary name is the writer's own: the nodes of a multi-node job share one
+    run folder and each writes spec.json, so a shared temporary name lets one node
+    rename the other's file away from under it.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    partial.replace(path)
+    partial = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.partial")
+    try:
+        partial.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        partial.replace(path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
 
 
 def read_json(path: Path) -> Any:

@@ -73,6 +73,10 @@ class Settings(BaseSettings):
                           "so a job's ranks start in a second instead of importing for "
                           "seconds (LoRA and full jobs on one node; QLoRA starts cold)")
     poll_seconds: float = Field(0.5, gt=0, le=10, description="how often the worker tails metrics")
+    trainer_module: str = Field(
+        "trainer", pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$",
+        description="the module a local worker's ranks run (`torchrun -m`); benches set a "
+                    "fake trainer here, nobody else needs to")
     cancel_grace_seconds: float = Field(10.0, ge=0, le=600)
     torch_extensions_dir: Path = Field(
         DEFAULT_EXTENSIONS_ROOT,
@@ -225,7 +229,9 @@ class Settings(BaseSettings):
 
     @property
     def resolved_broker_url(self) -> str:
-        return self.broker_url or "filesystem://"
+        # kombu's filesystem transport reads folders, not a host; the URL names one only so
+        # that kombu does not warn "No hostname was supplied" on every connection.
+        return self.broker_url or "filesystem://localhost/"
 
     @property
     def uses_embedded_broker(self) -> bool:

@@ -11,6 +11,7 @@ import math
 MB = 10**6  # bytes in a megabyte
 GB = 10**9  # bytes in a gigabyte
 MIB = 2**20  # bytes in a mebibyte
+GIB = 2**30  # bytes in a gibibyte
 FP32_BYTES = 4  # bytes of one fp32 element
 
 
@@ -38,3 +39,12 @@ def format_count(count: int) -> str:
         if count >= scale:
             return f"{count / scale:.3g}{suffix}"
     return str(count)
+
+
+def format_seconds(seconds: float) -> str:
+    """A short duration with three significant digits in the unit that reads best: "1.45 s",
+    "12.3 ms", "1.45 µs" (not "1.45e-06 s")."""
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if seconds >= scale:
+            return f"{float(f'{seconds / scale:.3g}'):g} {unit}"
+    return f"{float(f'{seconds * 1e9:.3g}'):g} ns" if seconds > 0 else "0 s"

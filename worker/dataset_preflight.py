@@ -1,22 +1,22 @@
 """A worker running a data preflight: claim the stored request, check its paths against
 this host's roots (as a job's inputs are checked), compute the report where the data can
-be read (trainer/dataset_preflight.py), and store it, or the error, in the row."""
+be read (trainer/data/dataset_preflight.py), and store it, or the error, in the row."""
 from __future__ import annotations
 
 import functools
 import logging
 import os
-import sys
 
 from pydantic import ValidationError
 
-from tunedeck.data import preflight_store
 from tunedeck.data.input_paths import spec_path_problems
-from tunedeck.data.preflight_request import DONE, FAILED, PreflightRequest
+from tunedeck.data.preflight_request import PreflightRequest
+from tunedeck.data.preflight_store import PREFLIGHTS
 from tunedeck.db.engine import Database
-from tunedeck.job_spec import format_validation_error
-from tunedeck.line_server import LineServer, LineServerError
+from tunedeck.spec_text import format_validation_error
+from tunedeck.line_server import LineServer, LineServerError, installed_module
 from tunedeck.settings import Settings
+from tunedeck.worker_requests.states import DONE, FAILED
 from worker.input_check import _model_problem, worker_input_roots
 
 log = logging.getLogger(__name__)
@@ -32,8 +32,8 @@ def run_dataset_preflight(preflight_id: int, *, settings: Settings, database: Da
     """The row's new status: done or failed; "not pending" when another delivery (or
     worker) has it already."""
     with database.transaction() as session:
-        claimed = preflight_store.claim_preflight(session=session, preflight_id=preflight_id,
-                                                  worker_name=worker_name)
+        claimed = PREFLIGHTS.claim(session=session, request_id=preflight_id,
+                                   worker_name=worker_name)
     if claimed is None:
         return "not pending"
     try:
@@ -45,7 +45,7 @@ def run_dataset_preflight(preflight_id: int, *, settings: Settings, database: Da
         return _fail(database, preflight_id, f"the preflight failed on worker {worker_name}: "
                                              f"{type(error).__name__}: {error}")
     with database.transaction() as session:
-        preflight_store.finish_preflight(session=session, preflight_id=preflight_id, report=report)
+        PREFLIGHTS.finish(session=session, request_id=preflight_id, result=report)
     return DONE
 
 
@@ -72,13 +72,13 @@ def _report(request: dict, *, owner: str | None, settings: Settings) -> dict:
 
 @functools.lru_cache(maxsize=4)
 def preflight_server(settings: Settings) -> LineServer:
-    """`python -m trainer.dataset_preflight --serve`, kept for the worker's life (only the
+    """`python -m trainer.data.dataset_preflight --serve`, kept for the worker's life (only the
     first preflight pays torch's and transformers' imports), with a memory cap and a
     deadline: reading a user's dataset must never take the worker down with its jobs."""
     import psutil
 
     memory_limit = max(MIN_PREFLIGHT_MEMORY_BYTES, psutil.virtual_memory().total // 2)
-    return LineServer([sys.executable, "-m", "trainer.dataset_preflight", "--serve"],
+    return LineServer(installed_module("trainer.data.dataset_preflight", "--serve"),
                       env={**os.environ, "TUNEDECK_HOME": str(settings.home_dir)},
                       timeout_seconds=PREFLIGHT_TIMEOUT_SECONDS, memory_limit_bytes=memory_limit)
 
@@ -91,5 +91,5 @@ def _message(error: Exception) -> str:
 
 def _fail(database: Database, preflight_id: int, error: str) -> str:
     with database.transaction() as session:
-        preflight_store.fail_preflight(session=session, preflight_id=preflight_id, error=error)
+        PREFLIGHTS.fail(session=session, request_id=preflight_id, error=error)
     return FAILED

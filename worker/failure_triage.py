@@ -10,8 +10,8 @@ import signal
 from dataclasses import dataclass, field
 
 from tunedeck.failure_kinds import (CANCELLED, COMM_TIMEOUT, ERROR, INPUT_ERROR, KILLED_BY_SIGNAL,
-                                     NAN_LOSS, NODE_FAIL, OUT_OF_MEMORY, TIMEOUT,
-                                     WORKER_LOST, failure_label)
+                                     NAN_LOSS, NODE_FAIL, NOT_CACHED_OFFLINE, OUT_OF_MEMORY,
+                                     TIMEOUT, WORKER_LOST, failure_label)
 
 # Patterns per kind, checked in this order: a rank that ran out of memory makes its peers
 # time out, so the timeout is the symptom and the memory the cause.
@@ -19,6 +19,11 @@ _PATTERNS = {
     OUT_OF_MEMORY: re.compile(r"OutOfMemoryError|CUDA out of memory|\bMemoryError\b|"
                               r"Cannot allocate memory|out of memory on rank", re.IGNORECASE),
     NAN_LOSS: re.compile(r"loss became (nan|inf|-inf)\b"),
+    # Before input errors: the worker's check and the dataset reader say it of a hub id the
+    # cache lacks offline; transformers' and huggingface_hub's own words when a rank meets one.
+    NOT_CACHED_OFFLINE: re.compile(r"HF_HUB_OFFLINE=1 forbids downloading|"
+                                   r"couldn't find them in the cached files|"
+                                   r"outgoing traffic has been disabled"),
     # An error that names a path or a data file: not every ValueError is the input's fault.
     INPUT_ERROR: re.compile(r"(?:^|\]:\s*)(FileNotFoundError|ValueError|IsADirectoryError|"
                             r"NotADirectoryError|OSError|JSONDecodeError)\b.*"
@@ -81,10 +86,13 @@ def classify_failure(evidence: FailureEvidence) -> FailureReason:
     if evidence.stopped_by_shutdown:
         return FailureReason(WORKER_LOST, detail="the worker was shut down while the job ran")
     if evidence.input_problems:
-        return FailureReason(INPUT_ERROR, detail=evidence.input_problems[0])
+        problem = evidence.input_problems[0]
+        offline = _PATTERNS[NOT_CACHED_OFFLINE].search(problem)
+        return FailureReason(NOT_CACHED_OFFLINE if offline else INPUT_ERROR, detail=problem)
     reasons = [_from_notice(notice) for notice in sorted(evidence.error_notices)]
     root_causes = [reason for reason in reasons if reason.kind in (OUT_OF_MEMORY, NAN_LOSS,
-                                                                   INPUT_ERROR)]
+                                                                   INPUT_ERROR,
+                                                                   NOT_CACHED_OFFLINE)]
     if root_causes:
         return root_causes[0]
     notice_reason = reasons[0] if reasons else None
@@ -170,7 +178,9 @@ def describe_failure(reason: FailureReason) -> str:
     where = f" on rank {reason.rank}" if reason.rank is not None else ""
     words = {OUT_OF_MEMORY: "out of memory", COMM_TIMEOUT: "a collective timed out",
              NAN_LOSS: "the loss became NaN", INPUT_ERROR: "a model or dataset file is "
-             "missing or malformed", KILLED_BY_SIGNAL: "killed by a signal",
+             "missing or malformed", NOT_CACHED_OFFLINE: "a Hugging Face model or dataset is "
+             "not in the host's cache and HF_HUB_OFFLINE=1 forbids downloading it",
+             KILLED_BY_SIGNAL: "killed by a signal",
              CANCELLED: "cancelled", WORKER_LOST: "the worker was lost",
              TIMEOUT: "the time limit was reached", NODE_FAIL: "a node failed", ERROR: "an error"}
     detail = f": {reason.detail}" if reason.detail else ""

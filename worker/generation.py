@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import time
 from pathlib import Path
 
-from tunedeck import job_store
+from tunedeck import job_queries
 from tunedeck.cluster.placement import free_gpus
 from tunedeck.db.engine import Database
-from tunedeck.generation import store as generation_store
-from tunedeck.generation.request import DONE, FAILED, GenerationRequest
+from tunedeck.generation.request import GenerationRequest
+from tunedeck.generation.store import GENERATIONS
 from tunedeck.generation.weights import missing_weights, variant_weights
 from tunedeck.job_states import SUCCEEDED
-from tunedeck.line_server import LineServer, LineServerError
+from tunedeck.line_server import LineServer, LineServerError, installed_module
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
+from tunedeck.worker_requests.states import DONE, FAILED
 from worker.worker_identity import WorkerIdentity
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class WarmGenerator:
     def _new_server(self, visible_devices: str) -> LineServer:
         environment = {**os.environ, "TUNEDECK_HOME": str(self._settings.home_dir),
                        "CUDA_VISIBLE_DEVICES": visible_devices}
-        return LineServer([sys.executable, "-m", "trainer.generation", "--serve"],
+        return LineServer(installed_module("trainer.generation", "--serve"),
                           env=environment, timeout_seconds=GENERATION_TIMEOUT_SECONDS)
 
     def _arm_idle_timer(self) -> None:
@@ -122,8 +122,8 @@ def run_generation(generation_id: int, *, settings: Settings, database: Database
     with database.transaction() as session:
         if _device(session, identity) is None:
             return WAITING_FOR_A_GPU
-        claimed = generation_store.claim_generation(session=session, generation_id=generation_id,
-                                                    worker_name=identity.name)
+        claimed = GENERATIONS.claim(session=session, request_id=generation_id,
+                                    worker_name=identity.name)
         if claimed is None:
             return "not pending"
         job_id, stored_request = claimed.job_id, claimed.request
@@ -141,8 +141,7 @@ def run_generation(generation_id: int, *, settings: Settings, database: Database
     if "error" in answer:
         return _fail(database, generation_id, answer["error"])
     with database.transaction() as session:
-        generation_store.finish_generation(session=session, generation_id=generation_id,
-                                           answer=answer)
+        GENERATIONS.finish(session=session, request_id=generation_id, result=answer)
     return DONE
 
 
@@ -156,7 +155,7 @@ def _question(database: Database, identity: WorkerIdentity, job_id: int,
     and its run folder; CannotAnswer naming why not."""
     request = GenerationRequest.model_validate(stored_request)
     with database.transaction() as session:
-        job = job_store.get_job(session=session, job_id=job_id)
+        job = job_queries.get_job(session=session, job_id=job_id)
         status, spec, run_dir = job.status, job.spec_model, job.run_dir
         visible_devices, device = _device(session, identity) or ("", "cpu")
     if status != SUCCEEDED or not run_dir:
@@ -176,7 +175,7 @@ def _device(session, identity: WorkerIdentity) -> tuple[str, str] | None:
     worker's GPUs that no running job holds, or the CPU on a host without GPUs; None when
     jobs hold every GPU (a prompt never takes a training job's GPU, and a big model on the
     CPU beside a GPU job would starve its data loading)."""
-    held = job_store.worker_load(session=session, worker_name=identity.name)
+    held = job_queries.worker_load(session=session, worker_name=identity.name)
     free = free_gpus(identity.view, held)
     if free is None:
         return "", "cpu"
@@ -187,6 +186,5 @@ def _device(session, identity: WorkerIdentity) -> tuple[str, str] | None:
 
 def _fail(database: Database, generation_id: int, error: str) -> str:
     with database.transaction() as session:
-        generation_store.fail_generation(session=session, generation_id=generation_id,
-                                         error=error)
+        GENERATIONS.fail(session=session, request_id=generation_id, error=error)
     return FAILED

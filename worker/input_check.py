@@ -6,12 +6,15 @@ import functools
 from pathlib import Path
 from typing import Sequence
 
-from trainer.builtin_dataset import ARITHMETIC_SIZE
+from trainer.data.builtin_dataset import ARITHMETIC_SIZE
+from trainer.model.model_source import model_folder
 from trainer.speed.host_support import speed_option_problems
-from trainer.target_preview import family_of, model_family_problem
+from trainer.model.target_preview import family_of, model_family_problem
+from tunedeck.backends import backend_of
 from tunedeck.data.input_paths import spec_path_problems
 from tunedeck.data.records import eval_split_problem
 from tunedeck.data.sources import count_source_records, load_source_examples, spec_source
+from tunedeck.failure_kinds import offline_cache_advice
 from tunedeck.job_spec import JobSpec
 from tunedeck.settings import Settings
 
@@ -65,7 +68,8 @@ def host_has_cuda() -> bool:
 
 def host_problem(spec: JobSpec, *, cuda_available: bool | None = None) -> str | None:
     """A spec that trains on a GPU host but cannot on this CPU-only one."""
-    if spec.backend != "zero2" or spec.precision != "fp16":
+    problem = backend_of(spec).cpu_precision_problem(spec.precision)
+    if problem is None:
         return None
     if cuda_available is None:
         cuda_available = host_has_cuda()
@@ -75,9 +79,9 @@ def host_problem(spec: JobSpec, *, cuda_available: bool | None = None) -> str | 
     # device") when its CPU accelerator reports no fp16, i.e. unless oneDNN has fp16
     # kernels (AVX512-FP16/AMX-FP16 CPUs, where fp16 ZeRO-2 is untested, so refused too).
     # tests/trainer/test_precision_matrix.py shows the failure this check saves a launch.
-    return ("precision fp16 under zero2 needs a CUDA GPU: DeepSpeed's CPU accelerator has no "
-            "fp16 support on this host and its engine refuses to start; use bf16 (or fp32) on "
-            "CPU hosts, or backend fsdp, which runs fp16 with loss scaling on CPU")
+    return (f"precision {spec.precision} under {spec.backend} needs a CUDA GPU: {problem} on "
+            "this host and its engine refuses to start; use bf16 (or fp32) on CPU hosts, or "
+            "backend fsdp, which runs fp16 with loss scaling on CPU")
 
 
 def _speed_problems(spec: JobSpec, *, cuda_available: bool | None) -> list[str]:
@@ -112,12 +116,21 @@ def _model_problem(model: str) -> str | None:
     if not path.exists():
         if looks_like_local_path(model):
             return f"model {path}: no such folder; expected a Hugging Face model folder"
-        return None  # a Hugging Face id; the trainer resolves it from the hub cache
+        return _hub_model_problem(model)  # a Hugging Face id: fetched, or read from the cache
     if not path.is_dir():
         return f"model {path}: is a file; expected a folder with config.json and weights"
     if not (path / "config.json").is_file():
         return f"model {path}: no config.json in the folder; expected a Hugging Face model folder"
     return None
+
+
+def _hub_model_problem(model: str) -> str | None:
+    """A Hugging Face id this host can neither read from its hub cache nor fetch."""
+    from huggingface_hub import constants
+
+    if not constants.HF_HUB_OFFLINE or model_folder(model) is not None:
+        return None
+    return f"model {model}: " + offline_cache_advice(model, hub_cache=constants.HF_HUB_CACHE)
 
 
 def _dataset_problem(spec: JobSpec, *, field: str = "dataset",

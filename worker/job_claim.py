@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
-from tunedeck import job_store
+from tunedeck import job_queries, job_store
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.cluster.placement import WorkerView, room_for, serves, waiting_reason
 from tunedeck.db.engine import Database
@@ -49,8 +49,8 @@ def claim_job(job_id: int, *, identity: WorkerIdentity, database: Database, run_
               worker_lost_seconds: float) -> Claim:
     with _claim_lock, database.transaction() as session:
         try:
-            job = job_store.get_job(session=session, job_id=job_id)
-        except job_store.JobNotFound:
+            job = job_queries.get_job(session=session, job_id=job_id)
+        except job_queries.JobNotFound:
             return Claim(None)
         if job.status != QUEUED:
             return Claim(job.status)
@@ -85,7 +85,7 @@ def _room(session: Session, worker: WorkerView, spec: JobSpec, *,
           behind: int | None = None) -> list[int] | None:
     """The GPUs the worker can give the job now. With `behind` (the job's id), what is left
     once the older queued jobs it serves that fit are placed first (`_placed_first`)."""
-    held = job_store.worker_load(session=session, worker_name=worker.name)
+    held = job_queries.worker_load(session=session, worker_name=worker.name)
     if behind is not None:
         held = [*held, *(gpus for _job_id, gpus in _placed_first(session, worker, behind, held))]
     return room_for(worker, spec, running_jobs=len(held), held=held)
@@ -98,7 +98,7 @@ def _placed_first(session: Session, worker: WorkerView, job_id: int,
     threads reads its message first. An older job too big for what is free holds nothing
     back (a smaller one behind it runs now)."""
     placed: list[tuple[int, list[int]]] = []
-    for job in job_store.list_queued_jobs(session=session):
+    for job in job_queries.list_queued_jobs(session=session):
         if job.id >= job_id:
             break
         try:
@@ -148,9 +148,9 @@ def _wait(session: Session, job_id: int, spec: JobSpec, identity: WorkerIdentity
                                                     silent_seconds=worker_lost_seconds)
     known = workers if any(worker.name == identity.name for worker in workers) \
         else [*workers, identity.view]
-    running = {worker.name: [job.id for job in job_store.list_running_jobs_of_worker(
+    running = {worker.name: [job.id for job in job_queries.list_running_jobs_of_worker(
         session=session, worker_name=worker.name)] for worker in known}
-    held = job_store.worker_load(session=session, worker_name=identity.name)
+    held = job_queries.worker_load(session=session, worker_name=identity.name)
     ahead = [older for older, _gpus in _placed_first(session, identity.view, job_id, held)]
     job_store.note_job_waiting(session=session, job_id=job_id,
                                reason=waiting_reason(spec, known, running, ahead))
@@ -168,7 +168,7 @@ def jobs_to_offer(*, identity: WorkerIdentity, database: Database, limit: int = 
     """Queued jobs this worker serves, oldest first: offered to itself when one of its
     jobs ends and frees GPUs (waiting jobs get a turn without the sweep's delay)."""
     with database.transaction() as session:
-        jobs = job_store.list_queued_jobs(session=session, limit=limit * 5)
+        jobs = job_queries.list_queued_jobs(session=session, limit=limit * 5)
     return [job.id for job in jobs if _serves(identity, job)][:limit]
 
 

@@ -13,10 +13,10 @@ from typing import Callable
 
 from sqlalchemy.exc import DBAPIError
 
-from tunedeck import job_store
+from tunedeck import job_queries, job_store
 from tunedeck.db.engine import Database
 from tunedeck.failure_kinds import COMM_TIMEOUT, ERROR
-from tunedeck.job_states import InvalidTransition
+from tunedeck.job_states import NODE_ASSIGNED, InvalidTransition
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
 from worker.failure_triage import FailureEvidence, FailureReason, classify_failure, describe_failure
@@ -129,8 +129,8 @@ def _blame_missing_nodes(job_id: int, result: RunResult, *, settings: Settings,
     """A job on several nodes that failed while a node never started: say which, since
     node 0's own log only shows the rendezvous timing out."""
     with database.transaction() as session:
-        missing = [node for node in job_store.list_job_nodes(session=session, job_id=job_id)
-                   if node.state == job_store.NODE_ASSIGNED]
+        missing = [node for node in job_queries.list_job_nodes(session=session, job_id=job_id)
+                   if node.state == NODE_ASSIGNED]
     if not missing:
         return result
     names = ", ".join(f"node {node.node_rank} (worker {node.worker_name} on {node.host})"

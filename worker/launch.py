@@ -94,7 +94,8 @@ def prepare_run_folder(launch: NodeLaunch, settings: Settings) -> tuple[list[str
     argv = build_torchrun_argv(spec, str(run.path), torchrun=torchrun_path(), resume=launch.resume,
                                node_rank=launch.node_rank, rendezvous=launch.rendezvous,
                                job_id=launch.job_id,
-                               start_timeout_seconds=settings.node_start_timeout_seconds)
+                               start_timeout_seconds=settings.node_start_timeout_seconds,
+                               trainer_module=settings.trainer_module)
     launch_env = launch_environment(spec, settings)
     if launch.visible_devices is not None:  # its GPUs only: other jobs here hold the others
         launch_env["CUDA_VISIBLE_DEVICES"] = launch.visible_devices
@@ -122,6 +123,9 @@ def launch_environment(spec: JobSpec, settings: Settings) -> dict[str, str]:
         "TORCH_EXTENSIONS_DIR": str(environment_extensions_dir(settings.torch_extensions_dir)),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads_per_rank)),
         "PYTHONUNBUFFERED": "1",
+        # Each rank's `python -m trainer` imports the installed trainer: Python would first
+        # look in the working folder, where a user's own `trainer/` would silently replace it.
+        "PYTHONSAFEPATH": "1",
         "TOKENIZERS_PARALLELISM": "false",
         # Where the input check prepared the dataset: the ranks read it, not prepare it again.
         "HF_DATASETS_CACHE": str(settings.datasets_cache_dir),

@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from tunedeck import job_store
+from tunedeck import job_queries, job_store
 from tunedeck.db.engine import Database
-from tunedeck.failure_kinds import ERROR, INPUT_ERROR
+from tunedeck.failure_kinds import ERROR
 from tunedeck.job_states import InvalidTransition
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
+from worker.failure_triage import FailureEvidence, classify_failure
 from worker.input_check import find_input_problems, worker_input_roots
 from worker.launch import NodeLaunch, launch_node, never
 from worker.outcome import Outcome
@@ -38,18 +39,22 @@ def run_job_node(job_id: int, node_rank: int, *, settings: Settings, database: D
     problems = find_input_problems(launch.spec, allowed_roots=worker_input_roots(settings, owner),
                                    datasets_cache=settings.datasets_cache_dir)
     if problems:
-        return _fail_job(job_id, node_rank, identity, "; ".join(problems), INPUT_ERROR,
+        kind = classify_failure(FailureEvidence(input_problems=tuple(problems))).kind
+        return _fail_job(job_id, node_rank, identity, "; ".join(problems), kind,
                          database=database)
     try:
-        returncode, _supervision = launch_node(launch, settings=settings, database=database,
-                                               shutdown_requested=shutdown_requested)
+        returncode, supervision = launch_node(launch, settings=settings, database=database,
+                                              shutdown_requested=shutdown_requested)
     except OSError as error:
         return _fail_job(job_id, node_rank, identity, f"could not start torchrun: {error}", ERROR,
                          database=database)
+    # A node this worker stopped because the job had ended (node 0 finished first, or the
+    # job was cancelled or failed) exits by our signal: that is no error of the node's.
+    stopped_by_us = supervision.taken_away or supervision.cancelled
     with database.transaction() as session:
         job_store.finish_node(session=session, job_id=job_id, node_rank=node_rank,
                               exit_code=returncode)
-        if returncode not in (0, None):
+        if returncode not in (0, None) and not stopped_by_us:
             job_store.add_job_event(
                 session=session, job_id=job_id, kind="error",
                 message=f"node {node_rank} on worker {identity.name} ({identity.host}): torchrun "
@@ -68,8 +73,8 @@ def _start_node(job_id: int, node_rank: int, *, identity: WorkerIdentity, settin
         if not job_store.start_node(session=session, job_id=job_id, node_rank=node_rank,
                                     worker_name=identity.name):
             return None
-        job = job_store.get_job(session=session, job_id=job_id)
-        node = next(node for node in job_store.list_job_nodes(session=session, job_id=job_id)
+        job = job_queries.get_job(session=session, job_id=job_id)
+        node = next(node for node in job_queries.list_job_nodes(session=session, job_id=job_id)
                     if node.node_rank == node_rank)
         launch = NodeLaunch(job_id=job_id, spec=job.spec_model,
                             run=RunFolder(settings.run_dir_for(job_id)),

@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 from sqlalchemy.orm import Session
 
-from tunedeck import job_store
+from tunedeck import job_queries
 from tunedeck.cluster.sweep import SweepResult, give_up_job
 
 
@@ -20,8 +20,8 @@ def settle_jobs_whose_launcher_is_gone(*, session: Session, worker_host: str,
     before its start-up settling runs, and that job, claimed a moment ago, has no launcher
     yet because it is about to get one."""
     result = SweepResult()
-    for job in job_store.list_running_jobs(session=session, worker_host=worker_host,
-                                           started_before=worker_started_at):
+    for job in job_queries.list_running_jobs(session=session, worker_host=worker_host,
+                                           claimed_before=worker_started_at):
         if job.slurm_job_id is not None:
             continue  # Slurm runs it (its node may be this host); its executor follows it
         if _launcher_alive(job.launcher_pid, job.run_dir):

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable
 
 import psutil
 
-from trainer.warm_rank import RANK_PROCESS_NAME_PREFIX
+from trainer.startup.warm_rank import RANK_PROCESS_NAME_PREFIX
 from tunedeck.metrics.samples import GPU, PROCESS
 from tunedeck.units import MIB
 
@@ -185,7 +185,7 @@ class JobSampler:
 
 def rank_of_process(process: psutil.Process) -> int | None:
     """The RANK torchrun gave the process: in its environment when torchrun started it, in
-    its name when the warm start's fork server did (trainer/warm_rank.py)."""
+    its name when the warm start's fork server did (trainer/startup/warm_rank.py)."""
     try:
         environment = process.environ()
         name = process.name()

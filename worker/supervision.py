@@ -14,7 +14,7 @@ from typing import Callable
 
 from sqlalchemy.exc import DBAPIError
 
-from tunedeck import job_store
+from tunedeck import job_queries, job_store
 from tunedeck.db.engine import Database
 from tunedeck.metrics import events as metrics_event, samples as sample_store, store as metric_store
 from tunedeck.run_folder import RunFolder
@@ -158,7 +158,7 @@ def _ingest_and_read_control(job_id: int, tail: MetricsTail, supervision: Superv
             for event in fresh:
                 if event["kind"] == metrics_event.PHASE:
                     _record_phase_edge(job_id, event, session=session)
-            control = job_store.run_control(session=session, job_id=job_id,
+            control = job_queries.run_control(session=session, job_id=job_id,
                                             worker_name=worker_name)
     except DBAPIError as error:
         WORKER_GAUGES.pending(job_id, len(events))

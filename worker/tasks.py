@@ -16,9 +16,10 @@ from celery.signals import worker_ready, worker_shutting_down
 from tunedeck.broker import (GENERATE_TASK, PREFLIGHT_DATASET_TASK, RUN_JOB_NODE_TASK,
                              RUN_JOB_TASK, enqueue_job, make_celery, send_generation,
                              send_node_to_worker, send_to_worker)
+from tunedeck.data.preflight_store import PREFLIGHTS
 from tunedeck.db.engine import Database
 from tunedeck.db.models import utc_now
-from tunedeck.generation import store as generation_store
+from tunedeck.generation.store import GENERATIONS
 from tunedeck.service_logs import for_job
 from tunedeck.settings import Settings
 from worker.dataset_preflight import run_dataset_preflight
@@ -58,8 +59,9 @@ class WorkerProcess:
 
     @cached_property
     def heartbeat(self) -> Heartbeat:
+        describe_slurm = self.slurm.submission.described if self.slurm is not None else None
         return Heartbeat(identity=self.identity, settings=self.settings, database=self.database,
-                         describe_slurm=self.slurm.described if self.slurm is not None else None,
+                         describe_slurm=describe_slurm,
                          send=lambda job_id, spec: enqueue_job(self.celery_app, job_id, spec))
 
     @cached_property
@@ -100,8 +102,7 @@ class WorkerProcess:
 
     def offer_waiting_generations(self) -> None:
         with self.database.transaction() as session:
-            waiting = generation_store.pending_generation_ids(session=session,
-                                                              worker_name=self.identity.name)
+            waiting = GENERATIONS.pending_ids(session=session, worker_name=self.identity.name)
         for generation_id in waiting:
             send_generation(self.celery_app, generation_id, self.identity.name)
 
@@ -135,9 +136,15 @@ class WorkerProcess:
             self.warm_launcher.replenish()
         for job_id in jobs_to_offer(identity=self.identity, database=self.database, limit=1000):
             self.hand_on(job_id, self.identity.name)
+        name = self.identity.name
         with self.database.transaction() as session:
-            generation_store.fail_interrupted_generations(session=session,
-                                                          worker_name=self.identity.name)
+            # Nothing would ever settle the requests its previous process was running.
+            GENERATIONS.fail_interrupted(
+                session=session, worker_name=name,
+                error=f"worker {name} stopped while generating; ask again")
+            PREFLIGHTS.fail_interrupted(
+                session=session, worker_name=name,
+                error=f"worker {name} stopped while checking the data; check it again")
         self.offer_waiting_generations()  # their messages may have been lost with the worker
 
 

@@ -1,6 +1,6 @@
-"""The worker's standby launcher: one `python -m trainer.warm_start` kept ready for the next
+"""The worker's standby launcher: one `python -m trainer.startup.warm_start` kept ready for the next
 job, so a job's ranks start from a fork server that imported torch, transformers and peft
-ahead of time instead of importing them at launch (trainer/warm_start.py says how).
+ahead of time instead of importing them at launch (trainer/startup/warm_start.py says how).
 
 The standby is what `start_process_group` would have started: its own session, its death
 signal tied to the worker, the job's log file as its output; JobProcesses supervises,
@@ -14,12 +14,14 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
+import psutil
+
 from tunedeck.job_spec import JobSpec
+from tunedeck.line_server import installed_module
 from worker.process_group import die_with_worker
 
 log = logging.getLogger(__name__)
@@ -53,12 +55,13 @@ class WarmLauncher:
             if self._standby is not None and self._standby.poll() is None:
                 return
             self.folder.mkdir(parents=True, exist_ok=True)
+            remove_stale_ready_files(self.folder)
             ready_file = self.folder / f"standby-{os.getpid()}-{threading.get_ident()}.ready"
             ready_file.unlink(missing_ok=True)
             with (self.folder / "standby.log").open("ab") as output:
                 try:
                     self._standby = subprocess.Popen(
-                        [sys.executable, "-m", "trainer.warm_start", "--ready-file", str(ready_file)],
+                        installed_module("trainer.startup.warm_start", "--ready-file", str(ready_file)),
                         cwd=self.cwd, env=self.environment, stdin=subprocess.PIPE,
                         stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
                         preexec_fn=die_with_worker)
@@ -112,8 +115,23 @@ class WarmLauncher:
     def stop(self) -> None:
         with self._lock:
             standby, self._standby = self._standby, None
+            ready_file, self._ready_file = self._ready_file, None
         if standby is not None:
             _kill_group(standby)
+        if ready_file is not None:
+            ready_file.unlink(missing_ok=True)
+
+
+def remove_stale_ready_files(folder: Path) -> None:
+    """Remove the ready files of standbys that are gone: a worker killed without its stop
+    (SIGKILL, a crash) leaves its standby's behind. Each holds its standby's pid."""
+    for ready_file in folder.glob("standby-*.ready"):
+        try:
+            pid = int(ready_file.read_text())
+        except (OSError, ValueError):  # being written, or gone meanwhile
+            continue
+        if not psutil.pid_exists(pid):
+            ready_file.unlink(missing_ok=True)
 
 
 def _kill_group(process: subprocess.Popen) -> None:

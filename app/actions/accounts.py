@@ -1,5 +1,6 @@
 """Account actions: a principal's own API tokens (only once accounts exist), and for admins
-the users and the audit trail."""
+the users, anyone's tokens and the audit trail. The REST API and the CLI's `tunedeck user |
+token | audit` (an admin acting as "cli", on the database) both act through these."""
 from __future__ import annotations
 
 from app.actions.errors import Conflict, Forbidden, NotFound
@@ -33,15 +34,32 @@ def list_tokens(principal: Principal, *, database: Database) -> list[Credential]
 
 
 def create_token(principal: Principal, *, label: str, expires_in_days: float | None,
-                 database: Database, client: str | None = None) -> str:
-    """A new API token for the principal; its secret is returned only here."""
+                 database: Database, client: str | None = None,
+                 user_name: str | None = None) -> str:
+    """A new API token for the principal (for `user_name`, an admin); its secret is returned
+    only here. NotFound for a user who does not exist."""
     require_account(principal)
-    with database.transaction() as session:
-        secret = accounts.create_api_token(session=session, user_name=principal.name,
-                                           label=label, expires_in_days=expires_in_days)
-        audit.record(session=session, actor=principal.name, action=audit.TOKEN_CREATED,
-                     detail=label, client=client)
+    owner = principal.name if user_name is None else user_name
+    if user_name is not None:  # someone named (the CLI names its user): an admin's act
+        require_admin(principal)
+    try:
+        with database.transaction() as session:
+            secret = accounts.create_api_token(session=session, user_name=owner, label=label,
+                                               expires_in_days=expires_in_days)
+            audit.record(session=session, actor=principal.name, action=audit.TOKEN_CREATED,
+                         detail=label if user_name is None else f"for {owner}: {label}",
+                         client=client)
+    except accounts.AccountError as error:
+        raise NotFound(str(error)) from error
     return secret
+
+
+def list_everyones_tokens(principal: Principal, *, database: Database,
+                          user_name: str | None = None) -> list[Credential]:
+    """Every user's API tokens, or `user_name`'s (admins only)."""
+    require_admin(principal)
+    with database.transaction() as session:
+        return accounts.list_api_tokens(session=session, user_name=user_name)
 
 
 def revoke_token(principal: Principal, token_id: int, *, database: Database,
@@ -57,7 +75,7 @@ def revoke_token(principal: Principal, token_id: int, *, database: Database,
             audit.record(session=session, actor=principal.name, action=audit.TOKEN_REVOKED,
                          detail=f"token {token_id}", client=client)
     if not revoked:
-        raise NotFound(f"no live token {token_id} of yours")
+        raise NotFound(f"no live token {token_id}" + ("" if principal.is_admin else " of yours"))
 
 
 def list_users(principal: Principal, *, database: Database) -> list[User]:
@@ -79,6 +97,48 @@ def create_user(principal: Principal, *, name: str, password: str, is_admin: boo
     with database.transaction() as session:
         audit.record(session=session, actor=principal.name, action=audit.USER_CREATED,
                      detail=f"{name} ({'admin' if is_admin else 'user'})", client=client)
+
+
+def set_password(principal: Principal, *, name: str, password: str, database: Database,
+                 client: str | None = None) -> None:
+    """A user's new password, which ends their browser sign-ins (admins only)."""
+    _change_user(principal, lambda session: accounts.set_password(
+        session=session, name=name, password=password),
+        detail=f"{name}: new password", database=database, client=client)
+
+
+def set_disabled(principal: Principal, *, name: str, disabled: bool, database: Database,
+                 client: str | None = None) -> None:
+    """Disable or enable an account (admins only); its jobs stay."""
+    _change_user(principal, lambda session: accounts.set_disabled(
+        session=session, name=name, disabled=disabled),
+        detail=f"{name}: {'disabled' if disabled else 'enabled'}", database=database,
+        client=client)
+
+
+def _change_user(principal: Principal, change, *, detail: str, database: Database,
+                 client: str | None) -> None:
+    """`change(session)` and its audit record in one transaction; Conflict naming what was
+    wrong (no such user, a password too short)."""
+    require_admin(principal)
+    try:
+        with database.transaction() as session:
+            change(session)
+            audit.record(session=session, actor=principal.name, action=audit.USER_CHANGED,
+                         detail=detail, client=client)
+    except accounts.AccountError as error:
+        raise Conflict(str(error)) from error
+
+
+def create_initial_admin(*, name: str, password: str, database: Database) -> bool:
+    """`tunedeck migrate`'s first admin (TUNEDECK_INITIAL_ADMIN_PASSWORD), when no account
+    exists yet; False when one does. Audited as done by "migrate": nobody signed in."""
+    with database.transaction() as session:
+        created = accounts.create_initial_admin(session=session, name=name, password=password)
+        if created:
+            audit.record(session=session, actor="migrate", action=audit.USER_CREATED,
+                         detail=f"{name} (admin, initial)")
+    return created
 
 
 def list_audit(principal: Principal, *, database: Database, limit: int, job_id: int | None,

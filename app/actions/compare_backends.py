@@ -28,7 +28,7 @@ def compare_steps(spec: JobSpec, max_steps: int | None) -> int:
 
 
 def backend_variants(spec: JobSpec, max_steps: int | None = None) -> list[JobSpec]:
-    """A ZeRO-2 and an FSDP copy of the spec, named after it, with the short step budget and
+    """A ZeRO-2 and an FSDP copy of the spec, named after it (when it has a name), with the short step budget and
     no checkpoints (a comparison is thrown away after reading it)."""
     if spec.method == "qlora":
         raise ComparisonRefused(
@@ -39,7 +39,9 @@ def backend_variants(spec: JobSpec, max_steps: int | None = None) -> list[JobSpe
     base = spec.model_dump()
     return [JobSpec.model_validate({**base, "backend": backend, "max_steps": steps,
                                     "epochs": None, "checkpoint_every_steps": 0,
-                                    "name": f"{spec.display_name} ({backend})"})
+                                    # Unnamed: each copy gets its own default name,
+                                    # which already says its backend.
+                                    "name": f"{spec.name} ({backend})" if spec.name else None})
             for backend in BACKENDS]
 
 

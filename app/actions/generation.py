@@ -3,62 +3,42 @@ the job page's panel. Who may ask (whoever may see the job), what may be asked (
 succeeded job whose weights are there, no more new tokens than the cap), storing the
 request and sending it to the worker that ran the job (its run folder has the weights),
 waiting a while for the answer, and reading it back for its owner (or an admin) only.
-
-The database is the record (there is no Celery result backend): the web inserts the row
-pending and polls it; the worker fills in the answer or the error.
+Sending, waiting and reading back are every worker request's
+(app/actions/worker_requests.py).
 """
 from __future__ import annotations
 
-import logging
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.actions.errors import Conflict, Invalid, NotFound
+from app.actions.errors import Conflict, Invalid
 from app.actions.job_lookup import find_visible_job
+from app.actions.worker_requests import (NO_WORKER, RequestAnswer, await_request,
+                                         send_or_fail)
 from app.auth.job_access import owner_for_new_job
 from app.auth.principal import Principal
-from tunedeck import job_store
+from tunedeck import job_queries
 from tunedeck.accounts import audit
 from tunedeck.broker import send_generation
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.cluster.placement import free_gpus
 from tunedeck.db.engine import Database
-from tunedeck.db.models import Job, JobGeneration
-from tunedeck.generation import store as generation_store
-from tunedeck.generation.request import FINISHED, PENDING, GenerationRequest
+from tunedeck.db.models import Job
+from tunedeck.db.request_rows import JobGeneration
+from tunedeck.generation.request import GenerationRequest
+from tunedeck.generation.store import GENERATIONS, generation_to_dict
 from tunedeck.generation.weights import missing_weights
 from tunedeck.job_states import SUCCEEDED
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
+from tunedeck.worker_requests.states import PENDING
 
-log = logging.getLogger(__name__)
 POLL_SECONDS = 0.1
-NO_WORKER = "waiting: no live worker"  # then nothing will change while a request waits
 
 
 class JobCannotGenerate(Conflict):
     """The job is not in a state to answer: not succeeded, or its weights are gone."""
-
-
-@dataclass(frozen=True)
-class GenerationAnswer:
-    generation: dict[str, Any]  # tunedeck.generation.store.generation_to_dict
-    waiting: str | None = None  # why there is no answer yet, in words; None once finished
-
-    @property
-    def finished(self) -> bool:
-        return self.generation["status"] in FINISHED
-
-    @property
-    def id(self) -> int:
-        return self.generation["id"]
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self.generation, "waiting": self.waiting}
 
 
 def start_generation(*, database: Database, celery_app, settings: Settings,
@@ -74,21 +54,14 @@ def start_generation(*, database: Database, celery_app, settings: Settings,
     with database.transaction() as session:
         job = find_visible_job(session=session, principal=principal, job_id=job_id)
         _check_can_generate(job, request, settings)
-        generation = generation_store.create_generation(
-            session=session, job_id=job_id, request=request, owner=owner_for_new_job(principal),
-            worker_name=job.worker_name)
+        generation = GENERATIONS.create(session=session, request=request,
+                                        owner=owner_for_new_job(principal), job_id=job_id,
+                                        worker_name=job.worker_name)
         audit.record(session=session, actor=principal.name, action=audit.GENERATE, job_id=job_id,
                      detail=f"generation {generation.id}: {request.variant}", client=client)
         generation_id, worker_name = generation.id, job.worker_name
-    try:
-        send_generation(celery_app, generation_id, worker_name)
-    except Exception:  # noqa: BLE001 - the row says so; nothing else would ever run it
-        log.exception("generation %s stored but not sent", generation_id)
-        with database.transaction() as session:
-            generation_store.claim_generation(session=session, generation_id=generation_id,
-                                              worker_name="web")
-            generation_store.fail_generation(session=session, generation_id=generation_id,
-                                             error="the broker could not be reached; try again")
+    send_or_fail(database=database, store=GENERATIONS, request_id=generation_id,
+                 send=lambda: send_generation(celery_app, generation_id, worker_name))
     return generation_id
 
 
@@ -113,34 +86,16 @@ def _runs_root_is_here(run: RunFolder, settings: Settings) -> bool:
 
 
 def await_generation(*, database: Database, settings: Settings, principal: Principal,
-                     generation_id: int, wait_seconds: float | None = None) -> GenerationAnswer:
+                     generation_id: int, wait_seconds: float | None = None) -> RequestAnswer:
     """The generation once finished, or after `wait_seconds` (default the setting; at once
     when the job's worker is not live); NotFound for one missing or not the principal's."""
     if wait_seconds is None:
         wait_seconds = settings.generation_wait_seconds
-    deadline = time.monotonic() + wait_seconds
-    while True:
-        with database.transaction() as session:
-            try:
-                generation = visible_generation(session=session, principal=principal,
-                                                generation_id=generation_id)
-            except generation_store.GenerationNotFound as error:
-                raise NotFound(str(error)) from error
-            waiting = None if generation.status in FINISHED else _waiting_reason(
-                session, generation, settings)
-            answer = GenerationAnswer(generation_store.generation_to_dict(generation), waiting)
-        if answer.finished or waiting.startswith(NO_WORKER) or time.monotonic() >= deadline:
-            return answer
-        time.sleep(POLL_SECONDS)
-
-
-def visible_generation(*, session: Session, principal: Principal,
-                       generation_id: int) -> JobGeneration:
-    """Another user's generation is reported missing, as their jobs are."""
-    generation = generation_store.get_generation(session=session, generation_id=generation_id)
-    if not principal.may_see_job_of(generation.owner):
-        raise generation_store.GenerationNotFound(generation_id)
-    return generation
+    return await_request(database=database, store=GENERATIONS, principal=principal,
+                         request_id=generation_id, wait_seconds=wait_seconds,
+                         poll_seconds=POLL_SECONDS, to_dict=generation_to_dict,
+                         waiting_reason=lambda session, generation: _waiting_reason(
+                             session, generation, settings))
 
 
 def _waiting_reason(session: Session, generation: JobGeneration, settings: Settings) -> str:
@@ -153,12 +108,12 @@ def _waiting_reason(session: Session, generation: JobGeneration, settings: Setti
                 "holds its weights, is not running; the answer comes once it starts")
     if generation.status != PENDING:
         return f"generating on worker {worker_name}"
-    training = [job.id for job in job_store.list_running_jobs_of_worker(
+    training = [job.id for job in job_queries.list_running_jobs_of_worker(
         session=session, worker_name=worker_name)]
     if not training:
         return f"queued on worker {worker_name}"
     jobs = ", ".join(str(job_id) for job_id in training)
-    if free_gpus(worker, job_store.worker_load(session=session, worker_name=worker_name)) == []:
+    if free_gpus(worker, job_queries.worker_load(session=session, worker_name=worker_name)) == []:
         return (f"queued: worker {worker_name} is busy training job {jobs} on all its GPUs; "
                 "the prompt runs once one is free")
     return (f"queued: worker {worker_name} is busy training job {jobs}; the prompt runs on "

@@ -6,9 +6,9 @@ from sqlalchemy.orm import Session
 from app.actions.errors import NotFound
 from app.auth.job_access import visible_job
 from app.auth.principal import Principal
-from tunedeck import job_store
+from tunedeck import job_queries
 from tunedeck.db.models import Job
-from tunedeck.job_store import MAX_JOB_ID
+from tunedeck.job_queries import MAX_JOB_ID
 
 
 def find_visible_job(*, session: Session, principal: Principal, job_id: int) -> Job:
@@ -16,8 +16,8 @@ def find_visible_job(*, session: Session, principal: Principal, job_id: int) -> 
     missing job and for another user's alike."""
     if not 1 <= job_id <= MAX_JOB_ID:
         # No such row can exist; asking the driver would overflow.
-        raise NotFound(str(job_store.JobNotFound(job_id)))
+        raise NotFound(str(job_queries.JobNotFound(job_id)))
     try:
         return visible_job(session=session, principal=principal, job_id=job_id)
-    except job_store.JobNotFound as error:
+    except job_queries.JobNotFound as error:
         raise NotFound(str(error)) from error

@@ -1,7 +1,7 @@
 """What LoRA adapts on a spec's model, for `POST /api/lora-targets` and the New job form:
 one action, `preview_lora_targets`, that checks the model is one the principal could train.
 
-The answer is the trainer's own: `python -m trainer.target_preview` builds the model on the
+The answer is the trainer's own: `python -m trainer.model.target_preview` builds the model on the
 meta device from its config.json and applies the trainer's method to it. It runs in a
 subprocess kept for the web process's life, so the web process never imports torch; a web
 host without torch (the web image) says that it cannot answer, and the worker runs the
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 import threading
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from app.actions.errors import Invalid, Unavailable
 from app.auth.principal import Principal
 from app.auth.spec_access import model_access_problems
 from tunedeck.job_spec import JobSpec
-from tunedeck.line_server import LineServer, LineServerError
+from tunedeck.line_server import LineServer, LineServerError, installed_module
 from tunedeck.settings import Settings
 
 # Importing torch, transformers and peft is most of it (seconds; more on a busy host), paid
@@ -75,9 +74,9 @@ def lora_targets_preview(spec: JobSpec, *, home: Path) -> dict:
 
 
 def _resolver_server(home: Path) -> LineServer:
-    """`python -m trainer.target_preview --serve` for one TuneDeck home (whose
+    """`python -m trainer.model.target_preview --serve` for one TuneDeck home (whose
     builtin:tiny-llama it builds on), offline like the planner."""
-    return LineServer([sys.executable, "-m", "trainer.target_preview", "--serve"],
+    return LineServer(installed_module("trainer.model.target_preview", "--serve"),
                       env={**os.environ, "HF_HUB_OFFLINE": "1", "TUNEDECK_HOME": str(home)},
                       timeout_seconds=PREVIEW_TIMEOUT_SECONDS)
 

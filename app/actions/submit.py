@@ -9,11 +9,12 @@ from app.actions.errors import Invalid
 from app.actions.job_lookup import find_visible_job
 from app.auth.job_access import owner_for_new_job
 from app.auth.principal import Principal
-from app.auth.spec_access import spec_access_problems
+from app.actions.input_checks import input_problems
 from tunedeck import job_store
 from tunedeck.accounts import audit
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.cluster.host_capability import host_problems
+from tunedeck.cluster.placement import WorkerView
 from tunedeck.broker import enqueue_job
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
@@ -26,8 +27,9 @@ log = logging.getLogger(__name__)
 def submit(principal: Principal, spec: JobSpec, *, database: Database, celery_app,
            settings: Settings, client: str | None = None) -> Job:
     """The new queued job; Invalid (by field) for paths or switches the principal may not
-    use, and nothing is stored."""
-    problems = spec_access_problems(spec, principal=principal, settings=settings)
+    use, inputs the job could not read (app/actions/input_checks.py) or choices no worker
+    can run, and nothing is stored."""
+    problems = input_problems(spec, principal=principal, settings=settings)
     problems += host_refusals(spec, database=database, settings=settings)
     if problems:
         raise Invalid.of_fields(problems)
@@ -43,10 +45,14 @@ def host_refusals(spec: JobSpec, *, database: Database,
                   settings: Settings) -> list[tuple[str, str]]:
     """The spec's choices no live worker that could place it can run (the form shows
     them beside their fields before submit; submit refuses them by field)."""
+    return host_problems(spec, live_workers(database=database, settings=settings))
+
+
+def live_workers(*, database: Database, settings: Settings) -> list[WorkerView]:
+    """The workers placement may count on now (online, heard from recently)."""
     with database.transaction() as session:
-        workers = worker_registry.live_worker_views(
+        return worker_registry.live_worker_views(
             session=session, silent_seconds=settings.worker_lost_seconds)
-    return host_problems(spec, workers)
 
 
 def submit_job(*, database: Database, celery_app, spec: JobSpec, owner: str | None = None) -> Job:

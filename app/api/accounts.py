@@ -9,10 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.actions import accounts as account_actions
 from app.api.errors import client_of
+from app.api.params import name_filter
 from app.auth.principal import principal_of
 from tunedeck.accounts import audit, users as accounts
 from tunedeck.db.models import Credential
-from tunedeck.job_store import MAX_JOB_ID
+from tunedeck.job_queries import MAX_JOB_ID
 
 account_router = APIRouter()
 
@@ -81,7 +82,7 @@ def create_user(body: UserRequest, request: Request) -> dict[str, Any]:
 @account_router.get("/api/audit")
 def list_audit(request: Request, limit: int = Query(200, ge=1, le=10_000),
                job_id: int | None = Query(None, ge=1, le=MAX_JOB_ID),
-               actor: str | None = Query(None, max_length=64)) -> list[dict[str, Any]]:
+               actor: str | None = name_filter("only what this name did")) -> list[dict[str, Any]]:
     """The audit trail, newest first (admins only)."""
     events = account_actions.list_audit(principal_of(request),
                                         database=request.app.state.database, limit=limit,

@@ -2,21 +2,19 @@
 app/actions/generation.py's answers into HTTP."""
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app.actions.generation import await_generation, start_generation
 from app.api.errors import client_of
-from app.api.job_reads import JobId
+from app.api.params import JobId, RequestId
+from app.api.worker_requests import request_response
 from app.auth.principal import principal_of
 from tunedeck.generation.request import GenerationRequest
-from tunedeck.job_store import MAX_JOB_ID
 
 generation_router = APIRouter()
 
-GenerationId = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
+POLL_PATH = "/api/generations/{id}"
 ANSWER = {"description": "the generation: `text`, `tokens` (new tokens), `seconds` (the "
                          "generation alone), `load_seconds`, `warm`, `device`, `prompt_tokens` "
                          "(when done); `id`, `job_id`, `status` (pending, running, done, "
@@ -40,14 +38,11 @@ def generate(job_id: JobId, body: GenerationRequest, request: Request) -> JSONRe
                                      job_id=job_id, request=body, client=client_of(request))
     answer = await_generation(database=state.database, settings=state.settings,
                               principal=principal_of(request), generation_id=generation_id)
-    if answer.finished:
-        return JSONResponse(answer.to_json())
-    return JSONResponse(answer.to_json(), status_code=202,
-                        headers={"Location": f"/api/generations/{generation_id}"})
+    return request_response(answer, poll_path=POLL_PATH)
 
 
 @generation_router.get("/api/generations/{generation_id}", responses={200: ANSWER})
-def get_generation(generation_id: GenerationId, request: Request) -> JSONResponse:
+def get_generation(generation_id: RequestId, request: Request) -> JSONResponse:
     """A generation as it stands now; 404 for one that is missing or another user's."""
     state = request.app.state
     answer = await_generation(database=state.database, settings=state.settings,

@@ -2,27 +2,27 @@
 artifacts, the workers, and comparisons. Another user's job is a 404, as a missing one."""
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import orjson
-from fastapi import APIRouter, HTTPException, Path, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 
 from app.actions import artifacts
 from app.actions.checkpoints import list_checkpoints
 from app.actions.job_lookup import find_visible_job
 from app.api.errors import client_of
+from app.api.params import JobId, name_filter
 from app.auth.job_access import visible_jobs
 from app.auth.principal import principal_of
 from app.views.cluster import cluster_overview
 from app.views.job_compare import BadJobIds, compare_jobs, parse_job_ids
 from app.views.jobs import (job_artifacts, job_config, job_log_file, job_to_dict,
                              latest_step_figures, read_job_log_chunk, read_job_log_tail_and_size)
-from tunedeck import job_store
+from tunedeck import job_queries
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
 from tunedeck.job_states import STATUSES
-from tunedeck.job_store import MAX_JOB_ID
 from tunedeck.metrics import store as metric_store
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
 from tunedeck.metrics.series import read_job_series
@@ -31,7 +31,6 @@ read_router = APIRouter()
 
 # A job id in a path: out of the database's key range it is a 422 naming job_id, never a
 # driver overflow (500).
-JobId = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
 
 
 def _database(request: Request) -> Database:
@@ -59,8 +58,7 @@ JobStatus = Literal[STATUSES]  # type: ignore[valid-type]
 @read_router.get("/api/jobs")
 def list_jobs(request: Request, limit: int = Query(200, ge=1, le=1000),
               status: JobStatus | None = Query(None, description="only jobs in this status"),
-              owner: str | None = Query(None, max_length=64,
-                                        description="only this user's jobs (an admin's filter)"),
+              owner: str | None = name_filter("only this user's jobs (an admin's filter)"),
               archived: bool = Query(False, description="the archived jobs instead (they are "
                                                         "left out by default)")
               ) -> list[dict[str, Any]]:
@@ -110,7 +108,7 @@ def _series_response(series: dict[str, Any]) -> Response:
 def get_job_events(job_id: JobId, request: Request) -> list[dict[str, Any]]:
     _load_job(request, job_id)
     with _database(request).transaction() as session:
-        events = job_store.list_job_events(session=session, job_id=job_id)
+        events = job_queries.list_job_events(session=session, job_id=job_id)
         return [{"time": event.time.isoformat(), "kind": event.kind, "message": event.message}
                 for event in events]
 
@@ -182,7 +180,7 @@ def compare(request: Request, ids: str = Query(..., description="job ids, e.g. 1
     try:
         comparison = compare_jobs(database=_database(request), job_ids=job_ids,
                                   max_points=max_points)
-    except job_store.JobNotFound as error:
+    except job_queries.JobNotFound as error:
         raise HTTPException(status_code=404, detail=str(error)) from error
     return _series_response(comparison)
 

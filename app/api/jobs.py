@@ -13,7 +13,8 @@ from app.actions import (checkpoints, compare_backends, job_removal, plan as pla
                          retry as retrying, submit)
 from app.actions.lora_preview import preview_lora_targets
 from app.api.errors import client_of
-from app.api.job_reads import JobId, read_router
+from app.api.job_reads import read_router
+from app.api.params import JobId
 from app.auth.principal import principal_of
 from app.views.jobs import job_to_dict
 from tunedeck.job_spec import JobSpec

@@ -2,20 +2,19 @@
 translate app/actions/preflight.py's answers into HTTP."""
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app.actions.preflight import await_preflight, start_preflight
 from app.api.errors import client_of
+from app.api.params import RequestId
+from app.api.worker_requests import request_response
 from app.auth.principal import principal_of
 from tunedeck.data.preflight_request import PreflightRequest
-from tunedeck.job_store import MAX_JOB_ID
 
 preflight_router = APIRouter()
 
-PreflightId = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
+POLL_PATH = "/api/datasets/preflight/{id}"
 ANSWER = {"description": "the preflight row: `id`, `status` (pending, running, done, failed), "
                          "`request`, `report` (when done), `error` (when failed), `waiting`"}
 
@@ -34,14 +33,11 @@ def preflight_dataset(body: PreflightRequest, request: Request) -> JSONResponse:
                                    request=body, client=client_of(request))
     answer = await_preflight(database=state.database, settings=state.settings,
                              principal=principal_of(request), preflight_id=preflight_id)
-    if answer.finished:
-        return JSONResponse(answer.to_json())
-    return JSONResponse(answer.to_json(), status_code=202,
-                        headers={"Location": f"/api/datasets/preflight/{preflight_id}"})
+    return request_response(answer, poll_path=POLL_PATH)
 
 
 @preflight_router.get("/api/datasets/preflight/{preflight_id}", responses={200: ANSWER})
-def get_preflight(preflight_id: PreflightId, request: Request) -> JSONResponse:
+def get_preflight(preflight_id: RequestId, request: Request) -> JSONResponse:
     """A preflight as it stands now; 404 for one that is missing or another user's."""
     state = request.app.state
     answer = await_preflight(database=state.database, settings=state.settings,

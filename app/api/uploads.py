@@ -1,4 +1,5 @@
-"""`POST /api/datasets?filename=NAME.jsonl` with the file as the raw body: the route streams
+"""`POST /api/datasets?filename=NAME.jsonl` (or .json, .jsonl.gz, .parquet, .csv) with the
+file as the raw body: the route streams
 the body into app/actions/upload.py's DatasetUpload and translates its answers into HTTP.
 A declared Content-Length over the cap is a 413 before any byte is read."""
 from __future__ import annotations
@@ -8,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from app.actions.upload import DatasetRefused, DatasetUpload, checked_filename, too_large_message
+from app.actions.upload import DatasetRefused, DatasetUpload, safe_upload_name, too_large_message
 from app.api.errors import client_of, http_error
 from app.auth.principal import principal_of
 
@@ -20,10 +21,12 @@ async def upload_dataset(request: Request,
                          filename: str = Query(..., max_length=200,
                                                description="the file's name, e.g. train.jsonl")
                          ) -> dict[str, Any]:
-    """Store an uploaded .jsonl/.json dataset after checking its size, format and columns."""
+    """Store an uploaded dataset file after checking its size, format and records. The
+    answer names where it was kept (under a safe version of its name), its columns and,
+    where they are not the usual ones, the likely `columns` mapping."""
     settings = request.app.state.settings
     try:
-        checked_filename(filename)
+        safe_upload_name(filename)
     except DatasetRefused as refused:
         raise http_error(refused, location=("query",)) from refused
     _refuse_declared_size(request, settings.max_upload_bytes)

@@ -9,15 +9,15 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from tunedeck import job_store
+from tunedeck import job_queries
 from tunedeck.db.models import Job
 
 
 def visible_job(*, session: Session, principal: Principal, job_id: int) -> Job:
     """The job, if the principal may see it; JobNotFound otherwise."""
-    job = job_store.get_job(session=session, job_id=job_id)
+    job = job_queries.get_job(session=session, job_id=job_id)
     if not principal.may_see_job_of(job.owner):
-        raise job_store.JobNotFound(job_id)
+        raise job_queries.JobNotFound(job_id)
     return job
 
 
@@ -31,7 +31,7 @@ def visible_jobs(*, session: Session, principal: Principal, limit: int,
         if owner is not None and owner != principal.name:
             return []
         owner = principal.name
-    return job_store.list_jobs(session=session, limit=limit, owner=owner, status=status,
+    return job_queries.list_jobs(session=session, limit=limit, owner=owner, status=status,
                                model_contains=model_contains, archived=archived)
 
 

@@ -15,7 +15,7 @@ from app.auth.principal import Principal
 from app.ui.charts.line_chart import typed_frame
 from app.ui.job_ids import parse_job_id
 from app.views.job_compare import BadJobIds, compare_jobs, parse_job_ids
-from tunedeck import job_store
+from tunedeck import job_queries
 from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import FINISHED_STATUSES
 from tunedeck.metrics.eta import format_duration
@@ -40,7 +40,10 @@ COMPARE_CHARTS = ("#compare-loss-plot", "#compare-throughput-plot", "#compare-me
 FIGURE_ROWS = [("final loss", "final_loss", "{:.4f}"), ("best loss", "best_loss", "{:.4f}"),
                ("final eval loss", "final_eval_loss", "{:.4f}"),
                ("tokens/s (last 20 steps)", "tokens_per_second", "{:,.0f}"),
-               ("peak memory (MB)", "peak_mb", "{:,.0f}"), ("wall time", "wall_seconds", None)]
+               ("peak memory (MB)", "peak_mb", "{:,.0f}"),
+               # Start-up apart: a one-time op build must not count against a backend.
+               ("wall time from the first loss", "training_seconds", None),
+               ("start-up (to the first loss)", "startup_seconds", None)]
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ def load_comparison(ids_text: str | None, *, database, principal: Principal) -> 
         specs = _visible_specs(database, principal, job_ids)
         compared = compare_jobs(database=database, job_ids=job_ids,
                                 max_points=COMPARE_CHART_POINTS)
-    except (BadJobIds, NotFound, job_store.JobNotFound) as problem:
+    except (BadJobIds, NotFound, job_queries.JobNotFound) as problem:
         return Comparison(f"Cannot compare: {problem}.")
     labels = {job["id"]: job_label(job) for job in compared["jobs"]}
     series = compared["series"]
@@ -141,8 +144,8 @@ def _tint(colour: str) -> str:
 
 
 def summary_frame(jobs: list[dict[str, Any]], labels: list[str]) -> pd.DataFrame:
-    """One row a figure (final and best loss, eval loss, tokens/s, peak memory, wall time),
-    one column a job."""
+    """One row a figure (final and best loss, eval loss, tokens/s, peak memory, wall time
+    from the first loss and start-up apart), one column a job."""
     rows = []
     for title, key, pattern in FIGURE_ROWS:
         values = [job["figures"].get(key) for job in jobs]

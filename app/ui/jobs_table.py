@@ -5,7 +5,6 @@ tab keeps); the table only shows them."""
 from __future__ import annotations
 
 import html
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,17 +24,23 @@ from tunedeck.settings import Settings
 
 # The tick box first (a bool column draws as checkboxes); units once, in the header; the id
 # cell links the job's own page; the reason (what a queued job waits for, why a failed one
-# failed) is cut short with the whole of it on hover.
+# failed) is cut short with the whole of it on hover. The reason is an HTML cell, not a
+# Markdown one: it quotes errors, and Markdown links their URLs with its escapes inside.
 TICK = "✓"
+OWNER = "owner"
 JOBS_TABLE_COLUMNS = [TICK, "id", "name", "status", "progress", "loss", "tokens/s", "peak MB",
-                      "model", "method · backend", "owner", "created", "reason"]
+                      "model", "method · backend", OWNER, "created", "reason"]
 TICK_COLUMN = JOBS_TABLE_COLUMNS.index(TICK)
 ID_COLUMN = JOBS_TABLE_COLUMNS.index("id")
-COLUMN_TYPES = ["bool", "markdown"] + ["str"] * (len(JOBS_TABLE_COLUMNS) - 3) + ["markdown"]
-# Wide enough for each header on one line at 1440 px (the browser test measures it).
-COLUMN_WIDTHS = ["3%", "3%", "8%", "8%", "9%", "6%", "7%", "7%", "10%", "13%", "7%", "9%", "10%"]
-REASON_CHARS = 90
-MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
+COLUMN_TYPES = {**{column: "str" for column in JOBS_TABLE_COLUMNS},
+                TICK: "bool", "id": "markdown", "reason": "html"}
+# Each header on one line at 1440 px (the browser test measures it), the rest to the name,
+# model and reason. The owner column only for an admin, who sees everyone's jobs: anyone
+# else sees only their own, and under open access nobody owns a job.
+COLUMN_WIDTHS = dict(zip(JOBS_TABLE_COLUMNS, (3, 3, 11, 7, 8, 6, 7, 7, 10, 13, 0, 9, 16)))
+COLUMN_WIDTHS_WITH_OWNER = dict(zip(JOBS_TABLE_COLUMNS,
+                                    (3, 3, 11, 7, 7, 6, 7, 7, 9, 13, 7, 7, 13)))
+REASON_CHARS = 72  # at most four lines of its column; the whole on hover
 JOBS_TABLE_LIMIT = 100
 ANY = "any"
 STATUS_CHOICES = [ANY, *STATUSES]
@@ -75,11 +80,23 @@ def jobs_table(*, database, principal: Principal, shown: JobsFilter = JobsFilter
         waiting = waiting_reasons(session=session, jobs=jobs,
                                   worker_lost_seconds=worker_lost_seconds)
         rows = [_job_row(job, summaries.get(job.id), waiting.get(job.id)) for job in jobs]
-    return pd.DataFrame(rows, columns=JOBS_TABLE_COLUMNS)
+    table = pd.DataFrame(rows, columns=JOBS_TABLE_COLUMNS)
+    return table if shows_owners(principal) else table.drop(columns=[OWNER])
+
+
+def shows_owners(principal: Principal) -> bool:
+    return principal.is_admin and not principal.open_access
 
 
 def empty_jobs_table() -> pd.DataFrame:
     return pd.DataFrame([], columns=JOBS_TABLE_COLUMNS)
+
+
+def table_layout(table: pd.DataFrame) -> dict[str, list[str]]:
+    """The Dataframe's datatype and column_widths for the columns `table` has."""
+    widths = COLUMN_WIDTHS_WITH_OWNER if OWNER in table.columns else COLUMN_WIDTHS
+    return {"datatype": [COLUMN_TYPES[column] for column in table.columns],
+            "column_widths": [f"{widths[column]}%" for column in table.columns]}
 
 
 def row_job_id(row: list[Any] | None) -> int | None:
@@ -128,7 +145,7 @@ def _job_row(job: Job, latest_step: dict[str, Any] | None, waiting: str | None) 
     latest_step = latest_step or {}
     spec = job.spec_model
     return [
-        False, job_link(job.id), job.name, job.status,
+        False, job_link(job.id), name_with_tags(job.name, spec.tags), job.status,
         _progress(latest_step.get("step"), spec.max_steps),
         format_number(latest_step.get(LOSS.field), "{:.4f}"),
         format_number(latest_step.get(TOKENS_PER_SECOND.field), "{:,.0f}"),
@@ -136,6 +153,11 @@ def _job_row(job: Job, latest_step: dict[str, Any] | None, waiting: str | None) 
         spec.model, f"{spec.method} · {spec.backend}", job.owner or "",
         format_time(job.created_at), hover_cell(_reason(job, waiting)),
     ]
+
+
+def name_with_tags(name: str, tags: list[str]) -> str:
+    """The name cell: the job's name, then its tags as #tag ("run-7 #baseline #qwen")."""
+    return " ".join([name, *(f"#{tag}" for tag in tags)])
 
 
 def _progress(step: int | None, max_steps: int | None) -> str:
@@ -151,11 +173,10 @@ def _reason(job: Job, waiting: str | None) -> str:
 
 
 def hover_cell(text: str, limit: int = REASON_CHARS) -> str:
-    """A Markdown cell showing `text` as plain text (nothing in it is markup), cut at `limit`
+    """An HTML cell showing `text` as plain text (nothing in it is markup), cut at `limit`
     characters with the whole of it as the hover title."""
     if not text:
         return ""
     shown = text if len(text) <= limit else text[:limit - 1] + "…"
-    visible = MARKDOWN_SPECIALS.sub(r"\\\1", html.escape(shown, quote=False))
-    return f'<span title="{html.escape(text)}">{visible}</span>'
+    return f'<span title="{html.escape(text)}">{html.escape(shown, quote=False)}</span>'
 

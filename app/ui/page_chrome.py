@@ -11,7 +11,8 @@ from app.ui.job_ids import JOB_PARAMETER, parse_job_id
 # names the job, a new history entry for each job opened.
 NAME_JOB_IN_ADDRESS_JS = f"""
 (jobId) => {{
-  const wanted = jobId ? String(Math.trunc(jobId)) : "";
+  const parsed = parseInt(jobId, 10);  // the box's text; anything but a positive id: none
+  const wanted = parsed > 0 ? String(parsed) : "";
   const url = new URL(window.location.href);
   if (wanted && url.searchParams.get("{JOB_PARAMETER}") !== wanted) {{
     url.searchParams.set("{JOB_PARAMETER}", wanted);
@@ -20,6 +21,24 @@ NAME_JOB_IN_ADDRESS_JS = f"""
   return [];
 }}
 """
+
+
+
+# Shows the tab its input names ("Job"; nothing for an empty name) by clicking the tab's
+# button, as the user would, so its select event fires. Handlers never output
+# `gr.Tabs(selected=...)`: Gradio's front end walks a layout block that has ever been an
+# event's input or output whole on every later event, copying each of its components, and
+# the Tabs (all of the app) made each tick of the job page cost the browser ~10% of a core.
+SHOW_TAB_JS = """
+(label) => {
+  if (!label) return [];
+  const tab = [...document.querySelectorAll('#tabs [role="tab"]')]
+    .find((button) => button.textContent.trim() === label);
+  if (tab && tab.getAttribute("aria-selected") !== "true") tab.click();
+  return [];
+}
+"""
+
 
 # Back and forward load the page the address names; the page opens its job on load.
 # A plain click on a job link stays on this page (Gradio opens Markdown links in a new tab):
@@ -35,14 +54,30 @@ document.addEventListener("click", (event) => {
 </script>
 """
 
-# Table headers never break inside a word; the error colour is the theme's. The Jobs table's
+# The New job form's radio groups keep each option on one line: an option that did not fit
+# went under the others ("full", "fp32"), so a group is as wide as its options, trimmed of
+# some padding so the three fit one row at 1440 px (a narrower row wraps whole groups).
+# The form's previews (read-only, lines never wrapped): CodeMirror sizes its gutters from
+# an estimated 14 px line until it has measured the lines, which it does only once the
+# editor is inside the window, so a preview drawn below the fold had its line numbers drift
+# from their lines: each number is one line high, as its line is (the first element is
+# CodeMirror's hidden width spacer), and the fold markers, placed by the same estimate,
+# are left out (nothing in a preview this short is worth folding).
+# Table headers never break inside a word, and the Jobs and Events cells only between words
+# (names break at their hyphens: "tiny-llama-/lora-zero2"); the error colour is the theme's. The Jobs table's
 # tick boxes are read-only checkboxes (see tabs/jobs.py): drawn as enabled ones, and a click
 # passes through the box to its cell, whose select event toggles the tick. A click there
 # ticks and anywhere else opens the job, so Gradio's cell selection (a ring, and buttons that
-# would cover the id link) means nothing in that table.
+# would cover the id link) means nothing in that table. The Job tab's body and Try it panel
+# show by the headline's class (tabs/job_page.headline_classes).
 CSS = """
+#tabs:has(#job-status.job-none) #job-body { display: none !important; }
+#tabs:not(:has(#job-status.job-succeeded)) #job-try-it { display: none !important; }
 #jobs-table th, #jobs-table th *, #compare-summary th, #compare-summary th * {
   word-break: keep-all !important; overflow-wrap: normal !important; white-space: nowrap;
+}
+#jobs-table td, #jobs-table td *, #job-events td, #job-events td * {
+  word-break: normal !important; overflow-wrap: normal !important;
 }
 div.field-error, div.field-error *, .block.field-error .info-text {
   color: var(--error-text-color, #b91c1c) !important;
@@ -55,6 +90,15 @@ div.field-error, div.field-error *, .block.field-error .info-text {
 }
 .job-log-box pre { margin: 0; white-space: pre-wrap; word-break: break-word; font-size: 12px; }
 .job-log-label { font-size: var(--block-label-text-size); color: var(--block-label-text-color); }
+#new-job-method, #new-job-backend, #new-job-precision { min-width: max-content !important; }
+:is(#new-job-method, #new-job-backend, #new-job-precision) .wrap { flex-wrap: nowrap; }
+:is(#new-job-method, #new-job-backend, #new-job-precision) label {
+  white-space: nowrap; flex-shrink: 0; padding-left: 8px; padding-right: 8px;
+}
+:is(#new-job-config, #new-job-trainer-settings) .cm-lineNumbers .cm-gutterElement:not(:first-child) {
+  height: auto !important;
+}
+:is(#new-job-config, #new-job-trainer-settings) .cm-foldGutter { display: none; }
 #new-job-presets > button { align-self: flex-end; margin-bottom: 12px; white-space: nowrap; }
 #jobs-buttons > button { white-space: nowrap; }
 #jobs-table .bool-cell input[disabled] { opacity: 1; cursor: pointer; pointer-events: none; }

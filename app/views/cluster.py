@@ -9,18 +9,19 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tunedeck import job_store
+from tunedeck import job_queries
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.cluster.placement import WorkerView, job_queue, serves, waiting_reason
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job, JobNode, Worker, as_utc, utc_now
+from tunedeck.job_states import NODE_EXITED, QUEUED, RUNNING
 
 
 def cluster_overview(*, database: Database, worker_lost_seconds: float) -> dict[str, Any]:
     with database.transaction() as session:
         workers = worker_registry.list_workers(session=session)
         running, nodes = _running(session)
-        queued = job_store.list_queued_jobs(session=session, limit=200)
+        queued = job_queries.list_queued_jobs(session=session, limit=200)
         live = worker_registry.live_worker_views(session=session,
                                                  silent_seconds=worker_lost_seconds)
         in_slurm = _slurm_reasons(session, queued)
@@ -37,7 +38,7 @@ def cluster_overview(*, database: Database, worker_lost_seconds: float) -> dict[
 def waiting_reasons(*, session: Session, jobs: list[Job],
                     worker_lost_seconds: float) -> dict[int, str]:
     """What each queued job of `jobs` waits for now, by id, as the cluster page says it."""
-    queued = [job for job in jobs if job.status == job_store.QUEUED]
+    queued = [job for job in jobs if job.status == QUEUED]
     if not queued:
         return {}
     live = worker_registry.live_worker_views(session=session, silent_seconds=worker_lost_seconds)
@@ -48,9 +49,9 @@ def waiting_reasons(*, session: Session, jobs: list[Job],
 
 def _running(session: Session) -> tuple[list[Job], list[JobNode]]:
     """The running jobs, and nodes 1.. of those on several nodes (each on its own worker)."""
-    running = list(session.scalars(select(Job).where(Job.status == job_store.RUNNING)))
+    running = list(session.scalars(select(Job).where(Job.status == RUNNING)))
     nodes = list(session.scalars(select(JobNode).join(Job, Job.id == JobNode.job_id).where(
-        Job.status == job_store.RUNNING, JobNode.state != job_store.NODE_EXITED)))
+        Job.status == RUNNING, JobNode.state != NODE_EXITED)))
     return running, nodes
 
 
@@ -76,7 +77,7 @@ def _slurm_reasons(session: Session, queued: list[Job]) -> dict[int, str]:
     """A job its Slurm executor submitted waits in Slurm's queue: what Slurm says (the
     executor's newest placement note), not what TuneDeck's own placement would."""
     submitted = [job.id for job in queued if job.slurm_job_id is not None]
-    notes = job_store.latest_placement_notes(session=session, job_ids=submitted)
+    notes = job_queries.latest_placement_notes(session=session, job_ids=submitted)
     return {job.id: notes.get(job.id, f"waiting: submitted to Slurm as job {job.slurm_job_id}")
             for job in queued if job.slurm_job_id is not None}
 

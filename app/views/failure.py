@@ -35,10 +35,18 @@ def failure_view(job: Job) -> FailureView:
         change = planned_retry(job)
         retry_label, refusal = f"Retry with {change.label}", ""
     except (RetryRefused, ValueError) as reason:  # ValueError: a stored spec no longer valid
-        retry_label, refusal = "", str(reason)
+        retry_label, refusal = "", _without_quoted_error(str(reason), job.error)
     return FailureView(reason=failure_label(job.failure_kind or "error", job.failed_rank),
                        rank_log=rank_log_tail(job, job.failed_rank),
                        retry_label=retry_label, retry_refusal=refusal)
+
+
+def _without_quoted_error(refusal: str, error: str | None) -> str:
+    """The refusal quotes the job's error, which the page shows in full just above it: say
+    it once ("fix the file first: the error above says what")."""
+    if error and refusal.endswith(f": {error}"):
+        return refusal[:-len(error)] + "the error above says what"
+    return refusal
 
 
 def rank_log_tail(job: Job, rank: int | None, lines: int = RANK_LOG_LINES) -> str:
@@ -65,8 +73,12 @@ def _tail_lines(path: Path, lines: int) -> list[str]:
     return text.splitlines()[-lines:]
 
 
-def failure_markdown(view: FailureView) -> str:
+def failure_html(view: FailureView) -> str:
+    """HTML, not Markdown: the refusal quotes the error, whose URLs and underscores Markdown
+    would turn into links and emphasis (and show an entity escaped for HTML as text)."""
     if not view.reason:
         return ""
-    refusal = f"\n\nNo retry: {html.escape(view.retry_refusal)}" if view.retry_refusal else ""
-    return f"**Why it failed:** {view.reason}{refusal}"
+    refusal = (f'<p style="margin:4px 0 0">No retry: {html.escape(view.retry_refusal)}</p>'
+               if view.retry_refusal else "")
+    return (f'<p style="margin:0"><strong>Why it failed:</strong> {html.escape(view.reason)}</p>'
+            f"{refusal}")

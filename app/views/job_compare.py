@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunedeck import job_store
+from tunedeck import job_queries
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job, as_utc, utc_now
-from tunedeck.job_store import MAX_JOB_ID
+from tunedeck.job_queries import MAX_JOB_ID
 from tunedeck.metrics import store as metric_store
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
 from tunedeck.metrics.figures import EVAL_LOSS, LOSS, TOKENS_PER_SECOND, rank_memory_mb
@@ -44,7 +44,7 @@ def compare_jobs(*, database: Database, job_ids: list[int],
                  max_points: int = DEFAULT_MAX_POINTS) -> dict[str, Any]:
     """The jobs, their spec diff and their overlaid series; JobNotFound names a missing id."""
     with database.transaction() as session:
-        jobs = [job_store.get_job(session=session, job_id=job_id) for job_id in job_ids]
+        jobs = [job_queries.get_job(session=session, job_id=job_id) for job_id in job_ids]
         metrics = {job.id: read_chart_metrics(session=session, job_id=job.id,
                                               max_points=max_points) for job in jobs}
         peaks = metric_store.job_table_summaries(session=session, job_ids=job_ids)
@@ -62,22 +62,36 @@ def job_figures(job: Job, metrics: dict[str, list[dict[str, Any]]],
                 table_summary: dict[str, Any] | None) -> dict[str, float | None]:
     """What a comparison sets side by side: final and best train loss, final eval loss,
     recent tokens/s, peak memory (MB: the largest allocator peak of any rank, else RSS) and
-    wall time (seconds from start to finish, or to now while it runs). None: not measured."""
+    the wall time, split at the first loss point (`wall_time_split`). None: not measured."""
     losses = [row[LOSS.field] for row in metrics["train"] if row.get(LOSS.field) is not None]
     evals = [row[EVAL_LOSS.field] for row in metrics["eval"]
              if row.get(EVAL_LOSS.field) is not None]
     rates = [row[TOKENS_PER_SECOND.field] for row in metrics["train"][-RECENT_STEPS:]
              if row.get(TOKENS_PER_SECOND.field) is not None]
-    wall = None
-    if job.started_at is not None:
-        wall = ((as_utc(job.finished_at) if job.finished_at else utc_now())
-                - as_utc(job.started_at)).total_seconds()
     return {"final_loss": losses[-1] if losses else None,
             "best_loss": min(losses) if losses else None,
             "final_eval_loss": evals[-1] if evals else None,
             "tokens_per_second": sum(rates) / len(rates) if rates else None,
             "peak_mb": (table_summary or {}).get("peak_mb"),
-            "wall_seconds": round(wall, 1) if wall is not None else None}
+            **wall_time_split(job, metrics["train"])}
+
+
+def wall_time_split(job: Job, train: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The job's wall time (start to finish, or to now while it runs) in two: "startup_seconds"
+    up to its first loss point, "training_seconds" from there on. Start-up holds the one-time
+    costs (a download, an op build on a fresh host, a cold page cache) that would blame one
+    backend for what the next job of either never pays, so the training part is the one to
+    compare. None: not reached (never started; no loss point yet)."""
+    if job.started_at is None:
+        return {"startup_seconds": None, "training_seconds": None}
+    started = as_utc(job.started_at).timestamp()
+    ended = (as_utc(job.finished_at) if job.finished_at else utc_now()).timestamp()
+    if not train:
+        return {"startup_seconds": round(ended - started, 1), "training_seconds": None}
+    # The rank stamps its rows with its own clock: never let a skew make a part negative.
+    first_point = min(max(train[0]["time"], started), ended)
+    return {"startup_seconds": round(first_point - started, 1),
+            "training_seconds": round(ended - first_point, 1)}
 
 
 def job_summary(job: Job) -> dict[str, Any]:

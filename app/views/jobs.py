@@ -19,6 +19,8 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "status": job.status,
         "owner": job.owner,
         "spec": job.spec,
+        # The user's own labels (the spec's `tags`; a spec stored before them has none).
+        "tags": list((job.spec or {}).get("tags") or []),
         "error": job.error,
         # Why it failed (tunedeck.failure_kinds) and the rank that failed first, when known.
         "failure_kind": job.failure_kind,
@@ -35,7 +37,9 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         # Its Slurm job, where a Slurm executor runs it.
         "slurm_job_id": job.slurm_job_id,
         "created_at": _iso(job.created_at),
+        # Its first start (a resume keeps it), and its latest claim by a worker.
         "started_at": _iso(job.started_at),
+        "claimed_at": _iso(job.claimed_at),
         "finished_at": _iso(job.finished_at),
         "updated_at": _iso(job.updated_at),
     }

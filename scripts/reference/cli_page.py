@@ -1,4 +1,4 @@
-"""cli.md: every command and subcommand of `tunedeck.cli.main._build_parser()`, with its
+"""cli.md: every command and subcommand of `cli.main._build_parser()`, with its
 usage line and its arguments' types, defaults and help, read from argparse itself (never
 from its terminal-width-dependent help output)."""
 from __future__ import annotations
@@ -86,7 +86,7 @@ def _help(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
 
 
 def render() -> str:
-    from tunedeck.cli.main import _build_parser
+    from cli.main import _build_parser
 
     root = _build_parser()
     commands = [(words, parser, help_text) for words, parser, help_text in _commands(root)]

@@ -8,10 +8,10 @@ import pytest
 from app.actions import accounts, checkpoints, compare_backends, plan, retry, submit
 from app.actions.errors import Conflict, Forbidden, Invalid, NotFound, TooLarge
 from app.actions.lora_preview import preview_lora_targets
-from app.actions.upload import DatasetRefused, DatasetUpload
+from app.actions.upload import DatasetRefused, DatasetUpload, safe_upload_name
 from app.api.errors import http_error
 from app.auth.principal import OPEN_PRINCIPAL, Principal
-from tunedeck import job_store
+from tunedeck import job_queries, job_store
 from tunedeck.accounts import audit
 from tunedeck.broker import make_celery
 from tunedeck.job_spec import JobSpec
@@ -64,7 +64,7 @@ def test_submit_refuses_paths_outside_the_roots_by_field_and_stores_nothing(
         ("model",), ("trust_remote_code",)]
     assert http_error(refused.value).detail[0]["loc"] == ["body", "model"]
     with database.transaction() as session:
-        assert job_store.list_jobs(session=session) == []
+        assert job_queries.list_jobs(session=session) == []
     assert trail(database) == []
 
 
@@ -129,6 +129,37 @@ def test_plan_and_lora_preview_never_read_a_model_the_principal_could_not_train(
     assert "/etc" in str(not_previewed.value)
 
 
+@pytest.mark.parametrize("given, kept", [
+    ("My Data (v2).jsonl", "My-Data-v2.jsonl"),
+    ("../../etc/train.jsonl", "train.jsonl"),
+    ("C:\\Users\\me\\qa pairs.csv", "qa-pairs.csv"),
+    (".hidden.json", "hidden.json"),
+    ("données été.PARQUET", "donnees-ete.parquet"),
+    ("chat log.JSONL.gz", "chat-log.jsonl.gz"),
+    ("(((.jsonl", "dataset.jsonl"),
+    ("x" * 300 + ".jsonl", "x" * 94 + ".jsonl"),
+])
+def test_an_upload_is_kept_under_a_safe_version_of_its_name(given, kept):
+    assert safe_upload_name(given) == kept
+
+
+@pytest.mark.parametrize("given", ["train.py", "train", "", "notes.gz", "train.jsonl.zip"])
+def test_a_name_without_a_dataset_extension_is_refused_naming_the_extensions(given):
+    with pytest.raises(DatasetRefused, match=r"\.jsonl, \.json, \.jsonl\.gz, \.parquet, \.csv"):
+        safe_upload_name(given)
+
+
+def test_the_same_file_uploaded_twice_is_kept_once_and_said_so(database, settings):
+    kept = []
+    for _ in range(2):
+        with DatasetUpload(ALICE, "a b.jsonl", settings=settings) as upload:
+            upload.write(b'{"prompt": "2+2?", "response": "4"}\n')
+            kept.append(upload.keep(database=database))
+    assert kept[0].path == kept[1].path and kept[0].path.name.endswith("-a-b.jsonl")
+    assert (kept[0].already_kept, kept[1].already_kept) == (False, True)
+    assert list(settings.upload_dir_for("alice").iterdir()) == [kept[0].path]
+
+
 def test_an_upload_is_checked_kept_in_the_uploaders_folder_and_audited(database, settings):
     with DatasetUpload(ALICE, "train.jsonl", settings=settings) as upload:
         upload.write(b'{"prompt": "2+2?", "response": "4"}\n')
@@ -136,7 +167,7 @@ def test_an_upload_is_checked_kept_in_the_uploaders_folder_and_audited(database,
     assert kept.path.parent == settings.upload_dir_for("alice") and kept.records == 1
     assert kept.path.name.endswith("-train.jsonl") and trail(database) == [("alice", "upload")]
     with pytest.raises(DatasetRefused) as bad_name:
-        DatasetUpload(ALICE, "../x.jsonl", settings=settings)
+        DatasetUpload(ALICE, "x.py", settings=settings)
     assert http_error(bad_name.value, location=("query",)).detail[0]["loc"] == [
         "query", "filename"]
     with pytest.raises(TooLarge):

@@ -7,7 +7,9 @@ import json
 from app.auth.principal import OPEN_PRINCIPAL
 from app.ui.new_job import form_handlers
 from app.ui.new_job.column_handlers import dataset_column_choices
-from tunedeck.data.columns import peek_columns
+import pytest
+
+from tunedeck.data.columns import guess_column_mapping, peek_columns
 from tunedeck.settings import Settings
 
 
@@ -33,6 +35,20 @@ def test_columns_are_read_from_each_cheap_format(tmp_path):
     assert peek_columns(str(saved)) == ["prompt", "response"]
     assert peek_columns(str(saved), split="test[:50%]") == ["q", "a"]
     assert peek_columns(str(tmp_path / "missing.csv")) is None
+
+
+@pytest.mark.parametrize("names, prompt, response", [
+    (["id", "question", "answer"], "question", "answer"),
+    (["Instruction", "Output"], "Instruction", "Output"),
+    (["input", "output"], "input", "output"),
+    (["query", "completion"], "query", "completion"),
+    (["problem", "solution", "question"], "question", "solution"),
+    (["text", "meta"], None, None),
+    (["prompt"], None, None),
+])
+def test_the_likely_prompt_and_response_columns_are_guessed(names, prompt, response):
+    guessed = guess_column_mapping(names)
+    assert (guessed.prompt, guessed.response) == (prompt, response) if prompt else guessed is None
 
 
 def test_the_pickers_offer_an_allowed_files_columns_only(tmp_path):

@@ -1,7 +1,8 @@
 """The New-job form's export dtype: its choices are the spec's, and the choice reaches the spec."""
 from app.ui.build_ui import build_ui
 from app.ui.new_job import form_handlers
-from tunedeck.job_spec import EXPORT_DTYPES, JobSpec, parse_spec_text
+from tunedeck.job_spec import EXPORT_DTYPES, JobSpec
+from tunedeck.spec_text import parse_spec_text
 
 
 class NoBroker:

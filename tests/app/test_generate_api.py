@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from tests.trainer.conftest import builtin_model_dir, tunedeck_home  # noqa: F401 (fixtures)
-from tunedeck import job_store
+from tunedeck import job_queries, job_store
 from tunedeck.accounts import audit, users as accounts
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.db.models import utc_now
@@ -71,7 +71,7 @@ def heartbeat(client, name: str = WORKER.name) -> None:
     ({**PROMPT, "messages": [{"role": "user", "content": "  "}]}, "messages", "empty message"),
     ({**PROMPT, "messages": []}, "messages", "at least 1"),
     ({**PROMPT, "messages": [{"role": "assistant", "content": "hi"}]}, "messages", "the user's"),
-    ({**PROMPT, "prompt": "hi"}, "prompt", "Extra inputs"),
+    ({**PROMPT, "prompt": "hi"}, "prompt", "unknown field `prompt`"),
     ({**PROMPT, "variant": "lora"}, "variant", "'merged', 'adapter' or 'base'"),
     ({**PROMPT, "temperature": -1}, "temperature", "greater than or equal to 0"),
     ({**PROMPT, "max_new_tokens": 1025}, "max_new_tokens", "at most 1024"),
@@ -183,7 +183,7 @@ def test_a_worker_busy_training_says_so_while_the_prompt_is_queued(client, built
 
 def test_a_worker_whose_gpus_all_train_queues_the_prompt_until_one_is_free(
         client, builtin_model_dir):  # noqa: F811
-    from tunedeck.generation import store as generation_store
+    from tunedeck.generation.store import GENERATIONS
 
     job_id = finished_job(client, merged_from=builtin_model_dir)
     database = client.app_state.database
@@ -193,7 +193,7 @@ def test_a_worker_whose_gpus_all_train_queues_the_prompt_until_one_is_free(
             concurrency=1, resources={"gpus": [{"index": 0}]}, started_at=utc_now())
     training = finished_job(client, status="running")
     with database.transaction() as session:
-        job = job_store.get_job(session=session, job_id=training)
+        job = job_queries.get_job(session=session, job_id=training)
         job.gpu_indices = [0]
     response = client.post(f"/api/jobs/{job_id}/generate", json=PROMPT)
     assert response.status_code == 202
@@ -208,15 +208,13 @@ def test_a_worker_whose_gpus_all_train_queues_the_prompt_until_one_is_free(
                           identity=gpu_worker, generator=generator) == "waiting for a GPU"
     assert generator.pid is None
     with database.transaction() as session:
-        assert generation_store.pending_generation_ids(session=session, worker_name="w1") == \
-            [generation_id]
+        assert GENERATIONS.pending_ids(session=session, worker_name="w1") == [generation_id]
         job_store.mark_job_succeeded(session=session, job_id=training)
     with database.transaction() as session:
         # A worker restarted mid-answer leaves a running row behind: failed as it starts.
-        generation_store.claim_generation(session=session, generation_id=generation_id,
-                                          worker_name="w1")
-        assert generation_store.fail_interrupted_generations(session=session,
-                                                             worker_name="w1") == 1
+        GENERATIONS.claim(session=session, request_id=generation_id, worker_name="w1")
+        assert GENERATIONS.fail_interrupted(session=session, worker_name="w1",
+                                            error="worker w1 stopped while generating") == 1
     answer = client.get(f"/api/generations/{generation_id}").json()
     assert answer["status"] == "failed" and "stopped while generating" in answer["error"]
 

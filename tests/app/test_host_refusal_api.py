@@ -122,7 +122,7 @@ def test_gpu_speed_options_on_a_cpu_only_cluster_are_422s_naming_each_field(clie
     assert response.status_code == 422
     problems = {tuple(problem["loc"]): problem["msg"] for problem in response.json()["detail"]}
     assert set(problems) == {("body", "kernels"), ("body", "attention")}
-    assert "needs a CUDA GPU — set kernels to none" in problems[("body", "kernels")]
+    assert "needs a CUDA GPU — set kernels to auto" in problems[("body", "kernels")]
     # What runs on any host is accepted there.
     assert client.post("/api/jobs", json={"max_steps": 5, "padding_free": True,
                                           "fused_optimizer": True}).status_code == 201

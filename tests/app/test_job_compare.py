@@ -8,7 +8,7 @@ from app.actions.compare_backends import ComparisonRefused, backend_variants
 from app.auth.principal import OPEN_PRINCIPAL
 from app.ui import compare_handlers
 from app.views.job_compare import BadJobIds, compare_jobs, parse_job_ids, spec_diff
-from tunedeck import job_store
+from tunedeck import job_queries, job_store
 from tunedeck.db.engine import Database
 from tunedeck.job_spec import JobSpec
 from tunedeck.metrics import store as metric_store
@@ -98,7 +98,7 @@ def test_compare_downsamples_each_line(database):
 
 def test_compare_names_a_missing_job(database):
     first = create_job(database)
-    with pytest.raises(job_store.JobNotFound, match="job 99"):
+    with pytest.raises(job_queries.JobNotFound, match="job 99"):
         compare_jobs(database=database, job_ids=[first, 99])
 
 
@@ -148,11 +148,43 @@ def test_the_summary_sets_each_jobs_figures_side_by_side(database):
     assert rows["final eval loss"] == ["1.5000", "1.5000"]
     assert rows["tokens/s (last 20 steps)"] == [f"{100 * first:,}", f"{100 * second:,}"]
     assert rows["peak memory (MB)"] == ["501", "501"]
-    assert rows["wall time"][0].endswith("s") and rows["wall time"][1] == ""  # never started
+    assert rows["start-up (to the first loss)"][0].endswith("s")
+    assert rows["wall time from the first loss"][1] == ""  # never started
     assert list(comparison.summary.columns) == ["figure", f"job {first} (zero2)",
                                                 f"job {second} (fsdp)"]
     picked = compare_handlers.pickable_jobs(database=database, principal=OPEN_PRINCIPAL)
     assert [job_id for _label, job_id in picked] == [second, first]
+
+
+def test_wall_time_is_compared_from_the_first_loss_with_start_up_apart(database):
+    """A fresh host's first ZeRO-2 job once spent two minutes building a DeepSpeed op
+    before step 1: a one-time cost the wall time must not blame the backend for."""
+    from datetime import timedelta
+
+    from tunedeck.db.models import Job, utc_now
+
+    slow_start, quick_start = create_job(database), create_job(database, backend="fsdp")
+    finished = utc_now()
+    for job_id, startup_seconds in ((slow_start, 118), (quick_start, 3)):
+        started = finished - timedelta(seconds=startup_seconds + 5)
+        # Steps 1-4 stamped one second apart from the first loss point on.
+        seed_points(database, job_id, steps=4,
+                    start_time=started.timestamp() + startup_seconds - 1)
+        with database.transaction() as session:
+            job_store.mark_job_running(session=session, job_id=job_id, run_dir="/r",
+                                       worker_host="h")
+            job_store.mark_job_succeeded(session=session, job_id=job_id)
+            job = session.get(Job, job_id)  # the clock of a run that took this long
+            job.started_at, job.finished_at = started, finished
+    figures = [job["figures"] for job in compare_jobs(
+        database=database, job_ids=[slow_start, quick_start])["jobs"]]
+    assert [(f["startup_seconds"], f["training_seconds"]) for f in figures] == [(118, 5), (3, 5)]
+    comparison = compare_handlers.load_comparison(f"{slow_start}, {quick_start}",
+                                                  database=database, principal=OPEN_PRINCIPAL)
+    rows = {row[0]: row[1:] for row in comparison.summary.values.tolist()}
+    assert rows["wall time from the first loss"] == ["5s", "5s"]
+    assert rows["start-up (to the first loss)"] == ["1m 58s", "3s"]
+    assert "wall time" not in rows
 
 
 def test_backend_variants_differ_only_in_backend_name_and_budget():
@@ -181,7 +213,7 @@ def test_compare_backends_button_starts_two_jobs_and_names_them(database):
                        f"{first},{second}")
     assert [args for _name, args in celery.sent] == [[first], [second]]
     with database.transaction() as session:
-        events = [event.message for event in job_store.list_job_events(session=session,
+        events = [event.message for event in job_queries.list_job_events(session=session,
                                                                         job_id=source)]
     assert f"compared backends: jobs {first} and {second}" in events
     refused, no_ids = compare_handlers.compare_backends_from_page(

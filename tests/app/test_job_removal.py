@@ -6,7 +6,7 @@ import pytest
 from app.actions import job_removal
 from app.actions.errors import Conflict, NotFound
 from app.auth.principal import Principal
-from tunedeck import job_store
+from tunedeck import job_queries, job_store
 from tunedeck.accounts import audit
 from tunedeck.db.models import JobEvent, JobNode, JobSample, MetricPoint
 from tunedeck.job_spec import JobSpec
@@ -64,8 +64,8 @@ def test_the_owner_deletes_the_rows_and_the_run_folder_and_it_is_audited(databas
     assert deleted.folder_removed and not folder.exists()
     assert settings.runs_dir.is_dir()  # only the job's own folder goes
     assert rows_naming(database, job_id) == 0
-    with database.transaction() as session, pytest.raises(job_store.JobNotFound):
-        job_store.get_job(session=session, job_id=job_id)
+    with database.transaction() as session, pytest.raises(job_queries.JobNotFound):
+        job_queries.get_job(session=session, job_id=job_id)
     assert trail(database, job_id) == [("alice", "delete")]
 
 
@@ -156,7 +156,7 @@ def test_delete_over_rest(client):
 def test_the_cli_deletes_after_confirmation_and_archives(client, monkeypatch, capsys):
     import httpx
 
-    from tunedeck.cli.main import main
+    from cli.main import main
 
     def through_the_test_client(method, url, **keywords):
         path = url.split("http://tunedeck", 1)[1]

@@ -50,6 +50,11 @@ def test_tiny_values_are_scientific_on_the_whole_axis_and_one_value_gets_a_windo
         ["0", "5e-5", "1e-4", "1.5e-4", "2e-4"]
     single = Scale.linear(3.0, 3.0)
     assert single.low < 3.0 < single.high and single.position(3.0) == pytest.approx(0.5)
+    # An EMA of a constant 1,000 tokens/s differs from it by float rounding only: the same
+    # window, not "1,000.00000000000000" with the rounding drawn as the plot's height.
+    rounded = Scale.linear(999.9999999999998, 1000.0000000000002)
+    assert (rounded.low, rounded.high) == (pytest.approx(900.0), pytest.approx(1100.0))
+    assert tick_labels(rounded) == ["900", "950", "1,000", "1,050", "1,100"]
 
 
 def test_a_log_scale_ticks_at_1_2_5_and_places_decades_evenly():

@@ -85,6 +85,19 @@ def test_the_form_shows_the_resolution_or_why_not(tmp_path):
         "- linear layers (dropout 0.05): `model.layers.*.self_attn.q_proj`",
         "- expert weights (no dropout): `model.layers.*.mlp.experts.down_proj`",
         "- router, frozen: `model.layers.*.mlp.gate`"]
+    # `tunedeck lora-targets` prints the same as a plain text table.
+    from cli.lora_targets_command import preview_as_text
+
+    printed = preview_as_text({
+        "architecture": "MixtralForCausalLM", "model_type": "mixtral", "trainable_parameters": 500,
+        "total_parameters": 1000, "linear_modules": ["q_proj", "v_proj"],
+        "routers": ["model.layers.*.mlp.gate"], "router": "frozen"}, dropout=0.05)
+    assert printed.splitlines() == [
+        "MixtralForCausalLM (mixtral): 500 trainable parameters of 1,000 (50.00%)",
+        "",
+        "ADAPTED                       NAMES",
+        "linear layers (dropout 0.05)  q_proj, v_proj",
+        "router, frozen                model.layers.*.mlp.gate"]
 
 
 def test_the_resolver_process_is_kept_between_answers_and_restarted_when_it_dies(tmp_path, mixtral_folder):
@@ -107,3 +120,20 @@ def test_the_resolver_process_is_kept_between_answers_and_restarted_when_it_dies
     time.sleep(0.5)
     assert resolver.ask(ask) == first and resolver.pid != pid
     resolver.stop()
+
+
+def test_the_form_offers_the_expert_options_only_for_a_model_with_experts(tmp_path, mixtral_folder):
+    from app.ui.new_job.target_handlers import model_has_experts
+
+    settings, user = Settings(home=tmp_path), Principal(name="someone", is_admin=False)
+    assert model_has_experts(str(mixtral_folder), principal=user, settings=settings) is True
+    assert model_has_experts("builtin:tiny-llama", principal=user, settings=settings) is False
+    for unread in ("/etc", "", str(tmp_path / "missing")):  # refused, empty, not there
+        assert model_has_experts(unread, principal=user, settings=settings) is None
+    # A dense model's boxes go off and hidden; a MoE model's expert box takes the default,
+    # unless a preset just set it; an unread model's stay as they are.
+    assert form_handlers.expert_options(False) == (False, False, False)
+    assert form_handlers.expert_options(True) == (True, True, None)
+    assert form_handlers.expert_options(True, keep_value=True) == (True, None, None)
+    assert form_handlers.expert_options(None) == (True, None, None)
+    assert form_handlers.default_form()["lora_experts"] is False  # the built-in is dense

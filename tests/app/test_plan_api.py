@@ -32,16 +32,16 @@ def test_plan_has_every_backend_a_verdict_and_a_recommendation(client):
 def test_cli_plan_json_is_the_api_plan(client, tmp_path):
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(json.dumps(SPEC))
-    result = subprocess.run([sys.executable, "-m", "tunedeck.cli", "plan", str(spec_file),
+    result = subprocess.run([sys.executable, "-m", "cli", "plan", str(spec_file),
                              "--gpus", "4", "--gpu-memory-gb", "80", "--json"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     api = client.post("/api/plan", json={"spec": SPEC, "gpus": {"count": 4, "memory_gb": 80}}).json()
     assert json.loads(result.stdout) == api
-    table = subprocess.run([sys.executable, "-m", "tunedeck.cli", "plan", str(spec_file),
+    table = subprocess.run([sys.executable, "-m", "cli", "plan", str(spec_file),
                             "--gpus", "4"], capture_output=True, text=True, timeout=60)
     assert "recommended: fsdp" in table.stdout and "zero2_offload" in table.stdout
-    card = subprocess.run([sys.executable, "-m", "tunedeck.cli", "plan", str(spec_file),
+    card = subprocess.run([sys.executable, "-m", "cli", "plan", str(spec_file),
                            "--gpu-card", "Voodoo 2"], capture_output=True, text=True, timeout=60)
     assert card.returncode != 0 and "--gpu-card" in card.stderr and "unknown card" in card.stderr
 
@@ -56,3 +56,28 @@ def test_gpus_default_to_the_spec_and_bad_input_names_its_field(client):
     assert response.status_code == 422
     detail = response.json()["detail"][0]
     assert detail["loc"] == ["body", "spec", "model"] and "nobody/unknown" in detail["msg"]
+
+
+def test_a_cpu_plan_is_asked_for_by_device_and_the_cli_answers_the_same(client, tmp_path):
+    """device cpu: the ranks are CPU processes, memory_gb the RAM each may use; the API's
+    schema says so, and `tunedeck plan --cpu` prints the same plan in words."""
+    gpus = {"count": 2, "memory_gb": 12, "device": "cpu"}
+    response = client.post("/api/plan", json={"spec": SPEC, "gpus": gpus})
+    assert response.status_code == 200, response.text
+    plan = response.json()
+    assert plan["gpus"] == {**gpus, "nodes": 1, "card": None}
+    assert plan["recommended"] is None or plan["recommended"]["step_seconds"] is None
+    assert not any("H100" in reason or "Step times" in reason for reason in plan["reasons"])
+    assert "does not fit" == plan["fsdp"]["fits"]  # 13B in full: never in 12 GB a rank
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["GpuRequest"]
+    assert "CPU processes" in schema["properties"]["device"]["description"]
+    refused = client.post("/api/plan", json={"spec": SPEC, "gpus": {"device": "tpu"}})
+    assert refused.status_code == 422 and "device" in refused.text
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(SPEC))
+    result = subprocess.run([sys.executable, "-m", "cli", "plan", str(spec_file),
+                             "--gpus", "2", "--gpu-memory-gb", "12", "--cpu"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "1 node x 2 CPU ranks, 12 GB of RAM each. Per rank" in result.stdout
+    assert "H100" not in result.stdout and " a step" not in result.stdout

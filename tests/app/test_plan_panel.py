@@ -14,6 +14,7 @@ import pytest
 from app.auth.principal import OPEN_PRINCIPAL, Principal
 from app.ui.new_job import form_handlers
 from app.ui.new_job.plan_handlers import apply_setup, fit_warning, missing_fields, plan_frame
+from app.ui.new_job.plan_handlers import PlanView
 from app.ui.tabs.plan_panel import MAX_SETUPS, apply_clicked, plan_updates
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.plan_request import GpuRequest, plan_json
@@ -196,6 +197,14 @@ def test_the_panel_offers_apply_buttons_only_for_what_the_form_can_make(monkeypa
     assert form_handlers.preview_form(applied, principal=OPEN_PRINCIPAL, settings=Settings()).plan.apply_labels[0] == ""
 
 
+def test_no_plan_draws_no_empty_chart_frame():
+    updates = plan_updates(PlanView(html="<p>Set the GPU memory to see the memory plan.</p>"))
+    assert updates[1].visible is False
+    planned = form_handlers.preview_form(make_form(), principal=OPEN_PRINCIPAL,
+                                         settings=Settings()).plan
+    assert plan_updates(planned)[1].visible is True
+
+
 def test_the_warning_names_the_recommended_set_up():
     spec = JobSpec(model="meta-llama/Llama-2-13b-hf", method="full", backend="zero2",
                    num_gpus=4, max_steps=10)
@@ -247,9 +256,50 @@ def test_the_form_shows_the_plan_the_api_and_the_cli_give(client, tmp_path):
     assert api.status_code == 200 and api.json() == view.plan
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(json.dumps(spec_data))
-    cli = subprocess.run([sys.executable, "-m", "tunedeck.cli", "plan", str(spec_file),
+    cli = subprocess.run([sys.executable, "-m", "cli", "plan", str(spec_file),
                           "--gpu-memory-gb", "80", "--json"], capture_output=True, text=True,
                          timeout=120)
     assert cli.returncode == 0, cli.stderr
     assert json.loads(cli.stdout) == view.plan
     assert view.html == plan_as_html(view.plan, [""] * len(view.setups))
+
+
+def _register(database, name: str, resources: dict) -> None:
+    from tunedeck.cluster import workers as worker_registry
+    from tunedeck.db.models import utc_now
+
+    with database.transaction() as session:
+        worker_registry.record_heartbeat(session=session, name=name, host=name.split("@")[-1],
+                                         queues=["default"], pid=11, concurrency=1,
+                                         resources=resources, started_at=utc_now())
+
+
+def test_on_a_cluster_of_cpu_workers_the_form_plans_cpu_ranks_in_their_share_of_ram(database):
+    """Issue 29 item 10: with only a CPU worker registered, the plan is for the CPU ranks it
+    runs, each with its share of the host's RAM as the heartbeat says it; the GPU memory
+    field is marked unused; a GPU worker brings the GPU plan back."""
+    form = make_form(num_gpus=2, gpu_memory_gb=80)
+    _register(database, "cpu@box", {"gpus": None, "cpu_count": 2,
+                                    "memory_total_mb": 22_315.0})  # 23.4 GB
+    shown = form_handlers.preview_form(form, principal=OPEN_PRINCIPAL, settings=Settings(),
+                                       database=database)
+    plan = shown.plan.plan
+    assert plan["gpus"] == {"count": 2, "memory_gb": 11.7, "nodes": 1, "card": None,
+                            "device": "cpu"}
+    assert "1 node x 2 CPU ranks, 11.7 GB of RAM each. Per rank" in shown.plan.html
+    for guess in ("H100", "80 GB", "per GPU", " a step", "Step times"):
+        assert guess not in shown.plan.html, guess
+    assert shown.plan.per == "rank" and "rank" in plan_updates(shown.plan)[1].y_title
+    assert "not used" in shown.field_infos["gpu_memory_gb"]
+    assert "RAM" in shown.field_infos["gpu_memory_gb"]
+    # A heartbeat that does not say its RAM: this host's, shared by the ranks.
+    _register(database, "cpu@box", {"gpus": None, "cpu_count": 2})
+    unsaid = form_handlers.preview_form(form, principal=OPEN_PRINCIPAL, settings=Settings(),
+                                        database=database).plan.plan
+    assert unsaid["gpus"]["device"] == "cpu" and unsaid["gpus"]["memory_gb"] > 0
+    # Once a GPU worker could take the job, the form's GPU memory is planned again.
+    _register(database, "gpu@rig", {"gpus": [{"index": 0, "id": "0"}]})
+    back = form_handlers.preview_form(form, principal=OPEN_PRINCIPAL, settings=Settings(),
+                                      database=database)
+    assert back.plan.plan["gpus"]["memory_gb"] == 80 and "device" not in back.plan.plan["gpus"]
+    assert back.field_infos == {}

@@ -1,13 +1,15 @@
 """The front-ends only translate: every change a user can make goes through app/actions,
-which checks access, acts and audits in one place. So no REST router or UI handler writes
-a job row or an audit record itself (a front-end that did could forget the access check)."""
+which checks access, acts and audits in one place. So no REST router, UI handler or CLI
+command writes a job row or an audit record itself (a front-end that did could forget the
+access check)."""
 import ast
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-FRONT_ENDS = ["app/api", "app/ui"]
+# The CLI too: its account commands act through app/actions/accounts.py.
+FRONT_ENDS = ["app/api", "app/ui", "cli"]
 READS = ("get_", "list_", "latest_", "count_")
 
 

@@ -13,8 +13,9 @@ import pytest
 from tests.trainer.conftest import builtin_model_dir, tunedeck_home  # noqa: F401 (fixtures)
 from tunedeck.accounts import audit, users as accounts
 from tunedeck.cluster import workers as worker_registry
-from tunedeck.data import preflight_store
-from tunedeck.db.models import DatasetPreflight, utc_now
+from tunedeck.data.preflight_store import PREFLIGHTS
+from tunedeck.db.models import utc_now
+from tunedeck.db.request_rows import DatasetPreflight
 from worker.dataset_preflight import run_dataset_preflight
 
 
@@ -98,8 +99,7 @@ def test_with_a_live_worker_the_post_waits_for_the_report(client, tmp_path,
 def test_a_preflight_whose_worker_stopped_answering_says_so(client, tmp_path):
     response = client.post("/api/datasets/preflight", json={"seq_len": 64})
     with client.app_state.database.transaction() as session:
-        preflight_store.claim_preflight(session=session, preflight_id=response.json()["id"],
-                                        worker_name="gone")
+        PREFLIGHTS.claim(session=session, request_id=response.json()["id"], worker_name="gone")
     answer = client.get(response.headers["location"]).json()
     assert answer["status"] == "running"
     assert "worker gone took it and has stopped answering" in answer["waiting"]
@@ -108,7 +108,7 @@ def test_a_preflight_whose_worker_stopped_answering_says_so(client, tmp_path):
 @pytest.mark.parametrize("body, field, message", [
     ({"dataset": "/srv/elsewhere/train.jsonl"}, ["body", "dataset"], "outside the allowed folders"),
     ({"seq_len": 4}, ["body", "seq_len"], "greater than or equal to 8"),
-    ({"max_steps": 3}, ["body", "max_steps"], "Extra inputs are not permitted"),
+    ({"max_steps": 3}, ["body", "max_steps"], "unknown field `max_steps`"),
     ({"columns": {"prompt": "q", "messages": "m"}}, ["body", "columns"], "not both"),
     ({"dataset_split": "train;drop"}, ["body", "dataset_split"], "should match pattern"),
 ])
@@ -143,5 +143,4 @@ def test_only_signed_in_users_ask_and_each_reads_only_their_own(client, tmp_path
     assert hidden.status_code == 404 and f"preflight {preflight_id} does not exist" in hidden.text
     assert client.get("/api/datasets/preflight/0", headers=alice).status_code == 422
     with database.transaction() as session:
-        assert preflight_store.get_preflight(session=session, preflight_id=preflight_id).owner \
-            == "alice"
+        assert PREFLIGHTS.get(session=session, request_id=preflight_id).owner == "alice"

@@ -7,7 +7,7 @@ import json
 from app.auth.principal import OPEN_PRINCIPAL
 from app.ui.build_ui import build_ui
 from app.ui.new_job import form_handlers
-from app.ui.new_job.preflight_handlers import check_form_data
+from app.ui.new_job.preflight_handlers import check_form_data, poll_data_check
 from tests.app.test_ui_handlers import RecordingCelery
 from tests.trainer.conftest import builtin_model_dir, tunedeck_home  # noqa: F401 (fixtures)
 from tunedeck.broker import PREFLIGHT_DATASET_TASK
@@ -34,8 +34,14 @@ def test_check_data_sends_the_form_data_fields_and_shows_the_marked_report(
     assert pending["id"] == 1 and pending["request"]["columns"]["prompt"] == "question"
     assert celery.sent == [(PREFLIGHT_DATASET_TASK, [1], {"queue": "tunedeck.queue.default"})]
 
+    polled, still = poll_data_check(pending, database=database, settings=settings,
+                                    principal=OPEN_PRINCIPAL)
+    assert "Data check 1 is pending" in polled and still == pending  # the page polls on
     assert run_dataset_preflight(1, settings=settings, database=database,
                                  worker_name="w1") == "done"
+    polled, still = poll_data_check(pending, database=database, settings=settings,
+                                    principal=OPEN_PRINCIPAL)
+    assert still is None and "8 records; all tokenized" in polled  # ... until the report is in
     # The same form again: the running check is read back, not started anew.
     shown, pending = check(form, pending, database=database, settings=settings, celery=celery)
     assert pending is None and len(celery.sent) == 1
@@ -78,7 +84,7 @@ def test_a_preflight_the_broker_refuses_fails_at_once_saying_so(database, tmp_pa
 
 def test_the_histogram_shows_every_bin_to_seq_len_and_over_it_only_what_is_used():
     from app.ui.new_job.preflight_handlers import histogram_html
-    from trainer.dataset_preflight import length_histogram
+    from trainer.data.dataset_preflight import length_histogram
 
     inside = histogram_html(length_histogram([10, 20, 30], seq_len=256))
     assert inside.count("<tr><td>") == 8 and "225-256" in inside and ">= 481" not in inside

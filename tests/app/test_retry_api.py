@@ -1,13 +1,19 @@
 """Failure reasons in the API and on the pages, and "Retry with…": a real SQLite database and
 the real server-less broker (no worker runs), job rows failed through the store."""
+import html
+
+import gradio as gr
+
 from app.auth.principal import OPEN_PRINCIPAL
 from app.ui.job_ids import job_link
 from app.ui.job_page import job_actions
-from app.ui.job_page.job_handlers import load_job_page
+from app.ui.job_page.job_handlers import error_html, load_job_page
 from app.ui.jobs_table import jobs_table
-from app.views.failure import failure_markdown, failure_view, rank_log_tail
-from tunedeck import job_store
+from app.ui.tabs.failure_panel import show_failure
+from app.views.failure import failure_html, failure_view, rank_log_tail
+from tunedeck import job_queries, job_store
 from tunedeck.run_folder import RunFolder
+from tests.hub_cache import offline_hub, offline_hub_error  # noqa: F401
 
 SPEC = {"name": "oom-job", "num_gpus": 2, "max_steps": 10, "micro_batch_size": 8,
         "backend": "fsdp", "learning_rate": 1e-3, "precision": "fp16"}
@@ -79,13 +85,14 @@ def test_the_jobs_table_and_the_page_show_the_reason_the_rank_log_and_the_retry(
     job_id = failed_job(client, tmp_path, kind="out_of_memory", rank=1)
     write_rank_logs(tmp_path, job_id, rank=1, lines=50)
     row = jobs_table(database=database, principal=OPEN_PRINCIPAL).set_index("id").loc[job_link(job_id)]
-    assert ">out of memory \\(rank 1\\)" in row["reason"]
+    assert ">out of memory (rank 1): boom</span>" in row["reason"]
     page = load_job_page(job_id, database=database, principal=OPEN_PRINCIPAL)
     assert page.failure.reason == "out of memory (rank 1)"
     assert page.failure.retry_label == "Retry with fsdp + micro-batch 4 x grad_accum 2"
     log = page.failure.rank_log.splitlines()
     assert log[0] == "--- rank 1 stdout.log ---" and log[1] == "step 20" and log[-1] == "MemoryError"
-    assert failure_markdown(page.failure) == "**Why it failed:** out of memory (rank 1)"
+    assert failure_html(page.failure) == (
+        '<p style="margin:0"><strong>Why it failed:</strong> out of memory (rank 1)</p>')
     message = job_actions.retry_from_page(job_id, database=database,
                                           celery_app=client.app_state.celery_app, principal=OPEN_PRINCIPAL)
     assert message.startswith("Retried as job ") and "(fsdp + micro-batch 4 x grad_accum 2)" in message
@@ -97,8 +104,24 @@ def test_no_failure_panel_for_other_jobs_and_no_retry_for_input_errors(client, t
     assert not load_job_page(queued, database=database, principal=OPEN_PRINCIPAL).failure.reason
     job_id = failed_job(client, tmp_path, kind="input_error", rank=None, error="model /m: no such folder")
     with database.transaction() as session:
-        job = job_store.get_job(session=session, job_id=job_id)
+        job = job_queries.get_job(session=session, job_id=job_id)
     view = failure_view(job)
     assert (view.reason, view.retryable) == ("input error", False)
-    assert "No retry: fix the file first: model /m: no such folder" in failure_markdown(view)
+    # The page shows the error just above: the refusal does not say it again.
+    assert "No retry: fix the file first: the error above says what</p>" in failure_html(view)
     assert rank_log_tail(job, None) == ""
+
+
+def test_a_failure_quoting_a_url_is_escaped_once_where_the_page_draws_it(client, tmp_path,
+                                                                          offline_hub_error):
+    # The refusal quotes the error; in a Markdown panel an entity of html.escape's was linked
+    # as part of the URL ("'https://huggingface.co&#x27;").
+    error = f"OSError: {offline_hub_error}"
+    job_id = failed_job(client, tmp_path, kind="input_error", rank=None, error=error)
+    page = load_job_page(job_id, database=client.app_state.database, principal=OPEN_PRINCIPAL)
+    panel = failure_html(page.failure)
+    assert isinstance(show_failure(page.failure)[0], gr.HTML)  # escaped for what draws it
+    assert "No retry: fix the file first: the error above says what</p>" in panel
+    assert "huggingface.co" not in panel  # the error box above quotes it, once
+    assert f"<pre style=\"white-space:pre-wrap;margin:8px 0 0\">{html.escape(error)}</pre>" \
+        in error_html(page.error)

@@ -1,25 +1,27 @@
 """The UI's handlers, called directly with a real SQLite database and a fake broker."""
 from __future__ import annotations
 
+import html
 import json
 import re
 
 import pytest
 from pathlib import Path
 
-from app.auth.principal import OPEN_PRINCIPAL
+from app.auth.principal import OPEN_PRINCIPAL, Principal
 from app.ui import jobs_table
 from app.ui.build_ui import build_ui
 from app.ui.job_ids import job_id_from_cell, job_link
 from app.ui.job_page import job_actions, job_handlers, step_charts
 from app.ui.new_job import form_handlers
-from tunedeck import job_store
+from tunedeck import job_queries, job_store
 from tunedeck.broker import RUN_JOB_TASK
 from tunedeck.db.engine import Database
 from tunedeck.job_spec import JobSpec
 from tunedeck.metrics import store as metric_store
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
+from tests.hub_cache import offline_hub, offline_hub_error  # noqa: F401
 
 
 class RecordingCelery:
@@ -228,7 +230,7 @@ def test_submit_stores_a_queued_job_and_enqueues_its_id(database):
     assert job_id is not None and f"**{job_id}**" in message and "queued" in message
     assert [(name, args) for name, args, _ in celery.sent] == [(RUN_JOB_TASK, [job_id])]
     with database.transaction() as session:
-        job = job_store.get_job(session=session, job_id=job_id)
+        job = job_queries.get_job(session=session, job_id=job_id)
         assert job.status == "queued" and job.name == "ui-run"
         assert JobSpec.model_validate(job.spec).max_steps == 20
 
@@ -241,7 +243,7 @@ def test_refused_submit_stores_and_sends_nothing(database):
     assert job_id is None and "LoRA rank (lora.r)" in message and "Not submitted" in message
     assert celery.sent == []
     with database.transaction() as session:
-        assert job_store.list_jobs(session=session) == []
+        assert job_queries.list_jobs(session=session) == []
 
 
 # The jobs table
@@ -272,7 +274,9 @@ def test_jobs_table_has_one_row_a_job_newest_first(database):
         job_store.mark_job_failed(session=session, job_id=second,
                                   error="rank 1 failed: CUDA out of memory\ntraceback...")
     table = jobs_table.jobs_table(database=database, principal=OPEN_PRINCIPAL)
-    assert list(table.columns) == jobs_table.JOBS_TABLE_COLUMNS
+    # Nobody owns a job under open access: no owner column.
+    assert list(table.columns) == [column for column in jobs_table.JOBS_TABLE_COLUMNS
+                                   if column != jobs_table.OWNER]
     rows = table.to_dict("records")
     assert [row["id"] for row in rows] == [f"[{second}](?job={second})", f"[{first}](?job={first})"]
     assert rows[0]["status"] == "failed" and rows[0]["method · backend"] == "full · fsdp"
@@ -285,13 +289,40 @@ def test_jobs_table_has_one_row_a_job_newest_first(database):
     assert "waiting: no live worker serves queue 'default'" in rows[1]["reason"]
 
 
+def test_only_an_admin_who_sees_everyones_jobs_gets_the_owner_column(database):
+    with database.transaction() as session:
+        job_store.create_job(session=session, owner="ada", spec=JobSpec(max_steps=5))
+    admin = Principal(name="root", is_admin=True)
+    for principal, has_owner in ((admin, True), (Principal(name="ada", is_admin=False), False),
+                                 (OPEN_PRINCIPAL, False)):
+        table = jobs_table.jobs_table(database=database, principal=principal)
+        assert (jobs_table.OWNER in table.columns) == has_owner
+        layout = jobs_table.table_layout(table)
+        # One type and one width a column shown, the widths filling the table.
+        assert len(layout["datatype"]) == len(layout["column_widths"]) == len(table.columns)
+        assert sum(float(width.rstrip("%")) for width in layout["column_widths"]) == 100
+        assert layout["datatype"][:2] == ["bool", "markdown"] and layout["datatype"][-1] == "html"
+
+
 def test_a_long_or_marked_up_reason_is_plain_text_cut_short_with_the_whole_on_hover():
     text = "rank 0: <img src=x onerror=alert(1)> *not bold* " + "x" * 200
     cell = jobs_table.hover_cell(text)
     assert cell.startswith('<span title="rank 0: &lt;img src=x onerror=alert(1)&gt; *not bold* ')
-    assert r">rank 0: &lt;img src=x onerror=alert\(1\)&gt; \*not bold\* x" in cell
+    assert ">rank 0: &lt;img src=x onerror=alert(1)&gt; *not bold* x" in cell
     assert cell.endswith("…</span>") and len(cell) < len(text) * 2 + 60
     assert jobs_table.hover_cell("") == ""
+
+
+def test_a_reason_quoting_a_url_is_escaped_once_for_the_html_cell_it_is_drawn_in(
+        offline_hub_error):
+    # A quoted URL, which a Markdown cell linked with its backslash escapes inside
+    # ("huggingface\\.co").
+    text = f"input error: OSError: {offline_hub_error.splitlines()[0]}"
+    assert "'https://huggingface.co'" in text
+    cell = jobs_table.hover_cell(text, limit=len(text))
+    assert jobs_table.COLUMN_TYPES["reason"] == "html"
+    assert f">{text}</span>" in cell and "\\" not in cell
+    assert html.unescape(cell.split('title="')[1].split('">')[0]) == text
 
 
 def test_the_jobs_table_filters_by_status_owner_and_model(database):

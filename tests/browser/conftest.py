@@ -35,7 +35,9 @@ def tunedeck_server(tmp_path_factory) -> RunningServer:
     sends; everything of it is gone after the module's tests."""
     home = tmp_path_factory.mktemp("tunedeck-home")
     token = add_account(home, USER, PASSWORD)
-    with running_tunedeck(home, startup_seconds=SERVER_START_SECONDS, token=token) as running:
+    # Offline, as the tests are: a hub id in no cache fails at once, not after retries.
+    with running_tunedeck(home, startup_seconds=SERVER_START_SECONDS, token=token,
+                          extra_env={"HF_HUB_OFFLINE": "1"}) as running:
         yield running
 
 

@@ -138,8 +138,10 @@ def test_a_tick_stays_on_its_job_through_the_tables_refresh(
         browser, tunedeck_server: RunningServer):
     from playwright.sync_api import expect
 
-    kept = tunedeck_server.submit({**LONG, "name": "tick-kept"})
+    # Signed in before the job is submitted: a job's ranks starting on a 2-core machine
+    # can hold the page's first draw past the sign-in's wait.
     page = signed_in_page(browser, tunedeck_server.base_url, viewport=VIEWPORT)
+    kept = tunedeck_server.submit({**LONG, "name": "tick-kept"})
     newer = None
     try:
         page.get_by_role("tab", name="Jobs", exact=True).click()

@@ -150,6 +150,19 @@ def test_the_jobs_table_fits_says_why_a_job_waits_and_filters(wide_page, jobs):
             "node => [node, ...node.querySelectorAll('*')].some("
             "el => el.scrollWidth > el.clientWidth + 1 && el.clientWidth > 0)")
         assert not clipped, name  # nor cut short ("tokens/")
+    # A plain user sees only their own jobs: no owner column.
+    assert "owner" not in [header.get_attribute("title") or header.inner_text().strip()
+                           for header in table.locator("[data-testid^='header-']").all()]
+    # Cells break only between words (a name at its hyphens, never "arithmeti/c"), nothing
+    # is cut, and no row is taller than four lines of text.
+    for cell in table.locator("[data-testid^='cell-']").all():
+        style = cell.evaluate("node => { const s = getComputedStyle(node.querySelector("
+                              "'span, div') || node); return [s.wordBreak, s.overflowWrap]; }")
+        assert style == ["normal", "normal"], (cell.inner_text(), style)
+        clipped = cell.evaluate("node => node.scrollWidth > node.clientWidth + 1")
+        assert not clipped, cell.inner_text()
+    for row in table.locator("tbody tr").all():
+        assert row.evaluate("node => node.getBoundingClientRect().height") < 110, row.inner_text()
     _shot(page, "jobs")
     page.locator("#jobs-status input").click()
     page.get_by_role("option", name="queued", exact=True).click()
@@ -211,6 +224,15 @@ def test_the_job_page_keeps_the_log_at_its_newest_line_and_one_memory_chart(
                 and time.monotonic() < deadline:
             time.sleep(1)
         assert legend_labels(page, "#job-memory-plot") == ["rank 0", "rank 1"]
+        # The charts under the loss keep up with it: drawn a tick in three, never "no points
+        # yet" beside a loss of a dozen steps.
+        deadline = time.monotonic() + 60
+        while max(line_points(page, "#job-loss-plot") or [0]) < 12 \
+                and time.monotonic() < deadline:
+            time.sleep(1)
+        time.sleep(4)  # three ticks: each of the lower groups has been drawn once since
+        for chart in ("#job-lr-plot", "#job-grad-norm-plot", "#job-step-time-plot"):
+            assert sum(line_points(page, chart)) >= 1, f"{chart} has no points"
         events = page.locator("#job-events")
         for cell in events.locator("[data-testid^='cell-'][data-testid$='-2']").all():
             clipped = cell.evaluate("node => node.scrollWidth > node.clientWidth + 1")
@@ -227,6 +249,13 @@ def test_a_cancelled_job_drops_the_cancel_note_and_says_why_resume_is_greyed(
     with _opened(browser, tunedeck_server, f"/?job={long_job}") as page:
         expect(page.locator("#job-status")).to_contain_text("running")
         page.locator("#job-cancel").click()
+        # Cancel asks first; "Keep it running" puts the question away.
+        expect(page.locator("#job-cancel-confirm")).to_have_text(f"Yes, cancel job {long_job}")
+        page.locator("#job-cancel-keep").click()
+        expect(page.locator("#job-cancel-confirm")).to_be_hidden()
+        assert tunedeck_server.job(long_job)["status"] == "running"
+        page.locator("#job-cancel").click()
+        page.locator("#job-cancel-confirm").click()
         note = page.locator("#job-cancel-result")
         expect(note).to_contain_text("Cancel requested")
         tunedeck_server.wait_for(long_job, {"cancelled"}, timeout_seconds=WAIT_SECONDS)
@@ -310,15 +339,26 @@ def test_a_failed_job_opens_on_its_failure_with_no_empty_charts(browser, tunedec
     long_job, _short = jobs
     tunedeck_server.http.post(f"/api/jobs/{long_job}/cancel")  # the worker's one slot
     tunedeck_server.wait_for(long_job, {"cancelled"}, timeout_seconds=WAIT_SECONDS)
-    missing = tunedeck_server.home / "data" / "missing" / "train.jsonl"  # an allowed folder
-    failed = tunedeck_server.submit({**SHORT, "name": "pages-failed", "dataset": str(missing)})
+    # A hub id in no cache, offline: the worker's check says so before loading, in words
+    # with an apostrophe and backticks ("this host's Hugging Face cache", "`hf download`")
+    # that the panel, the error box and the Jobs table each escape once, for what they are
+    # drawn in.
+    absent = "tunedeck-test/absent-model"
+    failed = tunedeck_server.submit({**SHORT, "name": "pages-failed", "model": absent})
     job = tunedeck_server.wait_for(failed, {"failed", "succeeded", "cancelled"},
                                    timeout_seconds=WAIT_SECONDS)
-    assert (job["status"], job["failure_kind"]) == ("failed", "input_error"), job
+    assert (job["status"], job["failure_kind"]) == ("failed", "not_cached_offline"), job
+    quoted = "this host's Hugging Face cache"
     with _opened(browser, tunedeck_server, f"/?job={failed}") as page:
         reason = page.locator("#job-failure-reason")
         expect(reason).to_be_visible()
-        expect(page.locator("#job-error")).to_contain_text(str(missing))
+        expect(page.locator("#job-error")).to_contain_text(quoted)
+        shown = page.locator("#job-error").inner_text()
+        assert quoted in shown and f"`hf download {absent}`" in shown, shown
+        assert "&#x27;" not in shown and "&amp;" not in shown, shown
+        # Said once: the failure panel under it points up rather than quoting it again.
+        expect(reason).to_contain_text("nothing to change in the spec: the error above says what")
+        assert quoted not in reason.inner_text()
         above = reason.evaluate("node => node.getBoundingClientRect().top")
         below = page.locator("#job-progress").evaluate("node => node.getBoundingClientRect().top")
         assert above < below, (above, below)  # why it failed comes first
@@ -326,6 +366,12 @@ def test_a_failed_job_opens_on_its_failure_with_no_empty_charts(browser, tunedec
                       "#job-lr-plot", "#job-step-time-plot"):
             expect(page.locator(chart)).to_be_hidden()  # nothing was measured
         _shot(page, "job-failed")
+        _tab(page, "Jobs")
+        expect(page.locator("#jobs-table")).to_contain_text("pages-failed")
+        rows = {row["name"]: row for row in table_rows(page, "#jobs-table")}
+        shown = rows["pages-failed"]["reason"]
+        assert shown.startswith("not cached offline: ") and "\\" not in shown, shown
+        assert f"model {absent}:" in shown, shown  # not with Markdown's escapes inside
 
 
 def test_the_model_and_dataset_fields_offer_recent_and_available_values(browser,

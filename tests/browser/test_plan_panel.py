@@ -5,18 +5,26 @@ The expected set-ups and figures come from the same handlers in this process: th
 must show what they computed, whichever set-ups today's planner offers."""
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from app.auth.principal import OPEN_PRINCIPAL
 from app.ui.new_job import form_handlers
 from app.ui.new_job.plan_handlers import apply_setup
 from tests.browser.conftest import signed_in_page
+from tunedeck.cluster import workers as worker_registry
+from tunedeck.db.engine import Database
+from tunedeck.db.models import utc_now
 from tunedeck.planner.plan_text import strategy_cells
 from tunedeck.settings import Settings
 
 pytestmark = pytest.mark.browser
 
 VIEWPORT = {"width": 1440, "height": 900}
+GPU_WORKER = "gpu@rig"
+HEARTBEAT_SECONDS = 3
 FORM = dict(model="meta-llama/Llama-2-13b-hf", method="full", backend="fsdp", num_gpus=4,
             gpu_memory_gb=80)
 # A cell wraps when its text makes more than one line box, or a box much taller than a line.
@@ -52,6 +60,99 @@ def wide_page(browser, server):
     page.set_viewport_size(VIEWPORT)
     yield page
     page.context.close()
+
+
+def _server_database(tunedeck_server) -> Database:
+    return Database(Settings(home=tunedeck_server.home).resolved_database_url)
+
+
+def _heartbeat(database: Database, name: str, resources: dict) -> None:
+    with database.transaction() as session:
+        worker_registry.record_heartbeat(session=session, name=name, host=name.split("@")[-1],
+                                         queues=["default"], pid=1, concurrency=1,
+                                         resources=resources, started_at=utc_now())
+
+
+@pytest.fixture
+def gpu_worker(tunedeck_server):
+    """A GPU worker's heartbeats in the server's database, every few seconds while the test
+    runs (as a worker on a GPU host sends them), so the form plans the GPU memory it is
+    given rather than the CPU ranks of this host's own worker; stopped after."""
+    database, stopped = _server_database(tunedeck_server), threading.Event()
+
+    def beat() -> None:
+        while not stopped.is_set():
+            _heartbeat(database, GPU_WORKER, {"gpus": [{"index": 0, "id": "0"}]})
+            stopped.wait(HEARTBEAT_SECONDS)
+
+    _heartbeat(database, GPU_WORKER, {"gpus": [{"index": 0, "id": "0"}]})
+    beating = threading.Thread(target=beat, daemon=True)
+    beating.start()
+    yield
+    stopped.set()
+    beating.join()
+    with database.transaction() as session:
+        worker_registry.mark_worker_stopped(session=session, name=GPU_WORKER)
+    database.dispose()
+
+
+def _live_workers(tunedeck_server, *, seconds: float = 120) -> list[dict]:
+    """The registered workers, once `tunedeck up`'s own worker has said what it has."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        workers = tunedeck_server.http.get("/api/workers").json()["workers"]
+        if any(worker.get("state") == "online" for worker in workers):
+            return workers
+        time.sleep(0.5)
+    raise AssertionError(f"no worker registered: {tunedeck_server.describe()}")
+
+
+def test_on_this_cpu_host_the_form_plans_its_cpu_ranks_in_ram(browser, tunedeck_server,
+                                                              tmp_path):
+    """Issue 29 item 10: with only this host's CPU worker, the form opens on a plan for its
+    CPU ranks, each with a share of the host's RAM: no H100, no step time, figures per rank;
+    the GPU memory field says it is not used."""
+    expect = _expect()
+    _live_workers(tunedeck_server)
+    database = _server_database(tunedeck_server)
+    settings = Settings(home=tunedeck_server.home)
+    expected = form_handlers.preview_form(form_handlers.default_form(), principal=OPEN_PRINCIPAL,
+                                          settings=settings, database=database).plan
+    database.dispose()
+    assert expected.plan["gpus"]["device"] == "cpu"
+    page = signed_in_page(browser, tunedeck_server.base_url)
+    page.set_viewport_size(VIEWPORT)
+    try:
+        plan = page.locator("#new-job-plan")
+        ranks = expected.plan["gpus"]["count"]
+        expect(plan).to_contain_text(f"1 node x {ranks} CPU ranks, "
+                                     f"{expected.plan['gpus']['memory_gb']:.3g} GB of RAM each")
+        expect(plan).to_contain_text("Per rank")
+        for guess in ("H100", "per GPU", " a step", "Step times"):
+            expect(plan).not_to_contain_text(guess)
+        chart = page.locator("#new-job-plan-chart")
+        expect(chart).to_contain_text("per rank")
+        # The bars are this plan's, not the one the page was built with: the y axis reaches
+        # its largest total (the build-time plan's, on GPUs with Liger, is smaller).
+        largest = expected.frame.groupby("backend")["size"].sum().max()
+        page.wait_for_function(f"""() => {{
+          const chart = document.querySelector('#new-job-plan-chart');
+          const axis = [...chart.querySelectorAll('g.role-axis')]
+            .find(g => (g.getAttribute('aria-label') || '').startsWith('Y-axis'));
+          if (!axis) return false;
+          const ticks = [...axis.querySelectorAll('.role-axis-label text')]
+            .map(text => parseFloat(text.textContent));
+          return Math.max(...ticks) >= 0.8 * {largest};
+        }}""", timeout=30_000)
+        expect(page.locator("#new-job-gpu-memory-gb")).to_contain_text("not used")
+        _wait_for_rows(page, _expected_rows(expected))
+        shots = tmp_path / "screenshots"
+        shots.mkdir()
+        plan.screenshot(path=str(shots / "plan-panel-cpu.png"))
+        page.screenshot(path=str(shots / "new-job-page-cpu.png"), full_page=True)
+        print(f"CPU plan screenshots: {shots}")
+    finally:
+        page.context.close()
 
 
 def _fill(page) -> None:
@@ -101,8 +202,21 @@ def _field_value(page, name: str):
     return int(float(value)) if value.replace(".", "", 1).isdigit() else value
 
 
-def test_the_plan_panel_reads_on_one_line_per_backend_and_applies_a_set_up(wide_page,
-                                                                           tmp_path):
+def _field_value_when_set(page, name: str, expected, *, seconds: float = 10.0):
+    """The field's value once it reads `expected`, or what it reads after `seconds`: the
+    Apply click and the preview it starts land a moment apart (a set-up that changes the
+    backend leaves the table's rows, which the test waits on, as they were)."""
+    value = _field_value(page, name)
+    for _ in range(int(seconds / 0.2)):
+        if value == expected:
+            break
+        page.wait_for_timeout(200)
+        value = _field_value(page, name)
+    return value
+
+
+def test_the_plan_panel_reads_on_one_line_per_backend_and_applies_a_set_up(gpu_worker,
+                                                                           wide_page, tmp_path):
     page, expect = wide_page, _expect()
     form = {**form_handlers.default_form(), **FORM}
     view = form_handlers.preview_form(form, principal=OPEN_PRINCIPAL, settings=Settings()).plan
@@ -160,5 +274,5 @@ def test_the_plan_panel_reads_on_one_line_per_backend_and_applies_a_set_up(wide_
             box = page.locator(f"#new-job-{name.replace('_', '-')} input[type=checkbox]")
             (expect(box).to_be_checked() if value else expect(box).not_to_be_checked())
         else:
-            assert _field_value(page, name) == value, name
+            assert _field_value_when_set(page, name, value) == value, name
     page.locator("#new-job-plan").screenshot(path=str(shots / "plan-panel-applied.png"))

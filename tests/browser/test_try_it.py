@@ -65,7 +65,7 @@ def test_a_prompt_typed_on_the_job_page_gets_the_fine_tuned_and_the_base_answer(
         expect(tuned).to_be_visible(timeout=ANSWER_SECONDS * 1000)
         expect(base).to_be_visible(timeout=ANSWER_SECONDS * 1000)
         # The fine-tune learned to stop after its answer: up to 16 tokens, not always 16.
-        expect(tuned.locator(".try-it-facts")).to_have_text(re.compile(r"^\d+ tokens in [\d.]+ s on cpu"))
+        expect(tuned.locator(".try-it-facts")).to_have_text(re.compile(r"^\d+ tokens in [\d.]+ m?s \([\d,]+ tokens/s\) on cpu"))
         tuned_box, base_box = tuned.bounding_box(), base.bounding_box()
         assert tuned_box["x"] + tuned_box["width"] <= base_box["x"] + 1  # side by side
         assert abs(tuned_box["y"] - base_box["y"]) < 5

@@ -63,7 +63,7 @@ sys.meta_path.insert(0, WorkerExtraIsNotInstalled())
 
 from fastapi.testclient import TestClient
 
-from tunedeck.cli import main
+from cli import main
 
 assert main(["migrate"]) == 0
 from app.main import create_app

@@ -6,12 +6,11 @@ from __future__ import annotations
 import os
 import signal
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
-from harness.servers import running_tunedeck
+from harness.servers import running_tunedeck, stand_in_trainer_environment
 from tests.e2e.test_up_end_to_end import _job_processes, _wait_for_first_step
 from tunedeck.job_spec import JobSpec
 from tunedeck.retry_changes import memory_retry
@@ -20,7 +19,6 @@ from worker.sampler import rank_of_process
 
 pytestmark = [pytest.mark.torchrun]
 
-OOM_TRAINER_DIR = Path(__file__).resolve().parent / "oom_trainer"
 JOB = {"name": "failing", "model": "builtin:tiny-llama", "dataset": "builtin:arithmetic",
        "method": "lora", "backend": "fsdp", "num_gpus": 2, "max_steps": 40,
        "micro_batch_size": 4, "seq_len": 64, "precision": "bf16"}
@@ -96,11 +94,12 @@ def test_a_sigkilled_rank_is_named_and_retried_with_the_same_spec(server):
 
 
 def test_a_rank_that_runs_out_of_memory_is_named_and_retried_with_the_planners_change(tmp_path):
-    """The worker runs from a folder whose `trainer` package replaces only `trainer.train`
-    (tests/e2e/oom_trainer): rank 1 allocates until a real MemoryError, and the real
-    entry point writes the trainer's error notice."""
+    """The ranks run tests/e2e/oom_trainer, which replaces only `trainer.train`: rank 1
+    allocates until a real MemoryError, and the real entry point writes the trainer's error
+    notice."""
     spec = {**JOB, "name": "oom", "micro_batch_size": 8}
-    with running_tunedeck(tmp_path / "home", cwd=OOM_TRAINER_DIR) as server:
+    with running_tunedeck(tmp_path / "home",
+                          extra_env=stand_in_trainer_environment("tests.e2e.oom_trainer")) as server:
         job_id = server.submit(spec)
         started = time.monotonic()
         job = server.wait_for(job_id, FINISHED, timeout_seconds=120)

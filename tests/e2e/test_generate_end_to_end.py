@@ -5,6 +5,7 @@ also while another job holds the worker's only job slot."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -76,18 +77,20 @@ def test_a_trained_job_answers_repeatably_and_differs_from_its_base(trained):
         sampled["text"]
 
     printed = subprocess.run(
-        [sys.executable, "-m", "tunedeck.cli", "generate", str(job_id), PROMPT,
+        [sys.executable, "-m", "cli", "generate", str(job_id), PROMPT,
          "--temperature", "0", "--max-new-tokens", "16", "--server", server.base_url,
          "--json"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert printed.returncode == 0, printed.stderr
     assert json.loads(printed.stdout)["text"] == first["text"]
     plain = subprocess.run(
-        [sys.executable, "-m", "tunedeck.cli", "generate", str(job_id), PROMPT,
+        [sys.executable, "-m", "cli", "generate", str(job_id), PROMPT,
          "--temperature", "0", "--max-new-tokens", "16", "--variant", "base",
          "--server", server.base_url], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert plain.returncode == 0, plain.stderr
     assert plain.stdout.strip() == base["text"].strip()
-    assert "tokens in" in plain.stderr
+    # The generation's own time, in ms for a tiny model's few tokens (not "0.00 s").
+    assert re.search(r"^\(\d+ tokens in [\d.]+ m?s \([\d,]+ tokens/s\), base on cpu\)$",
+                     plain.stderr.strip()), plain.stderr
 
     too_long = server.http.post(f"/api/jobs/{job_id}/generate", json={
         "messages": [{"role": "user", "content": PROMPT}], "max_new_tokens": 5000})
@@ -99,7 +102,7 @@ def test_a_trained_job_answers_repeatably_and_differs_from_its_base(trained):
         "messages": [{"role": "user", "content": PROMPT}]})
     assert gone.status_code == 409 and "merged" in gone.json()["detail"], gone.text
     refused = subprocess.run(
-        [sys.executable, "-m", "tunedeck.cli", "generate", str(job_id), PROMPT,
+        [sys.executable, "-m", "cli", "generate", str(job_id), PROMPT,
          "--server", server.base_url], cwd=REPO, capture_output=True, text=True, timeout=60)
     # The server's own words (a 409), as every client command exits on a refusal.
     assert refused.returncode != 0 and "were deleted or never written" in refused.stderr

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.servers import REPO, running_tunedeck
+from harness.servers import REPO, running_tunedeck, stand_in_trainer_environment
 
 pytestmark = [pytest.mark.torchrun]
 
-SLEEPY_TRAINER_DIR = Path(__file__).resolve().parent / "sleepy_trainer"
 JOB = {"name": "holds-the-slot", "model": "builtin:tiny-llama", "dataset": "builtin:arithmetic",
        "backend": "fsdp", "num_gpus": 1, "max_steps": 5}
 
@@ -41,8 +40,9 @@ def wait_for_report(server, answer: dict, timeout_seconds: float = 180) -> dict:
 
 def test_a_preflight_is_served_while_a_job_holds_the_only_slot_and_the_cli_prints_it(tmp_path):
     data = write_pairs(tmp_path / "pairs.jsonl")
-    env = {"TUNEDECK_WARM_START": "false"}
-    with running_tunedeck(tmp_path / "home", cwd=SLEEPY_TRAINER_DIR, extra_env=env) as server:
+    env = {**stand_in_trainer_environment("tests.e2e.sleepy_trainer"),
+           "TUNEDECK_WARM_START": "false"}
+    with running_tunedeck(tmp_path / "home", extra_env=env) as server:
         job_id = server.submit(JOB)
         server.wait_for(job_id, {"running"}, timeout_seconds=120)
         workers = server.http.get("/api/workers").json()["workers"]
@@ -65,7 +65,7 @@ def test_a_preflight_is_served_while_a_job_holds_the_only_slot_and_the_cli_print
         spec_file.write_text(json.dumps({**JOB, "dataset": str(data), "seq_len": 64}))
         started = time.monotonic()
         printed = subprocess.run(
-            [sys.executable, "-m", "tunedeck.cli", "preflight", str(spec_file), "--server",
+            [sys.executable, "-m", "cli", "preflight", str(spec_file), "--server",
              server.base_url, "--json"], cwd=REPO, capture_output=True, text=True, timeout=120)
         assert printed.returncode == 0, printed.stderr
         from_cli = json.loads(printed.stdout)
@@ -74,7 +74,7 @@ def test_a_preflight_is_served_while_a_job_holds_the_only_slot_and_the_cli_print
             {key: value for key, value in report.items() if key != "seconds"}
         assert time.monotonic() - started < 60  # a warm worker answers within the POST's wait
         text = subprocess.run(
-            [sys.executable, "-m", "tunedeck.cli", "preflight", str(spec_file), "--server",
+            [sys.executable, "-m", "cli", "preflight", str(spec_file), "--server",
              server.base_url], cwd=REPO, capture_output=True, text=True, timeout=120)
         assert text.returncode == 0, text.stderr
         assert "40 records; all tokenized" in text.stdout
@@ -82,10 +82,10 @@ def test_a_preflight_is_served_while_a_job_holds_the_only_slot_and_the_cli_print
         assert "seq_len 64" in text.stdout and "[[" in text.stdout and "<<cut: " in text.stdout
         # The same server answers what the spec's LoRA adapts, on the command line too.
         targets = subprocess.run(
-            [sys.executable, "-m", "tunedeck.cli", "lora-targets", str(spec_file), "--server",
+            [sys.executable, "-m", "cli", "lora-targets", str(spec_file), "--server",
              server.base_url], cwd=REPO, capture_output=True, text=True, timeout=180)
         assert targets.returncode == 0, targets.stderr
-        assert "**LlamaForCausalLM** (llama): 32,768 trainable parameters" in targets.stdout
-        assert "`model.layers.*.self_attn.q_proj`" in targets.stdout
+        assert targets.stdout.startswith("LlamaForCausalLM (llama): 32,768 trainable parameters")
+        assert "model.layers.*.self_attn.q_proj" in targets.stdout and "`" not in targets.stdout
         assert server.http.post(f"/api/jobs/{job_id}/cancel").status_code == 202
         server.wait_for(job_id, {"cancelled"}, timeout_seconds=60)

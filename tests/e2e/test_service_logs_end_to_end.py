@@ -1,7 +1,8 @@
 """`tunedeck up` with TUNEDECK_LOG_FORMAT=json: the web's and the worker's lines are JSON
 objects naming their service; an API call's access line has the caller's request id (sent
 back in X-Request-ID); the worker's lines about a job name the job and the worker; and no
-line holds the API token or the password."""
+line holds the API token or the password, nor kombu's warning of a broker URL without a
+host; and once stopped, no standby's ready file is left in the warm folder."""
 from __future__ import annotations
 
 import json
@@ -29,6 +30,8 @@ def test_json_logs_of_web_and_worker_with_request_and_job_ids_and_no_secret(tmp_
         assert failed.status_code == 401
     text = (home / "up.log").read_text()
     assert token not in text and PASSWORD not in text
+    assert "No hostname was supplied" not in text  # kombu, of a broker URL without a host
+    assert not list((home / "warm").rglob("*.ready"))  # the standby's, gone with it
     lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
     assert {line["service"] for line in lines} >= {"web", "worker"}
     access = [line for line in lines if line["logger"] == "tunedeck.access"]

@@ -3,6 +3,7 @@ with 2 CPU ranks, metrics in the database, merged weights downloaded and loaded.
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 import time
@@ -22,16 +23,32 @@ LORA_JOB = {"name": "e2e-lora", "model": "builtin:tiny-llama", "dataset": "built
             "lora": {"r": 8, "alpha": 16, "dropout": 0.0}}
 
 
+# A user's own project, with a `trainer` package of its own, is where TuneDeck is started:
+# were it imported anywhere (the worker, the warm start, a rank), it would leave its mark.
+DECOY_TRAINER = """from pathlib import Path
+Path(__file__).parents[1].joinpath("decoy-trainer-ran").write_text("imported")
+raise SystemExit("the decoy trainer was imported")
+"""
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with running_tunedeck(tmp_path_factory.mktemp("up")) as server:
+def decoy_project(tmp_path_factory):
+    project = tmp_path_factory.mktemp("user-project")
+    (project / "trainer").mkdir()
+    (project / "trainer" / "__init__.py").write_text(DECOY_TRAINER)
+    return project
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, decoy_project):
+    with running_tunedeck(tmp_path_factory.mktemp("up"), cwd=decoy_project) as server:
         yield server
 
 
 def test_submit_train_download_and_load_merged_weights(server, tmp_path):
     job_id = server.submit(LORA_JOB)
     # `tunedeck watch` follows it to the end, a line each time its progress changes.
-    watched = subprocess.run([sys.executable, "-m", "tunedeck.cli", "watch", str(job_id),
+    watched = subprocess.run([sys.executable, "-m", "cli", "watch", str(job_id),
                               "--server", server.base_url, "--interval", "0.2"],
                              capture_output=True, text=True, timeout=300)
     job = server.wait_for(job_id, {"succeeded", "failed", "cancelled"})
@@ -84,7 +101,7 @@ def _assert_merged_equals_base_plus_adapter(merged, adapter, base_folder):
 def test_a_local_model_folder_and_a_chat_jsonl_of_the_users_own(server, tmp_path):
     import json
 
-    from trainer.builtin_model import ensure_builtin_model
+    from trainer.model.builtin_model import ensure_builtin_model
 
     model_folder = ensure_builtin_model(tmp_path / "models")  # stands in for any HF folder
     chats = tmp_path / "chats.jsonl"
@@ -111,15 +128,18 @@ def test_missing_dataset_fails_at_once_naming_the_path(server, tmp_path):
     assert server.http.get("/healthz").status_code == 200
 
 
-def test_wrong_columns_fail_at_once_naming_the_file_and_the_expected_columns(server, tmp_path):
+def test_wrong_columns_are_refused_at_submit_naming_the_file_and_the_likely_columns(server,
+                                                                                  tmp_path):
     data = tmp_path / "qa.jsonl"
     data.write_text('{"question": "2+2?", "answer": "4"}\n')
-    job_id = server.submit({**LORA_JOB, "dataset": str(data)})
-    job = server.wait_for(job_id, {"failed", "succeeded"}, timeout_seconds=60)
-    assert job["status"] == "failed"
-    assert job["error"] == (f"dataset {data}: record 1 has keys ['answer', 'question']; "
-                            "expected instruction/output, prompt/response or messages")
-    assert not (server.home / "runs" / f"job-{job_id}" / "logs" / "torchrun.log").exists()
+    before = {job["id"] for job in server.http.get("/api/jobs").json()}
+    response = server.http.post("/api/jobs", json={**LORA_JOB, "dataset": str(data)})
+    assert response.status_code == 422, response.text
+    message = response.text
+    assert "dataset" in message and str(data) in message, message
+    assert "likely columns: {prompt: question, response: answer}" in message, message
+    # No job was made, to fail later on a worker.
+    assert {job["id"] for job in server.http.get("/api/jobs").json()} == before
 
 
 def test_cancel_leaves_no_process_of_the_job(server):
@@ -198,3 +218,13 @@ def test_cancel_after_a_checkpoint_then_resume_finishes_the_same_job(server):
     assert server.http.get(f"/api/jobs/{job_id}/artifacts/merged").status_code == 200
     launch = server.http.get(f"/api/jobs/{job_id}/config").json()
     assert launch["argv"][-1] == "--resume"
+
+
+def test_a_trainer_folder_where_tunedeck_started_was_never_run(server, decoy_project):
+    """Issue 30: every job of this module ran from a folder holding a decoy `trainer/` (cold
+    and warm launches, Check data's helper); each ran TuneDeck's installed trainer."""
+    job_id = server.submit({**LORA_JOB, "name": "e2e-decoy", "max_steps": 2, "backend": "fsdp"})
+    assert server.wait_for(job_id, {"succeeded", "failed", "cancelled"})["status"] == "succeeded"
+    launch = json.loads((server.home / "runs" / f"job-{job_id}" / "launch.json").read_text())
+    assert launch["cwd"] == str(decoy_project) and launch["env"]["PYTHONSAFEPATH"] == "1"
+    assert not (decoy_project / "decoy-trainer-ran").exists()

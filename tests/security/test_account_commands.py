@@ -12,7 +12,7 @@ from app.auth.middleware import check_open_access_allowed
 from tunedeck.accounts import users as accounts
 from tunedeck.db.engine import Database
 
-CLI = [sys.executable, "-m", "tunedeck.cli"]
+CLI = [sys.executable, "-m", "cli"]
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
 from app.views.artifacts import ARTIFACT_KINDS
-from tunedeck import job_store
+from tunedeck import job_queries, job_store
 from tunedeck.failure_kinds import OUT_OF_MEMORY
 from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
@@ -142,6 +142,6 @@ def test_no_operation_answers_5xx_or_crashes(fuzzed_app: FastAPI) -> None:
     # The fuzzer reached files only through job rows, and those all live under the home.
     home = fuzzed_app.state.settings.home_dir
     with fuzzed_app.state.database.transaction() as session:
-        run_dirs = [job.run_dir for job in job_store.list_jobs(session=session, limit=100_000)
+        run_dirs = [job.run_dir for job in job_queries.list_jobs(session=session, limit=100_000)
                     if job.run_dir]
     assert run_dirs and all(Path(run_dir).is_relative_to(home) for run_dir in run_dirs)

@@ -198,11 +198,12 @@ def test_a_chunked_upload_past_a_small_cap_is_refused_and_leaves_no_file(hostile
 @pytest.mark.parametrize("content, expected", [
     (b'{"prompt": "1+1?", "response": "2"}\n{"prompt": oops}\n',
      "dataset train.jsonl: line 2 is not valid JSON"),
-    (b'{"question": "1+1?", "answer": "2"}\n',
-     "dataset train.jsonl: record 1 has keys ['answer', 'question']; expected instruction/output"),
+    (b'{"prompt": "1+1?", "response": "2"}\n{"question": "2+2?"}\n',
+     "dataset train.jsonl: record 2 has keys ['question']; expected instruction/output"),
+    (b'[1, 2]\n', "dataset train.jsonl: record 1 is a list; expected an object"),
     (b"\n\n", "dataset train.jsonl: no records"),
     (b"\xff\xfe\x00", "dataset train.jsonl: not UTF-8 text"),
-], ids=["bad-json", "wrong-columns", "empty", "not-utf8"])
+], ids=["bad-json", "columns-change", "not-objects", "empty", "not-utf8"])
 def test_a_malformed_upload_is_refused_naming_the_file(hostile_client, hostile_app, content,
                                                        expected):
     response = upload(hostile_client, content)
@@ -211,14 +212,83 @@ def test_a_malformed_upload_is_refused_naming_the_file(hostile_client, hostile_a
     assert list(uploads_dir(hostile_app).iterdir()) == []
 
 
-@pytest.mark.parametrize("filename", ["../train.jsonl", "/etc/train.jsonl", "train.csv",
-                                      "train.py", ".hidden.jsonl", "a/b.jsonl", "",
+@pytest.mark.parametrize("filename, content, expected", [
+    ("train.csv", b"prompt,response\n1+1?,2\n2+2?\n", "dataset train.csv: line 3 has 1 fields"),
+    ("train.csv", b"", "dataset train.csv: no header row"),
+    ("train.jsonl.gz", b"not gzip", "dataset train.jsonl.gz: cannot be read"),
+    ("train.parquet", b"not parquet", "dataset train.parquet: not a Parquet file"),
+], ids=["csv-ragged", "csv-empty", "not-gzip", "not-parquet"])
+def test_a_malformed_table_upload_is_refused_naming_the_file(hostile_client, hostile_app,
+                                                             filename, content, expected):
+    response = upload(hostile_client, content, filename=filename)
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["msg"].startswith(expected)
+    assert list(uploads_dir(hostile_app).iterdir()) == []
+
+
+@pytest.mark.parametrize("filename", ["train.py", "train.gz", "train", "",
                                       "x" * 300 + ".jsonl"])
-def test_an_unsafe_upload_filename_is_refused(hostile_client, hostile_app, filename):
+def test_an_upload_name_without_a_dataset_extension_is_refused(hostile_client, hostile_app,
+                                                               filename):
     response = upload(hostile_client, jsonl(GOOD_RECORDS), filename=filename)
     assert response.status_code == 422, response.text
     assert response.json()["detail"][0]["loc"][-1] == "filename"
     assert not uploads_dir(hostile_app).exists()
+
+
+@pytest.mark.parametrize("filename, kept", [
+    ("My Data (v2).jsonl", "My-Data-v2.jsonl"), ("../train.jsonl", "train.jsonl"),
+    ("/etc/train.jsonl", "train.jsonl"), (".hidden.jsonl", "hidden.jsonl"),
+])
+def test_an_unsafe_upload_name_is_made_safe_inside_the_uploaders_folder(hostile_client,
+                                                                        hostile_app, filename,
+                                                                        kept):
+    response = upload(hostile_client, jsonl(GOOD_RECORDS), filename=filename)
+    assert response.status_code == 201, response.text
+    path = Path(response.json()["dataset"])
+    assert path.parent == uploads_dir(hostile_app)
+    assert path.name == f"{response.json()['sha256'][:12]}-{kept}"
+
+
+def write_parquet(path: Path, table: dict[str, list]) -> bytes:
+    import pyarrow
+    import pyarrow.parquet
+
+    pyarrow.parquet.write_table(pyarrow.table(table), path)
+    return path.read_bytes()
+
+
+def test_every_file_format_the_trainer_reads_can_be_uploaded(hostile_client, tmp_path):
+    import gzip
+
+    bodies = {
+        "train.parquet": write_parquet(tmp_path / "t.parquet", {"prompt": ["1+1?", "2+2?"],
+                                                                "response": ["2", "4"]}),
+        "train.csv": b'instruction,output\n"add 1, 1",2\n\nadd 2 and 2,4\n',
+        "train.jsonl.gz": gzip.compress(jsonl(GOOD_RECORDS)),
+    }
+    for filename, content in bodies.items():
+        response = upload(hostile_client, content, filename=filename)
+        assert response.status_code == 201, (filename, response.text)
+        stored = response.json()
+        assert stored["dataset"].endswith(f"-{filename}") and stored["usual_columns"], stored
+        assert stored["records"] == (3 if filename.endswith("gz") else 2), filename
+        job = hostile_client.post("/api/jobs", json={**JOB, "dataset": stored["dataset"]})
+        assert job.status_code == 201, job.text
+
+
+def test_a_file_with_other_columns_is_kept_with_the_likely_columns_named(hostile_client,
+                                                                        tmp_path):
+    parquet = write_parquet(tmp_path / "qa.parquet", {"id": [1], "question": ["1+1?"],
+                                                      "answer": ["2"]})
+    for filename, content in (("qa.jsonl", b'{"question": "1+1?", "answer": "2"}\n'),
+                              ("qa.csv", b"id,question,answer\n1,1+1?,2\n"),
+                              ("qa.parquet", parquet)):
+        stored = upload(hostile_client, content, filename=filename).json()
+        assert stored["usual_columns"] is False and stored["records"] == 1, stored
+        assert stored["guessed_columns"] == {"prompt": "question", "response": "answer"}
+    stored = upload(hostile_client, b'{"text": "a"}\n{"text": "b"}\n', filename="t.jsonl").json()
+    assert (stored["records"], stored["columns"], stored["guessed_columns"]) == (2, ["text"], None)
 
 
 def test_a_good_upload_is_usable_as_a_jobs_dataset(hostile_client, hostile_app):
@@ -284,16 +354,45 @@ def test_the_forms_upload_keeps_a_good_file_and_refuses_a_bad_one(tmp_path):
     received.parent.mkdir()
     received.write_text("\n".join(_json.dumps({"prompt": f"q{i}", "response": f"a{i}"})
                                   for i in range(5)))
-    dataset, message = upload_dataset_from_form(str(received), principal=alice,
-                                                settings=settings, database=database)
-    assert Path(dataset).parent == settings.upload_dir_for("alice") and "5 records" in message
+    answer = upload_dataset_from_form(str(received), principal=alice, settings=settings,
+                                      database=database)
+    assert Path(answer.dataset).parent == settings.upload_dir_for("alice")
+    assert "5 records" in answer.message and not answer.show_columns
     assert not received.exists()  # Gradio's copy is gone; ours is in the uploads folder
 
     bad = tmp_path / "gradio" / "bad.jsonl"
-    bad.write_text('{"text": "no prompt or response"}\n')
-    dataset, message = upload_dataset_from_form(str(bad), principal=alice, settings=settings,
-                                                database=database)
-    assert dataset is None and message.startswith("Upload refused: ") and "bad.jsonl" in message
+    bad.write_text('{"prompt": oops}\n')
+    answer = upload_dataset_from_form(str(bad), principal=alice, settings=settings,
+                                      database=database)
+    assert answer.dataset is None and answer.message.startswith("Upload refused: ")
+    assert "bad.jsonl" in answer.message
     kept = list(settings.upload_dir_for("alice").iterdir())
     assert [path.name.split("-", 1)[1] for path in kept] == ["train.jsonl"]  # nothing of bad.jsonl
+
+    other = tmp_path / "gradio" / "My QA (v2).csv"
+    other.write_text("question,answer\n1+1?,2\n")
+    answer = upload_dataset_from_form(str(other), principal=alice, settings=settings,
+                                      database=database)
+    assert answer.dataset.endswith("-My-QA-v2.csv") and answer.show_columns
+    assert (answer.columns["prompt"], answer.columns["response"]) == ("question", "answer")
+    assert "as **My-QA-v2.csv**" in answer.message and "prompt → `question`" in answer.message
     database.dispose()
+
+
+def test_a_model_folder_without_config_and_unmapped_columns_are_refused_by_field(hostile_client,
+                                                                                tmp_path):
+    """The checks the form makes under each field as it is typed (app/actions/input_checks.py)."""
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    data = tmp_path / "qa.jsonl"
+    data.write_text('{"question": "1+1?", "answer": "2"}\n')
+    problems = refused_fields(hostile_client.post(
+        "/api/jobs", json={**JOB, "model": str(empty), "dataset": str(data)}))
+    assert problems["model"] == (f"model {empty}: no config.json in this folder; expected a "
+                                 "Hugging Face model folder (config.json, the weights and the "
+                                 "tokenizer files)")
+    assert "likely columns: {prompt: question, response: answer}" in problems["dataset"]
+    assert_no_job_stored(hostile_client)
+    mapped = hostile_client.post("/api/jobs", json={
+        **JOB, "dataset": str(data), "columns": {"prompt": "question", "response": "answer"}})
+    assert mapped.status_code == 201, mapped.text

@@ -36,7 +36,7 @@ SECRETS_JOB = {"name": "secrets", "model": "builtin:tiny-llama", "dataset": "bui
                "method": "lora", "backend": "fsdp", "num_gpus": 1, "max_steps": 40,
                "micro_batch_size": 4, "seq_len": 64, "precision": "fp32",
                "lora": {"r": 4, "alpha": 8, "dropout": 0.0}}
-SOURCE_FOLDERS = ("app", "tunedeck", "worker", "trainer")
+SOURCE_FOLDERS = ("app", "tunedeck", "cli", "worker", "trainer")
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def test_a_job_runs_and_no_secret_is_printed_written_stored_or_served(
     env = {"TUNEDECK_DATABASE_URL": database_url, "TUNEDECK_BROKER_URL": redis_with_password,
            "HF_TOKEN": HUB_TOKEN, "HUGGING_FACE_HUB_TOKEN": HUB_TOKEN}
     home = tmp_path / "home"
-    migrate = subprocess.run([sys.executable, "-m", "tunedeck.cli", "migrate"], cwd=REPO,
+    migrate = subprocess.run([sys.executable, "-m", "cli", "migrate"], cwd=REPO,
                              env={**os.environ, "TUNEDECK_HOME": str(home), **env},
                              capture_output=True, text=True, timeout=120)
     assert migrate.returncode == 0, migrate.stderr
@@ -278,14 +278,14 @@ def test_the_ranks_get_the_hub_token_and_launch_json_records_only_tunedecks_own_
     # An allow-list: what TuneDeck itself sets for the ranks, nothing inherited.
     assert set(read_json(run.launch_file)["env"]) <= {
         "TUNEDECK_HOME", "TORCH_EXTENSIONS_DIR", "OMP_NUM_THREADS", "PYTHONUNBUFFERED",
-        "TOKENIZERS_PARALLELISM", "CUDA_VISIBLE_DEVICES", "HF_DATASETS_CACHE"}
+        "PYTHONSAFEPATH", "TOKENIZERS_PARALLELISM", "CUDA_VISIBLE_DEVICES", "HF_DATASETS_CACHE"}
     written = b"".join(path.read_bytes() for path in run.path.rglob("*") if path.is_file())
     assert _places_holding_secrets({"the run folder": written}) == []
 
 
 def test_the_cli_does_not_print_the_password_of_its_server_url(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "tunedeck.cli", "resume", "1",
+        [sys.executable, "-m", "cli", "resume", "1",
          "--server", f"http://alice:{BROKER_PASSWORD}@127.0.0.1:9"],
         cwd=REPO, capture_output=True, text=True, timeout=60,
         env={**os.environ, "TUNEDECK_HOME": str(tmp_path)})

@@ -41,7 +41,7 @@ def tunedeck_home(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def builtin_model_dir(tunedeck_home) -> Path:
-    from trainer.builtin_model import ensure_builtin_model
+    from trainer.model.builtin_model import ensure_builtin_model
 
     return ensure_builtin_model(tunedeck_home)
 
@@ -112,13 +112,16 @@ def run_process_group(argv: list[str], *, env: dict[str, str], timeout_seconds: 
 
 
 def launch_trainer(run: RunFolder, tunedeck_home: Path, *extra_arguments: str,
-                   ranks: int = RANKS, timeout_seconds: float = RUN_TIMEOUT_SECONDS) -> TrainerRun:
-    """`ranks` must match the spec's num_gpus (DeepSpeed checks its batch size against it)."""
+                   ranks: int = RANKS, timeout_seconds: float = RUN_TIMEOUT_SECONDS,
+                   environment: dict[str, str] | None = None) -> TrainerRun:
+    """`ranks` must match the spec's num_gpus (DeepSpeed checks its batch size against it);
+    `environment` overrides the ranks' variables."""
     import time
 
     started = time.monotonic()
     completed = run_process_group(torchrun_command(run, *extra_arguments, ranks=ranks),
-                                  env=trainer_environment(tunedeck_home), cwd=run.path,
+                                  env={**trainer_environment(tunedeck_home), **(environment or {})},
+                                  cwd=run.path,
                                   timeout_seconds=timeout_seconds)
     return TrainerRun(run=run, ranks=ranks, returncode=completed.returncode,
                       output=(completed.stdout + completed.stderr)[-6000:],

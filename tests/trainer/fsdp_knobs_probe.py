@@ -9,12 +9,12 @@ import sys
 import torch
 import torch.distributed as dist
 
-from tunedeck.backend_config import fsdp_settings
+from tunedeck.backends.fsdp import fsdp_settings
 from tunedeck.job_spec import JobSpec
 
 from trainer.backends.fsdp import FsdpBackend
-from trainer.method import apply_method
-from trainer.model_source import load_base_model
+from trainer.model.method import apply_method
+from trainer.model.model_source import load_base_model
 from trainer.rank import rank_context_from_environment, seed_everything
 from trainer.token_loss import loss_token_count
 

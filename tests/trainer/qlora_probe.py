@@ -13,13 +13,15 @@ import sys
 import torch
 import torch.distributed as dist
 
-from tunedeck.backend_config import fsdp_settings, quantization_config, zero2_config
+from tunedeck.backend_config import quantization_config
+from tunedeck.backends.fsdp import fsdp_settings
+from tunedeck.backends.zero2 import zero2_config
 from tunedeck.job_spec import JobSpec
 
 from trainer.backends.fsdp_sharding import shard_model
 from trainer.backends.zero2 import Zero2Backend
-from trainer.method import apply_method
-from trainer.model_source import load_base_model
+from trainer.model.method import apply_method
+from trainer.model.model_source import load_base_model
 from trainer.rank import rank_context_from_environment, seed_everything
 
 TRAIN_STEPS = 3

@@ -12,9 +12,9 @@ from tunedeck.backend_config import backend_config
 from tunedeck.job_spec import JobSpec
 
 from trainer.backends import backend_class
-from trainer.datasets import IGNORE_INDEX, TokenizedExample, collate
-from trainer.method import apply_method, set_training_mode
-from trainer.model_source import load_base_model
+from trainer.data.datasets import IGNORE_INDEX, TokenizedExample, collate
+from trainer.model.method import apply_method, set_training_mode
+from trainer.model.model_source import load_base_model
 from trainer.rank import rank_context_from_environment, seed_everything
 from trainer.token_loss import loss_token_count
 
@@ -59,7 +59,7 @@ def run_case(name: str, fields: dict, model_dir: str, context) -> dict:
 def fused_fp16_fails(model_dir: str, context) -> str | None:
     """The error a fused AdamW meets under FSDP2's sharded grad scaler (fp16), or None. The
     spec refuses the pair, so the backend is driven here with the settings it would get."""
-    from tunedeck.backend_config import fsdp_settings
+    from tunedeck.backends.fsdp import fsdp_settings
 
     spec = JobSpec(max_steps=2, num_gpus=2, method="full", backend="fsdp", precision="fp16")
     settings = fsdp_settings(spec)

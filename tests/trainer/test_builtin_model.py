@@ -2,7 +2,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from trainer.builtin_model import BUILTIN_MODEL_NAME, builtin_model_dir, write_builtin_model
+from trainer.model.builtin_model import BUILTIN_MODEL_NAME, builtin_model_dir, write_builtin_model
 
 
 def folder_bytes(folder: Path) -> dict[str, bytes]:
@@ -37,7 +37,7 @@ def test_chat_template_renders_turns_and_a_generation_prompt(builtin_tokenizer):
 
 
 def test_racing_processes_end_with_one_complete_folder(tmp_path):
-    script = ("import sys; from pathlib import Path; from trainer.builtin_model import ensure_builtin_model;"
+    script = ("import sys; from pathlib import Path; from trainer.model.builtin_model import ensure_builtin_model;"
               "print(ensure_builtin_model(Path(sys.argv[1])))")
     racers = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True)
               for _ in range(3)]

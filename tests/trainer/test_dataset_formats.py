@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.hub_cache import add_hub_dataset, offline_hub  # noqa: F401
-from trainer.datasets import load_examples, load_spec_examples
+from trainer.data.datasets import load_examples, load_spec_examples
 from tunedeck.data.records import Example, single_turn
 from tunedeck.data.sources import DatasetSource
 from tunedeck.job_spec import ColumnMapping, JobSpec
@@ -61,7 +61,7 @@ def test_a_parquet_file_with_other_column_names(tmp_path):
         load_examples(source(data, tmp_path))
     assert str(unmapped.value) == (
         f"dataset {data}: its columns are ['answer', 'id', 'persona', 'question']: none of "
-        "instruction/output, prompt/response or messages; name yours with columns (e.g. "
+        "instruction/output, prompt/response or messages; name yours with columns (likely "
         "columns: {prompt: question, response: answer})")
     with pytest.raises(ValueError) as missing:
         load_examples(source(data, tmp_path, columns=ColumnMapping(prompt="query", response="answer")))

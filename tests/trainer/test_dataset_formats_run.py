@@ -6,7 +6,7 @@ from statistics import mean
 import pytest
 
 from tests.hub_cache import add_hub_dataset, offline_hub  # noqa: F401
-from trainer.builtin_dataset import arithmetic_pairs
+from trainer.data.builtin_dataset import arithmetic_pairs
 
 pytestmark = pytest.mark.torchrun
 

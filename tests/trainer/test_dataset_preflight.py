@@ -1,4 +1,4 @@
-"""The data preflight (trainer/dataset_preflight.py) on real files and the built-in
+"""The data preflight (trainer/data/dataset_preflight.py) on real files and the built-in
 tokenizer: its counts are the trainer's own tokenization's, exactly."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from trainer.dataset_preflight import preflight_report
-from trainer.datasets import IGNORE_INDEX, load_examples, tokenize_examples
+from trainer.data.dataset_preflight import preflight_report
+from trainer.data.datasets import IGNORE_INDEX, load_examples, tokenize_examples
 from tunedeck.data.preflight_text import marked_text, summary_lines
 from tunedeck.job_spec import JobSpec
 

@@ -2,11 +2,11 @@ import json
 
 import pytest
 
-from trainer.builtin_dataset import ARITHMETIC_SIZE, arithmetic_pairs
-from trainer.datasets import (
-    IGNORE_INDEX, Example, collate, load_examples, micro_batches, rank_shard_order,
-    render_prompt, tokenize_example, tokenize_examples,
-)
+from trainer.data.builtin_dataset import ARITHMETIC_SIZE, arithmetic_pairs
+from trainer.data.datasets import (
+                                   IGNORE_INDEX, Example, collate, load_examples, micro_batches, rank_shard_order,
+                                   render_prompt, tokenize_example, tokenize_examples,
+                                   )
 
 
 def write_jsonl(path, records):
@@ -93,7 +93,9 @@ def test_labels_cover_only_the_response_and_its_end_token(builtin_tokenizer):
     example = Example(prompt_messages=({"role": "user", "content": "What is 12 + 7?"},), response="19")
     tokenized = tokenize_example(builtin_tokenizer, example, seq_len=256)
     prompt_text = render_prompt(builtin_tokenizer, example.prompt_messages)
-    prompt_length = 1 + len(builtin_tokenizer(prompt_text, add_special_tokens=False).input_ids)
+    # The built-in template leaves beginning-of-sequence out; the training template writes it.
+    assert prompt_text.startswith(builtin_tokenizer.bos_token)
+    prompt_length = len(builtin_tokenizer(prompt_text, add_special_tokens=False).input_ids)
     assert tokenized.input_ids[0] == builtin_tokenizer.bos_token_id
     assert tokenized.labels[:prompt_length] == [IGNORE_INDEX] * prompt_length
     assert tokenized.labels[prompt_length:] == tokenized.input_ids[prompt_length:]
@@ -110,7 +112,7 @@ def test_without_a_chat_template_the_answer_ends_with_end_of_sequence(builtin_mo
     example = Example(prompt_messages=({"role": "user", "content": "What is 12 + 7?"},), response="19")
     tokenized = tokenize_example(tokenizer, example, seq_len=256)
     prompt_text = render_prompt(tokenizer, example.prompt_messages)
-    assert prompt_text.startswith("### Instruction:\nWhat is 12 + 7?")
+    assert prompt_text.startswith("<s>### Instruction:\nWhat is 12 + 7?")
     answer = [label for label in tokenized.labels if label != IGNORE_INDEX]
     assert answer == tokenized.input_ids[-len(answer):]
     assert answer[-1] == tokenizer.eos_token_id and tokenizer.decode(answer[:-1]) == "19"

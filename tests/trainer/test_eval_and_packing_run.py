@@ -31,3 +31,7 @@ def test_packed_run_with_an_eval_split_reports_a_falling_eval_loss(backend, run_
     started = next(event["message"] for event in result.events_of_kind(0, "notice")
                    if event["message"].startswith("training started"))
     assert "1600 examples in" in started and "packed rows" in started, started
+    # kernels auto (the default) says what it chose and why, in the job's events.
+    assert [event["message"] for event in result.events_of_kind(0, "notice")
+            if event["message"].startswith("kernels auto")] == [
+        "kernels auto: none (no CUDA GPU on this host (Liger's kernels are GPU code))"]

@@ -2,8 +2,8 @@ import pytest
 import torch
 
 from tunedeck.job_spec import JobSpec
-from trainer.builtin_dataset import ARITHMETIC_SIZE
-from trainer.datasets import IGNORE_INDEX, Example, TokenizedExample, collate, tokenize_example
+from trainer.data.builtin_dataset import ARITHMETIC_SIZE
+from trainer.data.datasets import IGNORE_INDEX, Example, TokenizedExample, collate, tokenize_example
 from trainer.evaluation import load_train_and_eval_examples, rank_eval_batches
 from trainer.token_loss import summed_token_loss
 
@@ -54,7 +54,7 @@ def test_every_rank_scores_the_same_number_of_micro_batches_and_each_row_once(
 
 
 def test_summed_token_loss_over_tokens_is_the_models_own_mean_loss(builtin_tokenizer, builtin_model_dir):
-    from trainer.model_source import load_base_model
+    from trainer.model.model_source import load_base_model
 
     model = load_base_model(str(builtin_model_dir)).eval()
     examples = [Example(({"role": "user", "content": q},), a)

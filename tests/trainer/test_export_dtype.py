@@ -8,7 +8,7 @@ from safetensors.torch import save_file
 
 from tests.trainer.conftest import launch_trainer, write_run
 from tests.trainer.test_trainer_runs import assert_merged_matches_base_plus_adapter
-from trainer.export_dtype import resolve_export_dtype
+from trainer.model.export_dtype import resolve_export_dtype
 from tunedeck.safetensors_headers import folder_tensor_entries
 
 STORED_NAMES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
@@ -20,7 +20,7 @@ def write_tiny_base(folder, dtype):
     rounding."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from trainer.builtin_model import build_tokenizer
+    from trainer.model.builtin_model import build_tokenizer
 
     tokenizer = build_tokenizer()
     config = LlamaConfig(
@@ -91,10 +91,10 @@ def test_export_casts_the_fp32_merge_once_to_the_chosen_dtype(export_dtype, expe
     this tiny model shards as a >5 GB one would."""
     from transformers import AutoTokenizer
 
-    import trainer.export
-    from trainer.export import export_weights
-    from trainer.method import apply_method
-    from trainer.model_source import load_base_model
+    import trainer.model.export
+    from trainer.model.export import export_weights
+    from trainer.model.method import apply_method
+    from trainer.model.model_source import load_base_model
     from tunedeck.job_spec import JobSpec
     from tunedeck.run_folder import RunFolder
 
@@ -106,7 +106,7 @@ def test_export_casts_the_fp32_merge_once_to_the_chosen_dtype(export_dtype, expe
                      for name, parameter in model.named_parameters() if parameter.requires_grad}
     run = RunFolder(tmp_path / "run")
     run.path.mkdir()
-    monkeypatch.setattr(trainer.export, "MAX_SHARD_SIZE", "100KB")
+    monkeypatch.setattr(trainer.model.export, "MAX_SHARD_SIZE", "100KB")
     export_weights(spec, run, trained_state=trained_state, model_source=str(bf16_base),
                    tokenizer=AutoTokenizer.from_pretrained(bf16_base))
 

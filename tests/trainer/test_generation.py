@@ -7,7 +7,7 @@ import os
 import sys
 
 from tunedeck.line_server import LineServer
-from trainer.datasets import prompt_token_ids, tokenize_example
+from trainer.data.datasets import prompt_token_ids, tokenize_example
 from tunedeck.data.records import single_turn
 
 QUESTION = {"messages": [{"role": "user", "content": "What is 2 plus 3?"}],

@@ -1,4 +1,4 @@
-"""What LoRA adapts on each model family (trainer.lora_targets, trainer.method), on tiny CPU
+"""What LoRA adapts on each model family (trainer.model.lora_targets, trainer.model.method), on tiny CPU
 and meta-device models: no torchrun."""
 import pytest
 import torch
@@ -6,8 +6,8 @@ import torch
 from tunedeck.job_spec import JobSpec
 
 from tests.trainer.model_families import FAMILIES, MOE_FAMILIES, build_family_model, write_family_model
-from trainer.lora_targets import resolve_lora_targets
-from trainer.method import apply_method, trainable_parameter_count
+from trainer.model.lora_targets import resolve_lora_targets
+from trainer.model.method import apply_method, trainable_parameter_count
 
 DENSE_FAMILIES = [family for family in FAMILIES if family not in MOE_FAMILIES]
 
@@ -137,13 +137,13 @@ def test_a_dense_mlp_in_a_moe_model_peft_would_rename_is_still_adapted(tmp_path)
 
 
 def test_preview_on_the_meta_device_counts_what_the_trainer_trains(tmp_path, builtin_tokenizer):
-    from trainer.target_preview import preview_targets
+    from trainer.model.target_preview import preview_targets
 
     folder = write_family_model("qwen2_moe", tmp_path / "qwen2-moe", builtin_tokenizer)
     spec = JobSpec(model=str(folder), max_steps=1, backend="fsdp", lora={"r": 4})
     preview = preview_targets(spec)
 
-    from trainer.model_source import load_base_model
+    from trainer.model.model_source import load_base_model
 
     trained = apply_method(load_base_model(str(folder)), spec)
     assert preview["trainable_parameters"] == trainable_parameter_count(trained)

@@ -6,10 +6,10 @@ from peft import LoraConfig, get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from trainer import mfu as mfu_module
-from trainer.datasets import TokenizedExample, micro_batches
+from trainer.data.datasets import TokenizedExample, micro_batches
 from trainer.mfu import (FlopsPerToken, MfuMeter, context_length, matmul_parameter_count,
                          peak_flops_for)
-from trainer.packing import pack_examples
+from trainer.data.packing import pack_examples
 
 # Per layer: q 16x16, k and v 16x8 (2 KV heads of 4), o 16x16, gate and up 16x32, down
 # 32x16 = 2304; two layers and lm_head 16x64: N = 5632.

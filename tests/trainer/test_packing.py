@@ -3,9 +3,9 @@ compute alone (transformers turns the restarting position ids into a block-diago
 import pytest
 import torch
 
-from trainer.datasets import IGNORE_INDEX, Example, TokenizedExample, collate, tokenize_example
+from trainer.data.datasets import IGNORE_INDEX, Example, TokenizedExample, collate, tokenize_example
 from trainer.token_loss import summed_token_loss
-from trainer.packing import pack_examples
+from trainer.data.packing import pack_examples
 
 QUESTIONS = [("What is 1 + 2?", "3"), ("Say hello to the world, in one short line.", "hello world"),
              ("What is 40 - 13?", "27"), ("Name a colour.", "red"), ("What is 7 + 7?", "14")]
@@ -38,7 +38,7 @@ def test_packed_batch_has_positions_and_no_attention_mask(builtin_tokenizer):
 @pytest.fixture(scope="module")
 def trainer_model(builtin_model_dir):
     """The model exactly as the trainer loads it (no KV cache)."""
-    from trainer.model_source import load_base_model
+    from trainer.model.model_source import load_base_model
 
     return load_base_model(str(builtin_model_dir)).eval()
 

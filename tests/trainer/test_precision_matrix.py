@@ -15,7 +15,9 @@ from statistics import mean
 import pytest
 import torch
 
-from tunedeck.job_spec import JobSpec, format_validation_error
+from tunedeck.job_spec import JobSpec
+
+from tunedeck.spec_text import format_validation_error
 from worker.input_check import find_input_problems
 from tests.trainer.conftest import launch_trainer, write_run
 

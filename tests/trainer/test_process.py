@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from trainer.export import folder_written_in_place
+from trainer.model.export import folder_written_in_place
 
 
 

@@ -1,4 +1,4 @@
-"""Phase progress before step 1 (trainer/progress.py), each phase driven on local files:
+"""Phase progress before step 1 (trainer/startup/progress.py), each phase driven on local files:
 a download through huggingface_hub's own http_get from a local HTTP server (the hub is not
 reachable in tests), a sharded checkpoint's load (bytes as transformers' loading pass puts
 each weight in place), a dataset's tokenization."""
@@ -9,11 +9,11 @@ import threading
 import pytest
 import torch
 
-from trainer.model_source import checkpoint_tensor_bytes, load_base_model, weight_files
-from trainer.progress import (LOADING_WEIGHTS_DESC, Phase, download_progress_class,
-                              loading_weights_progress)
+from trainer.model.model_source import checkpoint_tensor_bytes, load_base_model, weight_files
+from trainer.startup.progress import (LOADING_WEIGHTS_DESC, Phase, download_progress_class,
+                                      loading_weights_progress)
 from trainer.telemetry import FileTelemetry
-from trainer.tokenized_data import tokenize_splits
+from trainer.data.tokenized_data import tokenize_splits
 from tunedeck.job_spec import JobSpec
 from tunedeck.metrics.events import PHASE_FIELDS, decode_event, phase_text
 from tunedeck.units import GB, format_size
@@ -100,7 +100,7 @@ def sharded_model(tmp_path_factory):
 
 @pytest.fixture
 def every_progress_line(monkeypatch):
-    monkeypatch.setattr("trainer.progress.MIN_INTERVAL_SECONDS", 0.0)
+    monkeypatch.setattr("trainer.startup.progress.MIN_INTERVAL_SECONDS", 0.0)
 
 
 def loaded_phases(path):
@@ -150,7 +150,7 @@ def test_without_the_checkpoint_sizes_the_load_counts_tensors(tmp_path, telemetr
                                                               every_progress_line, monkeypatch):
     # A hub id before its download, or weights in another format: no headers to read.
     folder, sizes = sharded_model
-    monkeypatch.setattr("trainer.model_source.checkpoint_tensor_bytes", lambda source: {})
+    monkeypatch.setattr("trainer.model.model_source.checkpoint_tensor_bytes", lambda source: {})
     load_base_model(str(folder), telemetry=telemetry)
     phases = loaded_phases(tmp_path / "metrics" / "rank-0.jsonl")
     tensors = len(sizes)
@@ -269,10 +269,10 @@ def test_a_hub_ids_checkpoint_sizes_come_from_the_hub_cache(tmp_path, sharded_mo
 
 def test_tokenizing_counts_the_records_train_and_eval(tmp_path, telemetry, builtin_tokenizer,
                                                       monkeypatch):
-    import trainer.tokenized_data as tokenized_data
+    import trainer.data.tokenized_data as tokenized_data
 
     monkeypatch.setattr(tokenized_data, "TOKENIZE_CHUNK_RECORDS", 16)
-    monkeypatch.setattr("trainer.progress.MIN_INTERVAL_SECONDS", 0.0)
+    monkeypatch.setattr("trainer.startup.progress.MIN_INTERVAL_SECONDS", 0.0)
     spec = JobSpec(max_steps=1, seq_len=64, eval_split=0.1)
     made = tokenize_splits(spec, builtin_tokenizer, ranks=2, telemetry=telemetry)
     events = phase_events(tmp_path / "metrics" / "rank-0.jsonl")
@@ -299,7 +299,7 @@ def test_a_phase_that_raises_ends_failed(tmp_path, telemetry):
 def test_compiling_ops_ticks_its_elapsed_time_until_the_build_returns(tmp_path, telemetry):
     import time
 
-    from trainer.progress import compiling_ops
+    from trainer.startup.progress import compiling_ops
 
     with compiling_ops(telemetry, compiling=True, tick_seconds=0.05):
         time.sleep(0.3)  # the build
@@ -317,7 +317,7 @@ def test_compiling_ops_ticks_its_elapsed_time_until_the_build_returns(tmp_path, 
 
 
 def test_a_failed_build_ends_its_phase_failed(tmp_path, telemetry):
-    from trainer.progress import compiling_ops
+    from trainer.startup.progress import compiling_ops
 
     with pytest.raises(RuntimeError):
         with compiling_ops(telemetry, compiling=True, tick_seconds=10):

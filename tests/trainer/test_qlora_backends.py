@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from tunedeck.job_spec import JobSpec, format_validation_error
+from tunedeck.job_spec import JobSpec
+
+from tunedeck.spec_text import format_validation_error
 from tests.trainer.conftest import run_probe
 
 pytestmark = pytest.mark.torchrun
@@ -37,7 +39,7 @@ def test_fully_shard_turns_each_4bit_weight_into_a_uint8_shard_without_quant_sta
 def test_training_steps_stay_exact_because_bitsandbytes_rebuilds_the_state(probe_report):
     for variant in ("as_trained", "bitsandbytes_default"):
         assert probe_report[variant]["train_loss_differences"] == [0.0, 0.0, 0.0]
-    # The trainer keeps one 4-bit layout (trainer.method.prepare_quantized_base): eval
+    # The trainer keeps one 4-bit layout (trainer.model.method.prepare_quantized_base): eval
     # forwards and the training forward after them match too.
     assert probe_report["as_trained"]["eval_then_train_logit_differences"] == [0.0, 0.0, 0.0]
 

@@ -55,8 +55,8 @@ def test_the_attention_kernel_and_where_the_loss_is_taken():
 def test_the_model_trains_in_train_mode_so_checkpointing_recomputes(method, builtin_model_dir):
     """from_pretrained returns an eval-mode model, and transformers' layers checkpoint only
     in train mode: a full fine-tune asked for checkpointing used to run without it."""
-    from trainer.method import apply_method, set_training_mode
-    from trainer.model_source import load_base_model
+    from trainer.model.method import apply_method, set_training_mode
+    from trainer.model.model_source import load_base_model
 
     training = spec(method=method, backend="fsdp", fsdp={"activation_checkpointing": True})
     model = apply_method(load_base_model(str(builtin_model_dir)), training)

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from trainer.datasets import IGNORE_INDEX, Example, tokenize_example, tokenize_examples
-from trainer.startup_clock import StartupClock
+from trainer.data.datasets import IGNORE_INDEX, Example, tokenize_example, tokenize_examples
+from trainer.startup.startup_clock import StartupClock
 
 EXAMPLES = [
     Example(prompt_messages=({"role": "user", "content": "What is 2 + 2?"},), response="4"),
@@ -45,7 +45,7 @@ def run_python(script: str) -> str:
 UNUSED_LIBRARIES_SCRIPT = """
 import os, sys
 from tunedeck.job_spec import JobSpec
-from trainer.unused_libraries import keep_unused_libraries_out
+from trainer.startup.unused_libraries import keep_unused_libraries_out
 spec = JobSpec.model_validate({{"model": "builtin:tiny-llama", "dataset": "builtin:arithmetic",
                                "method": "{method}", "backend": "{backend}", "max_steps": 1,
                                "fsdp": {{"compile": {compile}}}}})
@@ -72,21 +72,21 @@ def test_unused_libraries_stay_out_only_where_the_job_cannot_need_them(method, b
 
 
 def test_the_collector_resumes_after_the_imports_with_them_frozen():
-    script = ("import gc; from trainer.startup_gc import pause_collection, resume_collection_after_imports;"
+    script = ("import gc; from trainer.startup.startup_gc import pause_collection, resume_collection_after_imports;"
               "pause_collection(); paused = gc.isenabled(); import json, email.parser;"
               "resume_collection_after_imports(); print(paused, gc.isenabled(), gc.get_freeze_count() > 1000)")
     assert run_python(script) == "False True True"
 
 
 def test_an_unpaused_collector_is_left_as_it_was():
-    script = ("import gc; from trainer.startup_gc import resume_collection_after_imports;"
+    script = ("import gc; from trainer.startup.startup_gc import resume_collection_after_imports;"
               "resume_collection_after_imports(); print(gc.isenabled(), gc.get_freeze_count())")
     assert run_python(script) == "True 0"
 
 
 def test_startup_clock_reads_each_stage_from_the_previous_mark(monkeypatch):
     now = iter([102.5, 103.0, 103.0])
-    monkeypatch.setattr("trainer.startup_clock.time.time", lambda: next(now))
+    monkeypatch.setattr("trainer.startup.startup_clock.time.time", lambda: next(now))
     clock = StartupClock(started=100.0)
     for stage in ("imports", "model build", "data"):
         clock.mark(stage)

@@ -4,7 +4,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from trainer.train import Throughput
+from trainer.throughput import Throughput
 
 TRAINER_RUNS = Path(__file__).resolve().parents[2] / "bench" / "trainer_runs.py"
 

@@ -4,7 +4,7 @@ gradient (the torchrun tests in test_token_weighted_loss.py check ranks and back
 import pytest
 import torch
 
-from trainer.datasets import Example, collate, tokenize_example
+from trainer.data.datasets import Example, collate, tokenize_example
 from trainer.token_loss import (IGNORE_INDEX, loss_token_count, micro_batch_objective,
                                 router_aux_loss_coefficient, step_loss_weight)
 
@@ -17,7 +17,7 @@ PAIRS = [("Say one word.", "yes"),
 
 @pytest.fixture
 def model_and_batches(builtin_tokenizer, builtin_model_dir):
-    from trainer.model_source import load_base_model
+    from trainer.model.model_source import load_base_model
 
     torch.manual_seed(0)
     model = load_base_model(str(builtin_model_dir))

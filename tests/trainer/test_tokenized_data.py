@@ -1,11 +1,11 @@
-"""trainer/tokenized_data.py: the rows every rank memory-maps are exactly the rows the one
+"""trainer/data/tokenized_data.py: the rows every rank memory-maps are exactly the rows the one
 tokenizing rank made (plain and packed, train and eval)."""
 import json
 
 import pytest
 
 from tunedeck.job_spec import JobSpec
-from trainer.tokenized_data import MANIFEST_FILE, read_tokenized, tokenize_splits, write_tokenized
+from trainer.data.tokenized_data import MANIFEST_FILE, read_tokenized, tokenize_splits, write_tokenized
 
 
 @pytest.mark.parametrize("packing", [False, True])

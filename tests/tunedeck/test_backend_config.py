@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tunedeck.backend_config import build_torchrun_argv, fsdp_settings, trainer_settings, zero2_config
+from tunedeck.backend_config import build_torchrun_argv, trainer_settings
+from tunedeck.backends.fsdp import fsdp_settings
+from tunedeck.backends.zero2 import zero2_config
 from tunedeck.job_spec import JobSpec
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

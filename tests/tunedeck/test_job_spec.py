@@ -4,7 +4,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from tunedeck.job_spec import JobSpec, format_validation_error, load_spec_file, parse_spec_text
+from tunedeck.job_spec import JobSpec
+
+from tunedeck.spec_text import format_validation_error, load_spec_file, parse_spec_text
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,8 +43,20 @@ def test_design_example_loads_from_yaml_and_json():
 
 
 def test_unknown_keys_are_rejected_with_their_name():
-    assert "optimiser: Extra inputs are not permitted" in errors_of({"max_steps": 1, "optimiser": "sgd"})
-    assert "zero2.stage: Extra inputs" in errors_of({"max_steps": 1, "zero2": {"stage": 3}})
+    assert "zero2.stage: unknown field `stage`" in errors_of({"max_steps": 1, "zero2": {"stage": 3}})
+
+
+def test_an_unknown_key_says_which_field_was_likely_meant():
+    # An abbreviation of a field's words, or a near spelling, in the spec or in a section.
+    assert errors_of({"max_steps": 1, "lr": 3e-4}) == \
+        "lr: unknown field `lr`; did you mean `learning_rate`?"
+    assert errors_of({"max_steps": 1, "fsdp": {"cpu_offlaod": True}}) == \
+        "fsdp.cpu_offlaod: unknown field `cpu_offlaod`; did you mean `cpu_offload`?"
+    # Each problem still has its line, the unknown keys' next to the others'.
+    assert set(errors_of({"max_steps": 0, "micro_batch": 2, "lora": {"r": 0}}).splitlines()) == {
+        "max_steps: Input should be greater than or equal to 1",
+        "micro_batch: unknown field `micro_batch`; did you mean `micro_batch_size`?",
+        "lora.r: Input should be greater than or equal to 1"}
 
 
 @pytest.mark.parametrize("data, field", [
@@ -131,7 +145,7 @@ def test_dataset_config_split_and_columns_are_spec_fields():
 @pytest.mark.parametrize("data, field, message", [
     ({"columns": {"messages": "chat", "prompt": "q"}}, "columns",
      "set columns.messages (a chat) or columns.prompt/response (one turn), not both"),
-    ({"columns": {"answer": "a"}}, "columns.answer", "Extra inputs are not permitted"),
+    ({"columns": {"answer": "a"}}, "columns.answer", "unknown field `answer`"),
     ({"dataset_split": "train; rm -rf /"}, "dataset_split", "should match pattern"),
     ({"dataset": "org/name", "eval_dataset": "org/name", "eval_dataset_split": "train"}, "spec",
      "eval_dataset is the dataset itself, split 'train' too: set eval_dataset_split"),
@@ -164,7 +178,7 @@ def test_splits_of_an_id_or_folder_are_kept():
 
 
 def test_the_speed_options_refuse_what_cannot_run_together_naming_the_field():
-    from tunedeck.job_spec import format_validation_error
+    from tunedeck.spec_text import format_validation_error
 
     def problems(**fields) -> str:
         with pytest.raises(ValueError) as raised:
@@ -190,9 +204,22 @@ def test_the_speed_options_refuse_what_cannot_run_together_naming_the_field():
     JobSpec(max_steps=1, padding_free=True)
     # Offloaded, ZeRO-2 steps DeepSpeed's CPU Adam: the fused key stays out of its config, so
     # a retry or plan that turns offload on keeps a valid spec.
-    from tunedeck.backend_config import zero2_config
+    from tunedeck.backends.zero2 import zero2_config
 
     offloaded = JobSpec(max_steps=1, fused_optimizer=True, zero2={"offload_optimizer": True})
     assert "fused" not in zero2_config(offloaded)["optimizer"]["params"]
     assert zero2_config(offloaded.model_copy(update={"zero2": offloaded.zero2.model_copy(
         update={"offload_optimizer": False})}))["optimizer"]["params"]["fused"] is True
+
+
+def test_tags_are_short_labels_and_a_bad_one_is_refused_naming_tags():
+    assert JobSpec(max_steps=1).tags == []
+    tags = ["baseline", "qwen2.5:0.5b", "run_2-b", "x" * 32]
+    assert JobSpec(max_steps=1, tags=tags).tags == tags
+    for bad, message in ((["two words"], "'two words' is not a tag"), (["x" * 33], "not a tag"),
+                         ([""], "'' is not a tag"), (["a/b"], "not a tag"),
+                         (["a\x00"], "NUL"), (["t"] * 17, "at most 16")):
+        with pytest.raises(ValidationError) as refused:
+            JobSpec(max_steps=1, tags=bad)
+        [line] = format_validation_error(refused.value).splitlines()
+        assert line.startswith("tags: ") and message in line, line

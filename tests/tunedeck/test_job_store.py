@@ -1,7 +1,7 @@
 """The store and its state machine, on SQLite and (marked) PostgreSQL."""
 import pytest
 
-from tunedeck import job_store
+from tunedeck import job_queries, job_store
 from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import ALLOWED_TRANSITIONS, FINISHED_STATUSES, InvalidTransition
 from tunedeck.metrics import store as metric_store
@@ -17,10 +17,26 @@ def new_job(database) -> int:
 def test_created_job_is_queued_with_spec_stored_unchanged(database):
     job_id = new_job(database)
     with database.transaction() as session:
-        job = job_store.get_job(session=session, job_id=job_id)
+        job = job_queries.get_job(session=session, job_id=job_id)
         assert job.status == "queued" and job.name == "store-test"
         assert JobSpec.model_validate(job.spec) == SPEC
-        assert [e.message for e in job_store.list_job_events(session=session, job_id=job_id)] == ["queued"]
+        assert [e.message for e in job_queries.list_job_events(session=session, job_id=job_id)] == ["queued"]
+
+
+def test_an_unnamed_job_is_named_for_its_model_method_and_backend_and_told_apart_by_id(database):
+    unnamed = JobSpec(model="Qwen/Qwen2-0.5B", method="qlora", backend="zero2", max_steps=3)
+    with database.transaction() as session:
+        first, second = (job_store.create_job(session=session, spec=unnamed) for _ in range(2))
+        names = [first.name, second.name]
+    assert names == [f"Qwen2-0.5B-qlora-zero2-{first.id}", f"Qwen2-0.5B-qlora-zero2-{second.id}"]
+
+
+def test_a_model_reference_gives_its_last_part_as_the_name_stem():
+    from tunedeck.job_spec import model_stem
+
+    assert [model_stem(model) for model in ("builtin:tiny-llama", "Qwen/Qwen2-0.5B",
+                                            "/models/qwen2-0.5b/", "gpt2")] == \
+        ["tiny-llama", "Qwen2-0.5B", "qwen2-0.5b", "gpt2"]
 
 
 def test_happy_path_and_finished_jobs_never_change(database):
@@ -35,7 +51,7 @@ def test_happy_path_and_finished_jobs_never_change(database):
             with database.transaction() as session:
                 change(session)
     with database.transaction() as session:
-        job = job_store.get_job(session=session, job_id=job_id)
+        job = job_queries.get_job(session=session, job_id=job_id)
         assert job.status == "succeeded" and job.finished_at is not None and job.error is None
 
 
@@ -54,7 +70,7 @@ def test_failure_keeps_its_error_text(database):
         job_store.mark_job_running(session=session, job_id=job_id, run_dir="/r", worker_host="h")
         job_store.mark_job_failed(session=session, job_id=job_id, error="dataset /x.jsonl: no such file")
     with database.transaction() as session:
-        assert job_store.get_job(session=session, job_id=job_id).error == "dataset /x.jsonl: no such file"
+        assert job_queries.get_job(session=session, job_id=job_id).error == "dataset /x.jsonl: no such file"
 
 
 def test_cancel_queued_ends_at_once_and_running_sets_the_flag(database):
@@ -65,14 +81,14 @@ def test_cancel_queued_ends_at_once_and_running_sets_the_flag(database):
         assert job_store.request_cancel(session=session, job_id=queued_id).status == "cancelled"
         running = job_store.request_cancel(session=session, job_id=running_id)
         assert running.status == "running" and running.cancel_requested
-        assert job_store.is_cancel_requested(session=session, job_id=running_id)
-        assert not job_store.is_cancel_requested(session=session, job_id=queued_id)
+        assert job_queries.is_cancel_requested(session=session, job_id=running_id)
+        assert not job_queries.is_cancel_requested(session=session, job_id=queued_id)
 
 
 def test_missing_job_is_a_named_error(database):
-    with pytest.raises(job_store.JobNotFound, match="job 999 does not exist"):
+    with pytest.raises(job_queries.JobNotFound, match="job 999 does not exist"):
         with database.transaction() as session:
-            job_store.get_job(session=session, job_id=999)
+            job_queries.get_job(session=session, job_id=999)
 
 
 def test_state_machine_table_is_closed():
@@ -100,7 +116,7 @@ def test_resume_requeues_a_failed_or_cancelled_job_and_counts_attempts(database)
     with database.transaction() as session:
         job = job_store.mark_job_running(session=session, job_id=failed_id, run_dir="/r", worker_host="h")
         assert job.attempts == 2
-        messages = [e.message for e in job_store.list_job_events(session=session, job_id=failed_id)]
+        messages = [e.message for e in job_queries.list_job_events(session=session, job_id=failed_id)]
         assert "resume requested from the checkpoint at step 10" in messages
 
 
@@ -125,3 +141,21 @@ def test_metric_points_are_idempotent_and_read_back_as_series(database):
     assert [row["step"] for row in metrics["train"]] == [1]
     assert metrics["train"][0]["tokens_per_second"] == 100.0
     assert [(row["rank"], row["rss_mb"]) for row in metrics["memory"]] == [(0, 300.0), (1, 310.0)]
+
+
+def test_a_resumed_job_keeps_its_first_start_and_records_its_new_claim(database):
+    job_id = new_job(database)
+    with database.transaction() as session:
+        first = job_store.mark_job_running(session=session, job_id=job_id, run_dir="/r",
+                                           worker_host="h")
+        started_at, first_claim = first.started_at, first.claimed_at
+        assert started_at == first_claim
+        job_store.mark_job_cancelled(session=session, job_id=job_id)
+        job_store.resume_job(session=session, job_id=job_id, checkpoint_step=2)
+    with database.transaction() as session:
+        again = job_store.mark_job_running(session=session, job_id=job_id, run_dir="/r",
+                                           worker_host="h")
+        assert again.started_at == started_at and again.claimed_at > first_claim
+        # A starting worker's recovery goes by the claim: this one is new, not left over.
+        assert job_queries.list_running_jobs(session=session, worker_host="h",
+                                           claimed_before=first_claim) == []

@@ -3,7 +3,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from tunedeck.db.models import Base
+from tunedeck.db.schema import METADATA
 
 
 def alembic_config(url: str):
@@ -26,7 +26,7 @@ def test_migrated_schema_matches_the_models(request, url_fixture):
     engine = create_engine(request.getfixturevalue(url_fixture))
     try:
         with engine.connect() as connection:
-            differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+            differences = compare_metadata(MigrationContext.configure(connection), METADATA)
     finally:
         engine.dispose()
     assert differences == []

@@ -1,7 +1,9 @@
 """"Retry with…": the spec change for each failure kind."""
+import re
+
 import pytest
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.job_spec import JobSpec, model_stem
 from tunedeck.planner.setups import apply_spec_changes
 from tunedeck.retry_changes import (SAME_SPEC, NoRetry, fallback_memory_retry, memory_retry,
                                     planner_setups, retried_spec, retry_change)
@@ -27,6 +29,12 @@ def test_failures_that_say_nothing_against_the_spec_retry_it_unchanged(kind):
 def test_an_input_error_is_not_retried():
     with pytest.raises(NoRetry, match="^fix the file first: dataset /x.jsonl: no such file$"):
         retry_change(SPEC, "input_error", error="dataset /x.jsonl: no such file")
+
+
+def test_a_hub_id_not_cached_offline_is_not_retried_and_not_called_a_file_to_fix():
+    error = "model org/absent: not in this host's Hugging Face cache (...)"
+    with pytest.raises(NoRetry, match=f"^nothing to change in the spec: {re.escape(error)}$"):
+        retry_change(SPEC, "not_cached_offline", error=error)
 
 
 def test_out_of_memory_applies_the_planners_best_set_up_that_changes_the_spec():
@@ -80,7 +88,8 @@ def test_the_retried_spec_is_validated_and_named_for_the_change():
     spec = retried_spec(SPEC, retry_change(SPEC, "nan_loss"))
     assert spec.name == "job (retry: learning rate 3e-05 and bf16)"
     unnamed = SPEC.model_copy(update={"name": None})
-    assert retried_spec(unnamed, retry_change(unnamed, None)).name == "lora-fsdp (retry: same spec)"
+    assert retried_spec(unnamed, retry_change(unnamed, None)).name == \
+        f"{model_stem(SPEC.model)}-lora-fsdp (retry: same spec)"
 
 
 def test_an_out_of_memory_retry_never_changes_the_method_or_the_gpus():

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from harness.db_outage_proxy import OutageProxy
-from tunedeck import job_store
+from tunedeck import job_queries, job_store
 from tunedeck.db.engine import Database
 from tunedeck.job_spec import JobSpec
 from tunedeck.metrics import store as metric_store
@@ -76,7 +76,7 @@ def test_metric_lines_written_while_the_database_is_down_are_all_stored(tmp_path
         record_outcome(job_id, RunResult(Outcome.CANCELLED), database=database)
         assert time.monotonic() - started >= 1.5
         with direct.transaction() as session:
-            assert job_store.get_job(session=session, job_id=job_id).status == "cancelled"
+            assert job_queries.get_job(session=session, job_id=job_id).status == "cancelled"
     finally:
         proxy.close()
         database.dispose()

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tunedeck.data import preflight_store
 from tunedeck.data.preflight_request import PreflightRequest
+from tunedeck.data.preflight_store import PREFLIGHTS
 from tunedeck.settings import Settings
 from worker import dataset_preflight
 from worker.dataset_preflight import run_dataset_preflight
@@ -20,13 +20,13 @@ def settings(tmp_path) -> Settings:
 
 def store(database, owner: str | None = None, **fields) -> int:
     with database.transaction() as session:
-        return preflight_store.create_preflight(
-            session=session, request=PreflightRequest(seq_len=64, **fields), owner=owner).id
+        return PREFLIGHTS.create(session=session, request=PreflightRequest(seq_len=64, **fields),
+                                 owner=owner).id
 
 
 def row(database, preflight_id: int):
     with database.transaction() as session:
-        return preflight_store.get_preflight(session=session, preflight_id=preflight_id)
+        return PREFLIGHTS.get(session=session, request_id=preflight_id)
 
 
 def test_a_stored_request_is_run_once_and_its_report_stored(database, settings, tmp_path,

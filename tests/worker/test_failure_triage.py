@@ -111,6 +111,17 @@ def test_input_errors_from_preflight_and_from_the_trainer():
     assert classify(returncode=1, error_notices=((1.0, 0, "ValueError: bad shape 3"),)).kind == "error"
 
 
+def test_a_hub_id_not_cached_on_an_offline_host_is_its_own_kind_not_an_input_error():
+    checked = ("model org/absent: not in this host's Hugging Face cache (/hf/hub), and "
+               "HF_HUB_OFFLINE=1 forbids downloading it: fill the cache first (...)")
+    reason = classify(input_problems=(checked,))
+    assert (reason.kind, reason.detail) == ("not_cached_offline", checked)
+    # A rank that meets one: transformers' words, with a path that reads as an input error.
+    notice = ("OSError: We couldn't connect to 'https://huggingface.co' to load the files, and "
+              "couldn't find them in the cached files. Check /root/.cache/huggingface/hub")
+    assert classify(returncode=1, error_notices=((1.0, 0, notice),)).kind == "not_cached_offline"
+
+
 def test_a_sigkilled_rank_is_killed_by_signal_not_its_peers_broken_connection():
     reason = classify(returncode=1, error_notices=((4.0, 0, GLOO_PEER_CLOSED),),
                       log_tail=TORCHRUN_SIGKILL_REPORT)

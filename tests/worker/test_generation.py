@@ -82,7 +82,7 @@ def test_a_job_claiming_the_gpu_mid_answer_stops_it_at_once(tunedeck_home, built
 
 def test_the_worker_fails_the_row_naming_weights_gone_since_the_request(database, tmp_path):
     from tunedeck import job_store
-    from tunedeck.generation import store
+    from tunedeck.generation.store import GENERATIONS
     from tunedeck.generation.request import GenerationRequest
     from tunedeck.job_spec import JobSpec
     from worker.generation import run_generation
@@ -97,7 +97,7 @@ def test_the_worker_fails_the_row_naming_weights_gone_since_the_request(database
         job_store.mark_job_running(session=session, job_id=job_id, run_dir=str(run_dir),
                                    worker_host="box", worker_name="w1")
         job_store.mark_job_succeeded(session=session, job_id=job_id)
-        generation_id = store.create_generation(
+        generation_id = GENERATIONS.create(
             session=session, job_id=job_id, request=GenerationRequest.of_prompt("hi"),
             owner=None, worker_name="w1").id
     generator = WarmGenerator(settings=Settings(home=tmp_path))
@@ -105,6 +105,6 @@ def test_the_worker_fails_the_row_naming_weights_gone_since_the_request(database
                              identity=identity, generator=generator)
     assert outcome == "failed" and generator.pid is None  # nothing was loaded
     with database.transaction() as session:
-        row = store.get_generation(session=session, generation_id=generation_id)
+        row = GENERATIONS.get(session=session, request_id=generation_id)
         assert row.status == "failed" and "merged weights" in row.error
         assert str(run_dir / "merged") in row.error

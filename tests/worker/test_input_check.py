@@ -65,7 +65,7 @@ def test_existing_jsonl_passes(tmp_path):
 def test_eval_dataset_is_checked_like_the_dataset_naming_its_field(tmp_path):
     missing = tmp_path / "eval.jsonl"
     assert find_input_problems(spec(eval_dataset=str(missing))) == [
-        f"eval_dataset {missing}: no such file; expected a local .jsonl or .json file"]
+        f"eval_dataset {missing}: no such file; expected a local .jsonl, .json, .jsonl.gz file"]
     wrong = tmp_path / "eval-wrong.jsonl"
     wrong.write_text(json.dumps({"question": "a"}) + "\n")
     assert find_input_problems(spec(eval_dataset=str(wrong))) == [
@@ -111,6 +111,16 @@ def test_a_dataset_id_not_in_the_cache_offline_fails_naming_it_and_hf_hub_offlin
     assert "HF_HUB_OFFLINE=1 forbids downloading it" in problem
 
 
+def test_a_model_id_not_in_the_cache_offline_names_hf_hub_offline_and_how_to_fill_it(
+        offline_hub):
+    (problem,) = find_input_problems(spec(model="tunedeck-test/absent-model"),
+                                     cuda_available=False)
+    assert problem.startswith(f"model tunedeck-test/absent-model: not in this host's Hugging "
+                              f"Face cache ({offline_hub}")
+    assert "HF_HUB_OFFLINE=1 forbids downloading it" in problem
+    assert "`hf download tunedeck-test/absent-model`" in problem and "HF_HOME" in problem
+
+
 def test_a_cached_dataset_id_passes_offline_and_its_records_are_counted(offline_hub, tmp_path):
     add_hub_dataset(offline_hub, "tunedeck-test/qa", {"q": ["a"] * 12, "a": ["b"] * 12})
     cached = spec(dataset="tunedeck-test/qa", columns={"prompt": "q", "response": "a"})
@@ -139,7 +149,7 @@ def test_gpu_speed_options_are_refused_on_a_host_without_cuda_before_any_gpu_is_
     liger_and_flash = spec(kernels="liger", attention="flash")
     kernels, attention = find_input_problems(liger_and_flash, cuda_available=False)
     assert kernels.startswith("kernels liger: needs a CUDA GPU")
-    assert kernels.endswith("set kernels to none to train here")
+    assert kernels.endswith("set kernels to auto to train here")
     assert attention.startswith("attention flash: needs a CUDA GPU")
     assert attention.endswith("set attention to sdpa to train here")
     # Padding-free rows and the fused optimizer run on any host.

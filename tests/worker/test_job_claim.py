@@ -2,7 +2,7 @@
 hands the id on to a worker with room, or leaves it queued saying what it waits for."""
 import threading
 
-from tunedeck import job_store
+from tunedeck import job_queries, job_store
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.db.models import utc_now
 from tunedeck.job_spec import JobSpec
@@ -51,8 +51,8 @@ def test_two_four_gpu_jobs_run_side_by_side_on_disjoint_gpus_and_a_third_waits(d
     third = claim(database, jobs[2])
     assert (third.status, third.spec, third.hand_on_to) == ("queued", None, None)
     with database.transaction() as session:
-        events = job_store.list_job_events(session=session, job_id=jobs[2])
-        row = job_store.get_job(session=session, job_id=jobs[0])
+        events = job_queries.list_job_events(session=session, job_id=jobs[2])
+        row = job_queries.get_job(session=session, job_id=jobs[0])
     assert events[-1].message == "waiting for 4 free GPU(s) on a worker of queue 'default'"
     assert (row.status, row.worker_name) == ("running", "default@gpu-1")
     assert EIGHT_GPUS.cuda_visible_devices(row.gpu_indices) in ("0,1,2,3", "4,5,6,7")
@@ -67,7 +67,7 @@ def test_jobs_start_in_submission_order_whichever_message_is_read_first(database
     assert claim(database, second).gpus == [4, 5, 6, 7]  # the lowest kept for the first
     assert claim(database, first).gpus == [0, 1, 2, 3]
     with database.transaction() as session:
-        assert job_store.list_job_events(session=session, job_id=third)[-1].message == \
+        assert job_queries.list_job_events(session=session, job_id=third)[-1].message == \
             f"waiting for 4 free GPU(s) on a worker of queue 'default'; jobs {first}, " \
             f"{second}, queued before it, start first"
 
@@ -99,9 +99,9 @@ def test_a_job_for_another_queue_or_host_is_not_claimed_and_says_why(database):
     result = claim(database, elsewhere)
     assert result.spec is None and result.hand_on_to is None
     with database.transaction() as session:
-        assert job_store.list_job_events(session=session, job_id=elsewhere)[-1].message == \
+        assert job_queries.list_job_events(session=session, job_id=elsewhere)[-1].message == \
             "waiting: no live worker serves queue 'h100'"
-        assert job_store.get_job(session=session, job_id=elsewhere).status == "queued"
+        assert job_queries.get_job(session=session, job_id=elsewhere).status == "queued"
     pinned = submit(database, host="gpu-1")
     assert claim(database, pinned).gpus == [0]
     assert jobs_to_offer(identity=EIGHT_GPUS, database=database) == []
@@ -146,11 +146,11 @@ def test_a_job_on_two_nodes_is_claimed_with_a_second_worker_that_has_room(databa
     assert lead.gpus == [0, 1] and lead.followers == [(1, "default@gpu-2")]
     assert lead.rendezvous.startswith("gpu-1:")
     with database.transaction() as session:
-        nodes = job_store.list_job_nodes(session=session, job_id=job_id)
+        nodes = job_queries.list_job_nodes(session=session, job_id=job_id)
         assert [(node.node_rank, node.worker_name, node.gpu_indices, node.state)
                 for node in nodes] == [(1, "default@gpu-2", [0, 1], "assigned")]
         # The node's GPUs count as held on that worker: it has no room for another job.
-        assert job_store.worker_load(session=session, worker_name="default@gpu-2") == [[0, 1]]
+        assert job_queries.worker_load(session=session, worker_name="default@gpu-2") == [[0, 1]]
         assert job_store.start_node(session=session, job_id=job_id, node_rank=1,
                                     worker_name="default@gpu-2")
         assert not job_store.start_node(session=session, job_id=job_id, node_rank=1,
@@ -165,7 +165,7 @@ def test_a_job_on_more_nodes_than_workers_waits_and_says_why(database):
     result = claim(database, job_id)
     assert (result.status, result.spec, result.followers) == ("queued", None, [])
     with database.transaction() as session:
-        assert job_store.list_job_events(session=session, job_id=job_id)[-1].message == (
+        assert job_queries.list_job_events(session=session, job_id=job_id)[-1].message == (
             "waiting: the job runs on 2 nodes, one worker each, and 1 live worker(s) of queue "
             "'default' can hold a node of 1 GPU(s)")
 

@@ -1,6 +1,6 @@
 """How the worker judges a finished launch and records it: status, error text, failure kind
 and rank on the row, and a one-line failure event."""
-from tunedeck import job_store
+from tunedeck import job_queries, job_store
 from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 from worker.job_runner import Supervision, judge_run, record_outcome
@@ -33,8 +33,8 @@ def test_the_row_gets_the_kind_the_rank_and_a_failure_event(database, tmp_path):
     outcome = judge_run(1, Supervision(error_notices=[(2.0, 1, OOM_NOTICE)]), RunFolder(tmp_path))
     record_outcome(job_id, outcome, database=database)
     with database.transaction() as session:
-        job = job_store.get_job(session=session, job_id=job_id)
+        job = job_queries.get_job(session=session, job_id=job_id)
         assert (job.status, job.failure_kind, job.failed_rank) == ("failed", "out_of_memory", 1)
-        messages = [event.message for event in job_store.list_job_events(session=session, job_id=job_id)]
+        messages = [event.message for event in job_queries.list_job_events(session=session, job_id=job_id)]
     assert ("failure: out of memory on rank 1: allocated 9.00 GB, reserved 10.00 GB"
             in messages)

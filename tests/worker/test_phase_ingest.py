@@ -4,9 +4,9 @@ import socket
 
 import torch
 
-from trainer.progress import Phase
+from trainer.startup.progress import Phase
 from trainer.telemetry import FileTelemetry
-from tunedeck import job_store
+from tunedeck import job_queries, job_store
 from tunedeck.job_spec import JobSpec
 from tunedeck.metrics import store as metric_store
 from tunedeck.run_folder import RunFolder
@@ -33,7 +33,7 @@ def test_phase_lines_become_the_latest_phase_and_start_end_events(database, tmp_
     with database.transaction() as session:
         stored = metric_store.read_job_metrics(session=session, job_id=job_id)
         latest = metric_store.latest_phase(session=session, job_id=job_id)
-        events = [event.message for event in job_store.list_job_events(session=session,
+        events = [event.message for event in job_queries.list_job_events(session=session,
                                                                         job_id=job_id)
                   if event.kind == "phase"]
     assert stored["train"] == []

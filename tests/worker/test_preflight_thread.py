@@ -11,7 +11,7 @@ STARTS_A_WORKER = """
 import json
 from celery import Celery
 Celery.worker_main = lambda app, argv: print(json.dumps(argv))
-from tunedeck.cli.services import run_worker
+from cli.services import run_worker
 from tunedeck.settings import load_settings
 from worker.worker_identity import WorkerIdentity
 run_worker(load_settings())

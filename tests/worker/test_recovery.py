@@ -3,7 +3,7 @@ failed as "worker lost", or queued again when the spec allows restarts."""
 import subprocess
 import sys
 
-from tunedeck import job_store
+from tunedeck import job_queries, job_store
 from tunedeck.db.models import utc_now
 from tunedeck.job_spec import JobSpec
 from worker.recovery import settle_jobs_whose_launcher_is_gone
@@ -22,7 +22,7 @@ def running_job(database, *, host: str, run_dir: str, launcher_pid: int | None,
 
 def status_and_error(database, job_id: int) -> tuple[str, str | None]:
     with database.transaction() as session:
-        job = job_store.get_job(session=session, job_id=job_id)
+        job = job_queries.get_job(session=session, job_id=job_id)
         return job.status, job.error
 
 
@@ -50,7 +50,7 @@ def test_jobs_of_a_dead_launcher_fail_and_live_or_foreign_ones_stay(database, tm
         status, error = status_and_error(database, lost)
         assert status == "failed" and error.startswith("worker lost: the worker on gpu-1 stopped")
         with database.transaction() as session:
-            assert job_store.get_job(session=session, job_id=lost).failure_kind == "worker_lost"
+            assert job_queries.get_job(session=session, job_id=lost).failure_kind == "worker_lost"
         assert status_and_error(database, alive)[0] == "running"
         assert status_and_error(database, elsewhere)[0] == "running"
     finally:
@@ -68,7 +68,7 @@ def test_a_job_with_restarts_left_is_queued_again_to_resume(database, tmp_path):
                                                        worker_started_at=utc_now())
     assert settled.failed_jobs == [] and [sent for sent, _spec in settled.to_send] == [job_id]
     with database.transaction() as session:
-        job = job_store.get_job(session=session, job_id=job_id)
+        job = job_queries.get_job(session=session, job_id=job_id)
         assert (job.status, job.resume_requested, job.worker_name) == ("queued", True, None)
         # Claimed again and lost again: its one restart is used, so now it fails.
         job_store.mark_job_running(session=session, job_id=job_id, run_dir="x", worker_host="gpu-1",

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tunedeck import job_store
+from tunedeck import job_queries, job_store
 from tunedeck.job_spec import JobSpec
 from tunedeck.metrics import samples as sample_store, store as metric_store
 from tunedeck.metrics.events import encode_event, decode_event
@@ -54,7 +54,7 @@ def _export(database, tmp_path, report_to):
 def _events(database, job_id):
     with database.transaction() as session:
         return [(event.kind, event.message)
-                for event in job_store.list_job_events(session=session, job_id=job_id)]
+                for event in job_queries.list_job_events(session=session, job_id=job_id)]
 
 
 @pytest.mark.parametrize("database", ["sqlite"], indirect=True)

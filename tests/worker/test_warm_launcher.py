@@ -1,4 +1,4 @@
-"""The standby launcher (worker/warm_launcher.py, trainer/warm_start.py) with real
+"""The standby launcher (worker/warm_launcher.py, trainer/startup/warm_start.py) with real
 processes: a standby gets ready, becomes a job's torchrun, and its ranks, forked from the
 fork server, train the built-in model on 2 CPU ranks; a cancel and a dead worker leave no
 process behind; the sampler tells the forked ranks apart."""
@@ -22,7 +22,7 @@ from tunedeck.run_folder import RunFolder
 from worker.launch import standby_environment
 from worker.process_group import JobProcesses, live_group_members
 from worker.sampler import JobSampler
-from worker.warm_launcher import WarmLauncher, fits_warm_start
+from worker.warm_launcher import WarmLauncher, fits_warm_start, remove_stale_ready_files
 
 pytestmark = pytest.mark.torchrun
 
@@ -97,7 +97,7 @@ def test_a_standby_runs_a_job_to_success_with_forked_ranks(tmp_path, tunedeck_ho
 
 def test_the_rank_sees_the_jobs_environment_not_the_standbys(tmp_path, tunedeck_home):
     """The trainer entry point is not needed to check the environment: a rank of a warm
-    torchrun runs `trainer.warm_rank.run_rank`, which must hand `main` the job's variables."""
+    torchrun runs `trainer.startup.warm_rank.run_rank`, which must hand `main` the job's variables."""
     launcher = ready_launcher(tmp_path)
     run = write_run(tmp_path / "run", backend="fsdp", method="lora", max_steps=2, num_gpus=2,
                     dataset=str(tmp_path / "missing.jsonl"))
@@ -184,6 +184,26 @@ def test_a_dead_standby_is_not_handed_a_job(tmp_path):
     launcher._standby.wait()
     assert not launcher.is_ready()
     assert launcher.take(["torchrun"], cwd=REPO, env={}, log_file=tmp_path / "log") is None
+
+
+def test_a_stopped_standby_leaves_no_ready_file(tmp_path):
+    launcher = ready_launcher(tmp_path)
+    assert list((tmp_path / "warm").glob("*.ready"))
+    launcher.stop()
+    assert not list((tmp_path / "warm").glob("*.ready"))
+
+
+def test_the_ready_file_of_a_standby_that_is_gone_is_removed_at_the_next_start(tmp_path):
+    """A worker killed without its stop leaves its standby's ready file (which holds the
+    standby's pid); the next start removes it, and leaves a live standby's alone."""
+    folder = tmp_path / "warm"
+    folder.mkdir()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (folder / "standby-1-2.ready").write_text(str(gone.pid))
+    (folder / "standby-3-4.ready").write_text(str(os.getpid()))
+    remove_stale_ready_files(folder)
+    assert [path.name for path in folder.glob("*.ready")] == ["standby-3-4.ready"]
 
 
 def test_a_standby_that_fails_to_take_a_job_on_leaves_it_to_a_cold_launch(tmp_path):

@@ -8,10 +8,12 @@ reduced, sharded, clipped and cast stays inside each backend.
 """
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any, Protocol
 
 from trainer.rank import RankContext
+from tunedeck.backends import BACKENDS, backend_named
 
 
 class TrainingBackend(Protocol):
@@ -62,13 +64,10 @@ class TrainingBackend(Protocol):
 
 
 def backend_class(name: str) -> type[TrainingBackend]:
-    # Imported on demand: a ZeRO-2 run never loads FSDP code, an FSDP run never DeepSpeed.
-    if name == "zero2":
-        from trainer.backends.zero2 import Zero2Backend
-
-        return Zero2Backend
-    if name == "fsdp":
-        from trainer.backends.fsdp import FsdpBackend
-
-        return FsdpBackend
-    raise ValueError(f"backend {name}: unknown; use zero2 or fsdp")
+    """The engine the backend named `name` names (tunedeck/backends/), imported on demand:
+    a ZeRO-2 run never loads FSDP code, an FSDP run never DeepSpeed."""
+    backend = backend_named(name)
+    if backend is None:
+        raise ValueError(f"backend {name}: unknown; use one of {', '.join(BACKENDS)}")
+    module, _, engine = backend.engine.partition(":")
+    return getattr(importlib.import_module(module), engine)

@@ -12,7 +12,7 @@ from typing import Any
 
 from trainer.backends.fsdp_sharding import shard_model
 from trainer.footprint import Footprint, gradient_bytes, optimizer_state_bytes, parameter_bytes
-from trainer.method import trainable_parameters
+from trainer.model.method import trainable_parameters
 from trainer.rank import RankContext
 from trainer.token_loss import micro_batch_objective, router_aux_loss_coefficient
 

@@ -7,16 +7,20 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tunedeck.backends.zero2 import zero2_reduce_bucket_elements
 from tunedeck.torch_extensions import environment_extensions_dir
 
 from trainer.footprint import Footprint, parameter_bytes, zero2_gradient_bytes, zero2_optimizer_bytes
-from trainer.method import trainable_parameters
+from trainer.model.method import trainable_parameters
 from trainer.rank import RankContext
 from trainer.token_loss import micro_batch_objective, router_aux_loss_coefficient
 
 # The sub-folder of a checkpoint that holds DeepSpeed's files.
 DEEPSPEED_CHECKPOINT_TAG = "deepspeed"
 
+
+# DeepSpeed's shared-memory all-reduce for CPU ranks (csrc/cpu/comm/shm.cpp).
+SHARED_MEMORY_COLLECTIVES_OP = "deepspeed_shm_comm"
 
 # A JIT build of a DeepSpeed op takes a few minutes at most; a lock older than this was left
 # by a process killed mid-build (a cancelled job), and torch would wait on it forever.
@@ -47,28 +51,58 @@ def remove_stale_build_locks(extensions_dir: Path, *, now: float | None = None) 
     return removed
 
 
-def config_for_host(settings: dict[str, Any], context: RankContext) -> dict[str, Any]:
-    """The generated config, less what this host cannot do. Pinned (page-locked) host memory
-    only speeds copies between host and GPU, and pinning needs CUDA: on a CPU-only host the
-    offloaded optimizer state stays in plain memory (the same rule as FSDP's CPU offload).
-    DeepSpeed's CPU accelerator ignores the flag by default, but not with
-    DS_PIN_MEMORY_BACKEND=native, and the run should not depend on that."""
-    offload = settings.get("zero_optimization", {}).get("offload_optimizer")
-    if context.uses_cuda or not offload or not offload.get("pin_memory"):
-        return settings
-    zero_optimization = {**settings["zero_optimization"],
-                         "offload_optimizer": {**offload, "pin_memory": False}}
+def config_for_host(settings: dict[str, Any], context: RankContext, *,
+                    trainable: int) -> dict[str, Any]:
+    """The generated config, less what this host cannot do and what the model does not
+    need. Pinned (page-locked) host memory only speeds copies between host and GPU, and
+    pinning needs CUDA: on a CPU-only host the offloaded optimizer state stays in plain
+    memory (the same rule as FSDP's CPU offload). DeepSpeed's CPU accelerator ignores the
+    flag by default, but not with DS_PIN_MEMORY_BACKEND=native, and the run should not
+    depend on that. The reduce bucket is no larger than the `trainable` parameters
+    (tunedeck.backends.zero2.zero2_reduce_bucket_elements, which the planner counts too)."""
+    zero_optimization = dict(settings.get("zero_optimization", {}))
+    if "reduce_bucket_size" in zero_optimization:
+        zero_optimization["reduce_bucket_size"] = zero2_reduce_bucket_elements(
+            zero_optimization["reduce_bucket_size"], trainable)
+    offload = zero_optimization.get("offload_optimizer")
+    if offload and offload.get("pin_memory") and not context.uses_cuda:
+        zero_optimization["offload_optimizer"] = {**offload, "pin_memory": False}
     return {**settings, "zero_optimization": zero_optimization}
 
 
+def announce_bucket(settings: dict[str, Any], config: dict[str, Any]) -> None:
+    """Say so in the job's log when DeepSpeed gets a smaller bucket than deepspeed.json's
+    (the run folder's config is the spec's; this is what runs)."""
+    configured = settings.get("zero_optimization", {}).get("reduce_bucket_size")
+    used = config["zero_optimization"].get("reduce_bucket_size")
+    if configured is not None and used != configured:
+        print(f"DeepSpeed's reduce bucket: {used:,} elements, the trainable parameters' size "
+              f"rounded up, not deepspeed.json's {configured:,} (DeepSpeed allocates a bucket "
+              "whole)", flush=True)
+
+
+def skip_shared_memory_collectives() -> None:
+    """Keep DeepSpeed from JIT-compiling its shared-memory all-reduce as a CPU rank joins
+    the process group (about two minutes cold on 2 cores, before step 1 of a fresh clone's
+    first job). Only inference's tensor-parallel layers call it (inference_all_reduce);
+    ZeRO-2's gradient reduce-scatter and all-gather go through torch.distributed (gloo)
+    with or without it, so training is unchanged. `__compatible_ops__` is what DeepSpeed's
+    comm/torch.py asks before it builds the op (DeepSpeed caches that probe in the module
+    so that edits to it persist); an op marked there as incompatible is never built."""
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__[SHARED_MEMORY_COLLECTIVES_OP] = False
+
+
 def ops_to_compile(settings: dict[str, Any], context: RankContext, extensions_dir: Path) -> list[str]:
-    """The DeepSpeed ops this launch will JIT-compile: those it loads (the shared-memory
-    collectives on CPU ranks, CPU Adam with an offloaded optimizer; torch's own AdamW
-    otherwise) that are neither installed prebuilt nor built in `extensions_dir` yet."""
+    """The DeepSpeed ops this launch will JIT-compile: those it loads (CPU Adam with an
+    offloaded optimizer; torch's own AdamW otherwise, and never the shared-memory
+    collectives: skip_shared_memory_collectives) that are neither installed prebuilt nor
+    built in `extensions_dir` yet."""
     from deepspeed.accelerator import get_accelerator
     from deepspeed.git_version_info import installed_ops
 
-    wanted = [] if context.uses_cuda else ["ShareMemCommBuilder"]
+    wanted = []
     if settings.get("zero_optimization", {}).get("offload_optimizer"):
         wanted.append("CPUAdamBuilder")
     missing = []
@@ -109,6 +143,8 @@ class Zero2Backend:
 
         if context.uses_cuda:
             torch.cuda.set_device(context.device)
+        else:
+            skip_shared_memory_collectives()
         deepspeed.init_distributed(dist_backend=context.communication_backend)
 
     @classmethod
@@ -116,9 +152,13 @@ class Zero2Backend:
              loss_in_model: bool = False) -> "Zero2Backend":
         import deepspeed
 
-        engine, _, _, _ = deepspeed.initialize(
-            model=model, model_parameters=trainable_parameters(model),
-            config=config_for_host(settings, context))
+        parameters = trainable_parameters(model)
+        trainable = sum(parameter.numel() for parameter in parameters)
+        config = config_for_host(settings, context, trainable=trainable)
+        if context.is_main:
+            announce_bucket(settings, config)
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=parameters,
+                                               config=config)
         return cls(engine, loss_in_model=loss_in_model)
 
     def set_learning_rate(self, learning_rate: float) -> None:

@@ -1,14 +1,32 @@
-"""The speed options as train() meets them: checked before the weights load, the attention
-kernel the model loads with, Liger's patches before the method's adapter, and where the
-loss is taken."""
+"""The speed options as train() meets them: `kernels: auto` made liger or none for this
+host, checked before the weights load, the attention kernel the model loads with, Liger's
+patches before the method's adapter, and where the loss is taken."""
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from tunedeck.backend_config import ATTENTION_IMPLEMENTATIONS
 from tunedeck.job_spec import JobSpec
+from tunedeck.spec_sections import auto_kernels
 
 from trainer.rank import RankContext
-from trainer.speed.host_support import check_host_runs
+from trainer.speed.host_support import check_host_runs, package_installed
 from trainer.speed.liger import apply_liger_kernels, liger_family_problem, liger_model_types
+
+
+def resolve_auto_kernels(spec: JobSpec, model_source: str, *, context: RankContext,
+                         installed: Callable[[str], bool] = package_installed
+                         ) -> tuple[JobSpec, str | None]:
+    """The spec with `kernels: auto` replaced by what this host runs (every rank decides
+    alike: the same image on every GPU host of a job), and the sentence that says which
+    and why; a spec that names its kernels is returned as it is, with None."""
+    if spec.kernels != "auto":
+        return spec, None
+    choice, why = auto_kernels(
+        method=spec.method, model_type=lambda: model_type_of(model_source, spec),
+        liger_families=liger_model_types, cuda_available=context.uses_cuda,
+        liger_installed=installed("liger_kernel"))
+    return spec.model_copy(update={"kernels": choice}), f"kernels auto: {choice} ({why})"
 
 
 def check_speed_options(spec: JobSpec, model_source: str, *, context: RankContext) -> None:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from tunedeck.backends import backend_of
 from tunedeck.cluster.placement import (SlurmPartitionView, WorkerView, has_speed_packages,
                                         serves)
 from tunedeck.job_spec import JobSpec
+from tunedeck.units import GB, MIB
 
 
 def host_problems(spec: JobSpec, workers: Sequence[WorkerView]) -> list[tuple[str, str]]:
@@ -27,13 +29,32 @@ def host_problems(spec: JobSpec, workers: Sequence[WorkerView]) -> list[tuple[st
     partitions = [worker.slurm for worker in candidates if worker.slurm is not None]
     if partitions and len(partitions) == len(candidates):
         return _partition_problems(spec, partitions)
-    if any(worker.gpu_indices or worker.slurm for worker in candidates):
+    if not _all_without_gpus(candidates):
         return _missing_package_problems(spec, candidates)
     problems = []
-    if spec.backend == "zero2" and spec.precision == "fp16":
-        problems.append(("precision", "this host has no GPU: fp16 under ZeRO-2 needs one "
-                                      "(DeepSpeed refuses fp16 on CPU) — pick bf16 or fp32"))
+    problems += _gpu_precision_problems(spec, "this host has no GPU")
     return problems + _no_gpu_speed_problems(spec, "this host has no GPU")
+
+
+def cpu_workers_for(spec: JobSpec, workers: Sequence[WorkerView]) -> list[WorkerView]:
+    """The workers that could take the job, when every one of them runs its ranks on the CPU
+    (the hosts host_problems judges as having no GPU); [] when one has GPUs or is a Slurm
+    executor, or none is registered (the job may wait for a GPU worker)."""
+    candidates = [worker for worker in workers if serves(worker, spec)]
+    return candidates if candidates and _all_without_gpus(candidates) else []
+
+
+def _all_without_gpus(candidates: Sequence[WorkerView]) -> bool:
+    return not any(worker.gpu_indices or worker.slurm for worker in candidates)
+
+
+def ram_per_rank_gb(workers: Sequence[WorkerView], ranks_per_node: int) -> float | None:
+    """The RAM one of `ranks_per_node` CPU ranks may use on the smallest of these hosts, GB
+    (10^9 bytes); None when a heartbeat does not say its host's RAM."""
+    sizes = [worker.memory_total_mb for worker in workers]
+    if not sizes or None in sizes:
+        return None
+    return min(sizes) * MIB / GB / ranks_per_node
 
 
 def _no_gpu_speed_problems(spec: JobSpec, where: str) -> list[tuple[str, str]]:
@@ -78,12 +99,18 @@ def _partition_problems(spec: JobSpec, partitions: Sequence[SlurmPartitionView]
         problems.append(("num_gpus", f"{spec.num_gpus} a node asked for; Slurm partition "
                                      f"{widest.name} has {what}"))
     if not any(partition.gpus_per_node for partition in partitions):
-        if spec.backend == "zero2" and spec.precision == "fp16":
-            problems.append(("precision", f"Slurm partition {widest.name} has no GPU: fp16 "
-                                          "under ZeRO-2 needs one — pick bf16 or fp32"))
+        problems += _gpu_precision_problems(spec, f"Slurm partition {widest.name} has no GPU")
         problems += _no_gpu_speed_problems(spec, f"Slurm partition {widest.name} has no GPU")
     return problems
 
 
 def _ranks_per_node(partition: SlurmPartitionView) -> int:
     return partition.gpus_per_node or partition.cpus_per_node
+
+
+def _gpu_precision_problems(spec: JobSpec, where: str) -> list[tuple[str, str]]:
+    """The spec's precision, where its backend needs a GPU for it (`where` has none)."""
+    backend = backend_of(spec)
+    problem = backend.cpu_precision_problem(spec.precision)
+    return [("precision", f"{where}: {spec.precision} under {backend.title} needs one "
+                          f"({problem}) — pick bf16 or fp32")] if problem else []

@@ -71,6 +71,8 @@ class WorkerView:
     # The speed options' packages (tunedeck.job_spec.SPEED_PACKAGES) its Python environment
     # has, by import name; None: not said (a Slurm executor's nodes, an older worker).
     speed_packages: frozenset[str] | None = None
+    # The host's RAM in MiB, as its heartbeat read it; None: not said (an older worker).
+    memory_total_mb: float | None = None
 
 
 @dataclass(frozen=True)

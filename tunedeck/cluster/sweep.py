@@ -15,7 +15,7 @@ from typing import Callable
 from prometheus_client import Counter
 from sqlalchemy.orm import Session
 
-from tunedeck import job_store
+from tunedeck import job_queries, job_store
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job, StoredSpecInvalid, utc_now
@@ -144,9 +144,9 @@ def settle_lost_workers(*, session: Session, silent_seconds: float, result: Swee
         result.lost_workers.append(worker.name)
         silent_since = worker.last_seen_at.strftime("%H:%M:%S UTC")
         jobs = {job.id: job for job in [
-            *job_store.list_running_jobs_of_worker(session=session, worker_name=worker.name),
+            *job_queries.list_running_jobs_of_worker(session=session, worker_name=worker.name),
             # A job is lost with any of its nodes: the others cannot go on without it.
-            *job_store.list_running_jobs_with_a_node_on(session=session, worker_name=worker.name)]}
+            *job_queries.list_running_jobs_with_a_node_on(session=session, worker_name=worker.name)]}
         for job in jobs.values():
             if job.slurm_job_id is not None:
                 continue  # Slurm runs it on; the executor that starts next follows it again

@@ -73,4 +73,5 @@ def worker_view(worker: Worker) -> WorkerView:
         name=worker.name, host=worker.host, queues=tuple(worker.queues),
         gpu_indices=None if gpus is None else tuple(gpu["index"] for gpu in gpus),
         concurrency=worker.concurrency, slurm=SlurmPartitionView.of(worker.resources.get("slurm")),
-        speed_packages=None if speed_packages is None else frozenset(speed_packages))
+        speed_packages=None if speed_packages is None else frozenset(speed_packages),
+        memory_total_mb=worker.resources.get("memory_total_mb"))

@@ -5,7 +5,8 @@ The web process never loads the `datasets` library, so this reads only what is c
 header, a .parquet file's schema (through pyarrow, where it is installed: it comes with the
 worker extra, not with the web image), and the `dataset_info.json` a `save_to_disk` folder
 holds. Anything else (a Hugging Face id, a folder of data files) is None: its columns are
-typed, and the worker checks them before the job takes a GPU.
+typed, and the worker checks them before the job takes a GPU. `guess_column_mapping` names
+the likely prompt and response columns of a dataset that calls them otherwise.
 
 Pure (json, csv and gzip only). Callers check the path against the allowed roots first.
 """
@@ -16,9 +17,32 @@ import gzip
 import json
 from pathlib import Path
 
+from tunedeck.job_spec import ColumnMapping
 from tunedeck.units import MIB
 
 MAX_JSON_BYTES = 16 * MIB  # a .json file is parsed whole; larger ones are not peeked
+# Names datasets give the prompt and the response, most telling first; matched ignoring case.
+LIKELY_PROMPT_COLUMNS = ("prompt", "question", "instruction", "input", "query", "problem",
+                         "user", "human", "source", "context", "text")
+LIKELY_RESPONSE_COLUMNS = ("response", "answer", "output", "completion", "solution", "target",
+                           "assistant", "gpt", "reply", "label")
+
+
+def guess_column_mapping(names: list[str]) -> ColumnMapping | None:
+    """The columns.prompt/response most likely meant among `names` (question/answer,
+    instruction/output, input/output, ...), or None when no likely pair is there. The
+    upload and the form's check both fill the column pickers with it."""
+    prompt = _first_likely(names, LIKELY_PROMPT_COLUMNS)
+    response = _first_likely(names, LIKELY_RESPONSE_COLUMNS, besides=prompt)
+    if prompt is None or response is None:
+        return None
+    return ColumnMapping(prompt=prompt, response=response)
+
+
+def _first_likely(names: list[str], likely: tuple[str, ...], *,
+                  besides: str | None = None) -> str | None:
+    by_lower = {name.lower(): name for name in reversed(names) if name != besides}
+    return next((by_lower[word] for word in likely if word in by_lower), None)
 
 
 def peek_columns(reference: str, *, split: str = "train") -> list[str] | None:

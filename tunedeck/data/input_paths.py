@@ -47,17 +47,18 @@ def reference_problem(field: str, reference: str, allowed_roots: Sequence[Path])
         if HUB_ID_PATTERN.match(reference):
             return None
         return (f"{field} {reference}: neither a Hugging Face id (org/name) nor an absolute "
-                f"path. {_where_allowed(allowed_roots)}")
+                f"path. {_where_allowed(allowed_roots, field)}")
     path = Path(reference)
     if not path.is_absolute():
         return (f"{field} {reference}: not an absolute path; give an absolute path under an "
-                f"allowed folder. {_where_allowed(allowed_roots)}")
+                f"allowed folder. {_where_allowed(allowed_roots, field)}")
     if ".." in path.parts:
-        return f"{field} {reference}: '..' is not allowed in a path. {_where_allowed(allowed_roots)}"
+        return (f"{field} {reference}: '..' is not allowed in a path. "
+                f"{_where_allowed(allowed_roots, field)}")
     real = Path(os.path.realpath(path))
     if not _inside_any(real, allowed_roots):
         shown = reference if str(real) == reference else f"{reference} (resolves to {real})"
-        return f"{field} {shown}: outside the allowed folders. {_where_allowed(allowed_roots)}"
+        return f"{field} {shown}: outside the allowed folders. {_where_allowed(allowed_roots, field)}"
     return _kind_problem(field, reference, real) or _folder_link_problem(field, reference, real,
                                                                          allowed_roots)
 
@@ -105,12 +106,15 @@ def _folder_link_problem(field: str, reference: str, real: Path,
             entry = Path(folder) / name
             if entry.is_symlink() and not _inside_any(Path(os.path.realpath(entry)), allowed_roots):
                 return (f"{field} {reference}: {entry} links outside the allowed folders. "
-                        f"{_where_allowed(allowed_roots)}")
+                        f"{_where_allowed(allowed_roots, field)}")
     return None
 
 
-def _where_allowed(allowed_roots: Sequence[Path]) -> str:
+def _where_allowed(allowed_roots: Sequence[Path], field: str) -> str:
     roots = ", ".join(str(root) for root in allowed_roots) or "none"
-    return (f"Allowed folders: {roots} (an admin changes them with {ROOTS_SETTING}). A dataset "
-            "file can be uploaded instead: the form's Upload button just below, or "
-            "POST /api/datasets")
+    allowed = f"Allowed folders: {roots} (an admin changes them with {ROOTS_SETTING})"
+    if field in MODEL_FIELDS:
+        return allowed
+    # The upload is offered only where it helps: a model is not uploaded.
+    return (f"{allowed}. A dataset file can be uploaded instead: the form's Upload button "
+            "under the Dataset field, or POST /api/datasets")

@@ -17,9 +17,6 @@ from tunedeck.job_spec import JobSpec, StrictModel, _no_nul
 
 PREFLIGHT_FIELDS = ("model", "dataset", "dataset_config", "dataset_split", "columns", "seq_len",
                     "packing", "eval_split", "trust_remote_code", "queue", "host")
-# A preflight row's status: the web inserts it pending, a worker runs it, then done or failed.
-PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
-FINISHED = (DONE, FAILED)
 
 
 def _spec_fields(names: tuple[str, ...]) -> dict[str, Any]:

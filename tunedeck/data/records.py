@@ -18,13 +18,11 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from tunedeck.data.columns import guess_column_mapping
+from tunedeck.data.file_formats import RECORD_FILE_SUFFIXES  # what this module reads itself
 from tunedeck.job_spec import ColumnMapping
 
 EXPECTED_COLUMNS = "instruction/output, prompt/response or messages"
-# What an upload may be (app/actions/upload.py): checked in the web, which reads JSON only.
-DATASET_SUFFIXES = (".jsonl", ".json")
-# What this module reads itself; other formats go through the `datasets` library.
-RECORD_FILE_SUFFIXES = (".jsonl", ".json", ".jsonl.gz")
 NO_COLUMNS = ColumnMapping()  # the usual names; one instance, not one per record
 
 
@@ -76,7 +74,7 @@ def _existing_file(source: str | Path, field: str) -> Path:
     path = Path(source).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"{field} {path}: no such file; expected a local "
-                                f"{' or '.join(DATASET_SUFFIXES)} file")
+                                f"{', '.join(RECORD_FILE_SUFFIXES)} file")
     return path
 
 
@@ -93,7 +91,7 @@ def iter_records(path: Path, *, field: str = "dataset") -> Iterator[Any]:
                     yield _parse_json(line, path, where=f"line {number}", field=field)
     else:
         raise ValueError(f"{field} {path}: unsupported file type {path.suffix!r}; "
-                         f"expected {' or '.join(DATASET_SUFFIXES)}")
+                         f"expected {', '.join(RECORD_FILE_SUFFIXES)}")
 
 
 def _parse_json(text: str, path: Path, *, where: str, field: str) -> Any:
@@ -176,8 +174,10 @@ def columns_problem(column_names: Iterable[str], columns: ColumnMapping | None) 
               or {"prompt", "response"} <= names)
     if columns.messages or columns.prompt or columns.response or shaped:
         return None
-    return (f"its columns are {sorted(names)}: none of {EXPECTED_COLUMNS}; name yours with "
-            "columns (e.g. columns: {prompt: question, response: answer})")
+    likely = guess_column_mapping(sorted(names))
+    example = (f"likely columns: {{prompt: {likely.prompt}, response: {likely.response}}}"
+               if likely else "e.g. columns: {prompt: question, response: answer}")
+    return f"its columns are {sorted(names)}: none of {EXPECTED_COLUMNS}; name yours with columns ({example})"
 
 
 def single_turn(prompt: str, response: str) -> Example:

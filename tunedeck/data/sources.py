@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tunedeck.data.file_formats import LIBRARY_FILE_FORMATS
 from tunedeck.data.input_paths import HUB_ID_PATTERN, is_local_reference
 from tunedeck.data.records import (NO_COLUMNS, Example, columns_problem, count_file_records,
                                    examples_from_records, is_record_file, load_file_examples)
+from tunedeck.failure_kinds import offline_cache_advice
 from tunedeck.job_spec import ColumnMapping
 
-LIBRARY_FILE_FORMATS = {".parquet": "parquet", ".csv": "csv"}
 # Files `save_to_disk` writes at the top of its folder (a Dataset's, a DatasetDict's).
 SAVED_FOLDER_MARKERS = ("state.json", "dataset_dict.json")
 ACCEPTED = ("a .jsonl, .json, .jsonl.gz, .parquet or .csv file, a dataset folder, or a "
@@ -202,11 +203,9 @@ def _load_hub_id(source: DatasetSource):
         return datasets.load_dataset(source.reference, name=source.config, split=source.split,
                                      cache_dir=_cache(source))
     except ConnectionError as error:
-        raise FileNotFoundError(
-            f"{source.where}: not in this host's Hugging Face cache ({constants.HF_HUB_CACHE}, "
-            f"nor prepared in the datasets cache), and HF_HUB_OFFLINE=1 forbids downloading "
-            f"it; fetch it on this host first (hf download {source.reference} --repo-type "
-            "dataset) or unset HF_HUB_OFFLINE") from error
+        raise FileNotFoundError(f"{source.where}: " + offline_cache_advice(
+            source.reference, hub_cache=f"{constants.HF_HUB_CACHE}, nor prepared in the "
+            "datasets cache", repo_type="dataset")) from error
 
 
 def _cached_snapshot(repo_id: str) -> Path | None:

@@ -1,4 +1,5 @@
-"""SQLAlchemy 2 models: jobs, their metric points and their events.
+"""SQLAlchemy 2 models: jobs, their metric points and events, workers, accounts and presets
+(the requests a worker answers are in request_rows.py).
 
 The job row is the only job state. Alembic migrations in `migrations/` create these tables.
 """
@@ -72,7 +73,11 @@ class Job(Base):
     # Archived jobs are left out of listings unless asked for; nothing else changes.
     archived: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    # When a worker first started it: a resume or a restart keeps it (the job's start).
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # When a worker last claimed it (each start, a resume's too): what a starting worker's
+    # recovery compares with its own start.
+    claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utc_now, onupdate=utc_now
@@ -237,27 +242,6 @@ class AuditEvent(Base):
     client: Mapped[str | None] = mapped_column(String(100), nullable=True)
 
 
-class DatasetPreflight(Base):
-    """A data preflight (tunedeck/data/preflight_request.py): the web inserts it pending with
-    its request, a worker that can read the data runs it and stores the report or the
-    error; the web and the CLI read it back here (there is no Celery result backend)."""
-
-    __tablename__ = "dataset_preflights"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    status: Mapped[str] = mapped_column(String(16))  # pending, running, done, failed
-    request: Mapped[dict[str, Any]] = mapped_column(JSON)
-    # Who asked (users.name; null with open access): only they, or an admin, read it, and
-    # their uploads folder is readable to it.
-    owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    worker_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
-    report: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
-    error: Mapped[str | None] = mapped_column(Text, nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-
-
 class Preset(Base):
     """A named New job form: the spec it would submit, kept per user to load again."""
 
@@ -284,25 +268,3 @@ class Preset(Base):
         except ValueError as error:
             raise StoredSpecInvalid(f"preset {self.name!r}: its stored spec is no longer "
                                     f"valid: {error}") from error
-
-
-class JobGeneration(Base):
-    """A "Try it" request (tunedeck/generation/request.py): the web inserts it pending, the
-    worker that ran the job (it has the weights) answers it and stores the text or the
-    error; the web reads it back here, as it does a data preflight."""
-
-    __tablename__ = "job_generations"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
-    status: Mapped[str] = mapped_column(String(16))  # pending, running, done, failed
-    request: Mapped[dict[str, Any]] = mapped_column(JSON)
-    # Who asked (users.name; null with open access): only they, or an admin, read it back.
-    owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    # The worker it was sent to (the job's), then the one that answered.
-    worker_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
-    answer: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
-    error: Mapped[str | None] = mapped_column(Text, nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -14,10 +14,6 @@ from tunedeck.spec_sections import StrictModel, _no_nul
 # job started from (what the fine-tune changed is the difference between the two).
 Variant = Literal["merged", "adapter", "base"]
 VARIANTS: tuple[Variant, ...] = ("merged", "adapter", "base")
-# A generation row's status: the web inserts it pending, the job's worker runs it, then done
-# (with its answer) or failed (with the error).
-PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
-FINISHED = (DONE, FAILED)
 MAX_MESSAGE_CHARS = 20_000
 MAX_MESSAGES = 64
 

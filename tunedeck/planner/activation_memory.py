@@ -2,90 +2,210 @@
 length and the model's sizes.
 
 Counted as the tensors autograd keeps for backward in Hugging Face's decoders with PyTorch's
-memory-efficient attention (no s x s score matrix is kept), per token of a micro-batch:
-- each norm upcasts to fp32: its fp32 input, its normalized output and the scaled output
-  the next linear keeps (4 + c + c bytes per hidden unit), and so do q/k norms (Qwen3, OLMoE);
-- attention keeps every projection's output (q, k and v, or MLA's latents), the attention
-  output and the contiguous copy of it o_proj keeps;
-- a dense SwiGLU MLP keeps the gate output, the SiLU output, the up output and their product;
+fused attention kernels (no s x s score matrix is kept). Autograd keeps an operand only for
+a gradient it must compute, so what a layer keeps depends on what trains: a frozen weight's
+input is not kept, a trained one's is. Per token of a micro-batch (c = bytes of the compute
+dtype, H = hidden size):
+- each norm upcasts its input to fp32 and keeps that (4 bytes an element); when the norm's
+  own weight trains (a full fine-tune) it keeps the normalized output too, for the weight's
+  gradient (c; Gemma multiplies in fp32: 4);
+- attention keeps the rotated q and k and the v it attends with (k and v at the query
+  heads' width when a mask makes transformers repeat them for grouped-query attention), its
+  output and its fp32 log-sum-exp; o_proj reads that output, so its input costs nothing more;
+- a dense SwiGLU MLP keeps the gate output, the SiLU output and the up output;
+- a linear layer's input is kept once for the linears that read it when their weights
+  train (the norms' outputs for q/k/v and gate/up, the SwiGLU product for down_proj). A
+  LoRA adapter with dropout keeps, for each adapted linear, its dropped copy of the input
+  and the mask (c + 1); without dropout it keeps the shared input once; each keeps its r
+  down-projected values for the up projection;
 - a mixture-of-experts block keeps the router's fp32 logits and probabilities, and for each
-  of the top-k experts a token is routed to, the gathered input, the same four SwiGLU
-  tensors at the expert's width and the weighted output; a shared expert is a dense MLP;
-- LoRA with dropout keeps a dropped copy of each adapted linear's input, and its mask.
-With activation checkpointing each layer keeps only its input, and one layer at a time is
-recomputed during backward. The logits are made in the compute dtype, upcast to fp32 for
-the loss, and the loss keeps an fp32 log-softmax (c + 8 bytes per vocabulary entry).
+  of the top-k experts a token is routed to, the gathered input, four SwiGLU tensors at the
+  expert's width and the weighted output; the router keeps its input when it trains.
+After the last layer the final norm (and, when the head trains, its input) and the loss:
+at the start of backward, the fp32 log-softmax of the logits the loss kept, the gradient
+arriving at it and the one it hands on (three fp32 copies of tokens x vocabulary). With
+activation checkpointing each layer keeps only its input, and one layer at a time is
+recomputed during backward.
 
-With Liger's kernels (`kernels: liger`) a norm keeps only its c-byte input (and an fp32
-scale per row), the SwiGLU only its gate and up outputs (SiLU is recomputed in backward),
+With Liger's kernels (`kernels: liger`, or `auto` where it picks them: the plan is for a
+GPU worker, which has liger-kernel; spec_sections.auto_kernels) a norm keeps only its
+c-byte input (and an fp32 scale per row), the SwiGLU only its gate and up outputs (SiLU is recomputed in backward),
 and no logits exist: the fused linear cross-entropy computes each chunk's logits and their
 gradient in forward and keeps the input's gradient (c bytes per hidden unit), plus the
-output head's gradient when the head trains (a full fine-tune). Padding-free rows under
-sdpa carry a boolean block-diagonal mask over the whole micro-batch's row.
+output head's gradient when the head trains (a full fine-tune).
+
+Masks: a padded micro-batch (more than one row), packed rows and padding-free rows under
+sdpa carry a boolean mask, which PyTorch's memory-efficient kernel (the one that takes a
+mask) converts to an additive bias in the compute dtype on every layer's call and keeps for
+backward. Flash attention's kernels need none of it. A micro-batch of rows that are all
+exactly seq_len long has no mask at all; the plan cannot know that and counts one.
 """
 from __future__ import annotations
 
 from tunedeck.job_spec import JobSpec
-from tunedeck.planner.model_shapes import ModelShape
+from tunedeck.planner.model_shapes import ModelShape, is_adapted_linear
+from tunedeck.spec_sections import LIGER_FAMILIES, auto_kernels
 from tunedeck.units import FP32_BYTES, compute_bytes
 
-DROPOUT_MASK_BYTES = 1
+DROPOUT_MASK_BYTES = 1  # CUDA's dropout keeps a boolean mask
 MASK_BYTES = 1  # a boolean attention mask entry
+# Linears whose input is the layer's normalized hidden state (read by several projections).
+_ATTENTION_INPUT = ("q_proj", "k_proj", "v_proj", "q_a_proj", "kv_a_proj_with_mqa")
+_MLP_INPUT = ("gate_proj", "up_proj")
 
 
 def _compute_bytes(spec: JobSpec) -> int:
     return compute_bytes(spec.precision)
 
 
-def layer_activation_bytes(spec: JobSpec, shape: ModelShape, *, sparse: bool | None = None) -> float:
+def uses_liger(spec: JobSpec, shape: ModelShape) -> bool:
+    """Whether the job runs Liger's kernels on a GPU worker."""
+    if spec.kernels != "auto":
+        return spec.kernels == "liger"
+    choice, _why = auto_kernels(method=spec.method, model_type=lambda: shape.model_type,
+                                liger_families=lambda: LIGER_FAMILIES, cuda_available=True,
+                                liger_installed=True)
+    return choice == "liger"
+
+
+def _weights_train(spec: JobSpec) -> bool:
+    return spec.method == "full"
+
+
+def layer_activation_bytes(spec: JobSpec, shape: ModelShape, *, sparse: bool | None = None,
+                           full_rows: bool = False) -> float:
     """What one decoder layer keeps for backward, for one micro-batch (the sparse layer of
-    a mixture-of-experts model unless `sparse` says which)."""
+    a mixture-of-experts model unless `sparse` says which; `full_rows`: see
+    has_attention_mask)."""
     if sparse is None:
         sparse = shape.moe_layers > 0
     c = _compute_bytes(spec)
-    tokens = spec.micro_batch_size * spec.seq_len
-    attention = shape.attention_shapes()
-    out_width = attention.get("o_proj", (shape.q_width, shape.hidden_size))[0]
-    liger = spec.kernels == "liger"
-    # Liger's RMSNorm keeps its c-byte input, not an fp32 copy and a normalized output.
-    layer_norm_bytes = 2 * c if liger else FP32_BYTES + 2 * c
-    norms = (shape.norms_per_layer * shape.hidden_size * layer_norm_bytes
-             + shape.qk_norm_width * (FP32_BYTES + 2 * c))
-    per_token = norms + c * sum(n_out for name, (_in, n_out) in attention.items()
-                                if name != "o_proj") + 2 * c * out_width
-    per_token += _mlp_bytes(shape, c, sparse=sparse, liger=liger)
-    if spec.method != "full" and spec.lora.dropout > 0:
-        adapted = [n_in for n_in, _out, _layers in shape.adapted_linears(spec.lora, sparse=sparse)]
-        per_token += (c + DROPOUT_MASK_BYTES) * sum(adapted)
-    return tokens * per_token
+    liger = uses_liger(spec, shape)
+    per_token = (shape.norms_per_layer * shape.hidden_size * _norm_bytes(spec, shape)
+                 + shape.qk_norm_width * _norm_bytes(spec, shape)
+                 + _attention_bytes(spec, shape, full_rows=full_rows)
+                 + _mlp_bytes(shape, c, sparse=sparse, liger=liger)
+                 + _linear_input_bytes(spec, shape, sparse=sparse))
+    return spec.micro_batch_size * spec.seq_len * per_token
+
+
+def _norm_bytes(spec: JobSpec, shape: ModelShape) -> int:
+    """What one norm keeps per normalized element."""
+    if uses_liger(spec, shape):
+        return _compute_bytes(spec)  # Liger's RMSNorm keeps its input
+    if not _weights_train(spec):
+        return FP32_BYTES
+    normalized = FP32_BYTES if shape.model_type in ("gemma", "gemma2") else _compute_bytes(spec)
+    return FP32_BYTES + normalized
+
+
+def repeats_kv(spec: JobSpec, shape: ModelShape, *, full_rows: bool = False) -> bool:
+    """Whether transformers repeats k and v to the query heads' count before sdpa: it
+    passes grouped-query attention to PyTorch's kernel only when there is no mask."""
+    return (spec.attention == "sdpa" and shape.num_kv_heads < shape.num_heads
+            and has_attention_mask(spec, full_rows=full_rows))
+
+
+def has_attention_mask(spec: JobSpec, *, full_rows: bool = False) -> bool:
+    """Whether the micro-batches carry an attention mask: examples packed into one row, or
+    padding between rows of different lengths. `full_rows`: every row is exactly seq_len
+    long (the GPU benches' data), so a micro-batch of several rows has no padding."""
+    padded = spec.micro_batch_size > 1 and not full_rows
+    return spec.padding_free or spec.packing or padded
+
+
+def _attention_bytes(spec: JobSpec, shape: ModelShape, *, full_rows: bool = False) -> int:
+    c = _compute_bytes(spec)
+    if shape.attention_linears:  # DeepSeek's latent attention: its projections' outputs
+        attention = shape.attention_shapes()
+        return c * (sum(n_out for name, (_in, n_out) in attention.items() if name != "o_proj")
+                    + attention["o_proj"][0])
+    kv_width = shape.q_width if repeats_kv(spec, shape, full_rows=full_rows) else shape.kv_width
+    return c * (2 * shape.q_width + 2 * kv_width) + FP32_BYTES * shape.num_heads
 
 
 def _mlp_bytes(shape: ModelShape, c: int, *, sparse: bool, liger: bool = False) -> float:
     if not sparse:
         # Liger's SwiGLU recomputes the SiLU output in backward instead of keeping it.
-        return (3 if liger else 4) * c * shape.intermediate_size
+        return (2 if liger else 3) * c * shape.intermediate_size
     experts = shape.experts
     router = 2 * FP32_BYTES * experts.count
     routed = experts.per_token * (2 * c * shape.hidden_size + 4 * c * experts.intermediate)
-    return router + routed + 4 * c * experts.shared_intermediate
+    # The shared expert's SwiGLU as a dense one's; its product is down_proj's input.
+    return router + routed + 3 * c * experts.shared_intermediate
 
 
-def activation_bytes(spec: JobSpec, shape: ModelShape, *, checkpointing: bool) -> float:
-    kinds = {sparse: (count, layer_activation_bytes(spec, shape, sparse=sparse))
+def _input_group(name: str) -> str | None:
+    """Which kept tensor a linear reads as its input; None for o_proj, whose input is the
+    attention output the attention already keeps."""
+    prefix, _, leaf = name.rpartition(".")
+    if leaf == "o_proj":
+        return None
+    if leaf in _ATTENTION_INPUT:
+        return "attention input"
+    if leaf in _MLP_INPUT or leaf.endswith("_gate"):
+        return "mlp input"  # the shared expert and its gate read what the router reads
+    return name  # its own input (down_proj's SwiGLU product, MLA's latents)
+
+
+def _linear_input_bytes(spec: JobSpec, shape: ModelShape, *, sparse: bool) -> float:
+    """The inputs the layer's linears keep for their gradients, per token."""
+    c = _compute_bytes(spec)
+    linears = shape.block_linears(sparse=sparse)
+    if _weights_train(spec):
+        groups = {_input_group(name): n_in for name, (n_in, _out) in linears.items()}
+        if sparse:
+            groups["mlp input"] = shape.hidden_size  # the router's own weight trains too
+        return c * sum(n_in for group, n_in in groups.items() if group is not None)
+    adapted = {name: n_in for name, (n_in, _out) in linears.items()
+               if is_adapted_linear(name, spec.lora)}
+    kept = spec.lora.r * c * len(adapted)  # each adapter's r-wide middle
+    if spec.lora.dropout > 0:
+        return kept + (c + DROPOUT_MASK_BYTES) * sum(adapted.values())
+    groups = {_input_group(name): n_in for name, n_in in adapted.items()}
+    if sparse and spec.lora.train_router:
+        groups["mlp input"] = shape.hidden_size
+    return kept + c * sum(n_in for group, n_in in groups.items() if group is not None)
+
+
+def activation_bytes(spec: JobSpec, shape: ModelShape, *, full_rows: bool = False) -> float:
+    """Everything a micro-batch's forward and backward hold at their peak: without
+    checkpointing every layer's activations, the final norm's, the loss's and the masks';
+    with it, every layer's input, the final norm's, and the larger of the loss's share (at
+    the start of backward) and the one layer recomputed with its mask bias (later, once the
+    loss's gradients are handed on)."""
+    kinds = {sparse: (count, layer_activation_bytes(spec, shape, sparse=sparse,
+                                                    full_rows=full_rows))
              for sparse, count in ((False, shape.dense_layers), (True, shape.moe_layers)) if count}
-    if not checkpointing:
-        return sum(count * per_layer for count, per_layer in kinds.values())
+    final = final_norm_bytes(spec, shape)
+    if not spec.activation_checkpointing:
+        layers = sum(count * per_layer for count, per_layer in kinds.values())
+        return (layers + final + logits_bytes(spec, shape)
+                + attention_mask_bytes(spec, shape, full_rows=full_rows))
     layer_input = _compute_bytes(spec) * spec.micro_batch_size * spec.seq_len * shape.hidden_size
-    return shape.num_layers * layer_input + max(per_layer for _count, per_layer in kinds.values())
+    recomputed = (max(per_layer for _count, per_layer in kinds.values())
+                  + attention_mask_bytes(spec, shape, full_rows=full_rows))
+    return shape.num_layers * layer_input + final + max(logits_bytes(spec, shape), recomputed)
+
+
+def final_norm_bytes(spec: JobSpec, shape: ModelShape) -> float:
+    """The norm after the last layer, and its output when the output head trains (the
+    head's input, for the head's gradient; Liger's fused loss takes that in forward)."""
+    tokens = spec.micro_batch_size * spec.seq_len
+    head_input = (_compute_bytes(spec) if _weights_train(spec) and not uses_liger(spec, shape)
+                  else 0)
+    return tokens * shape.hidden_size * (_norm_bytes(spec, shape) + head_input)
 
 
 def logits_bytes(spec: JobSpec, shape: ModelShape) -> float:
-    """The loss's share: the logits and their fp32 log-softmax, or with Liger's fused linear
-    cross-entropy what it keeps instead (`fused_loss_bytes`)."""
-    if spec.kernels == "liger":
+    """The loss's share at its peak, the start of backward: the fp32 log-softmax the loss
+    kept, the gradient that reaches it and the one it hands back (three fp32 copies of the
+    logits); or with Liger's fused linear cross-entropy what it keeps instead
+    (`fused_loss_bytes`)."""
+    if uses_liger(spec, shape):
         return fused_loss_bytes(spec, shape)
     tokens = spec.micro_batch_size * spec.seq_len
-    return tokens * shape.vocab_size * (_compute_bytes(spec) + 2 * FP32_BYTES)
+    return tokens * shape.vocab_size * 3 * FP32_BYTES
 
 
 def fused_loss_bytes(spec: JobSpec, shape: ModelShape) -> float:
@@ -106,15 +226,16 @@ def _next_power_of_two(number: int) -> int:
     return 1 << max(0, number - 1).bit_length()
 
 
-def attention_mask_bytes(spec: JobSpec, shape: ModelShape, *, checkpointing: bool) -> float:
-    """A padding-free micro-batch is one row of micro_batch_size x seq_len tokens at most.
-    Under sdpa, transformers turns its restarting positions into a boolean block-diagonal
-    causal mask over that whole row, and PyTorch's memory-efficient kernel (the one that
-    takes a mask) converts it to an additive bias in the compute dtype on every layer's
-    call and keeps that for backward: every layer's without checkpointing, the one
-    recomputed layer's with it. Flash attention's varlen kernel needs none of it."""
-    if not spec.padding_free or spec.attention != "sdpa":
+def attention_mask_bytes(spec: JobSpec, shape: ModelShape, *, full_rows: bool = False) -> float:
+    """The boolean mask of a micro-batch (its rows' s x s, or for padding-free rows one row of
+    micro_batch_size x seq_len tokens), and the bias in the compute dtype sdpa's
+    memory-efficient kernel makes of it and keeps on every layer (the one recomputed
+    layer's with checkpointing). Flash attention's kernels need none of it."""
+    if spec.attention != "sdpa" or not has_attention_mask(spec, full_rows=full_rows):
         return 0.0
-    row = spec.micro_batch_size * spec.seq_len
-    layers_keeping_a_bias = 1 if checkpointing else shape.num_layers
-    return (MASK_BYTES + layers_keeping_a_bias * _compute_bytes(spec)) * row * row
+    if spec.padding_free:
+        rows, length = 1, spec.micro_batch_size * spec.seq_len
+    else:
+        rows, length = spec.micro_batch_size, spec.seq_len
+    layers_keeping_a_bias = 1 if spec.activation_checkpointing else shape.num_layers
+    return (MASK_BYTES + layers_keeping_a_bias * _compute_bytes(spec)) * rows * length * length

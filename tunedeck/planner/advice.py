@@ -1,8 +1,11 @@
 """From bytes to advice: a verdict per strategy, and the fastest set-up that fits.
 
-Every set-up of tunedeck.planner.setups that fits is ranked: first those on the GPUs with
-the job as it is (comfortable fits, then tight ones), then the same with CPU offload (the
-slowest option, only when nothing on the GPUs fits), then QLoRA or more hardware. Within that, the step cost model (tunedeck.planner.step_cost) picks the fastest;
+Every set-up of tunedeck.planner.setups that fits is ranked: first those with a margin
+(on the GPUs, then with CPU offload, the slowest option), then tight ones (on the GPUs, then
+offloaded), then QLoRA or more hardware. A plan is held within 10% of the peaks measured on
+a GPU, so one closer to the card than its margin may run out of memory: it is "tight", and
+never recommended over a set-up that fits. Within a group, the step cost model
+(tunedeck.planner.step_cost) picks the fastest;
 set-ups within TIE_SHARE of the fastest are a tie, which the selection guide breaks (LoRA
 and QLoRA under ~13B: ZeRO-2; 13B and up in full: FSDP with activation checkpointing;
 16-32 GB cards: ZeRO-2, offloaded when nothing else fits; several nodes: FSDP).
@@ -17,13 +20,15 @@ from tunedeck.planner.memory_plan import (STRATEGIES, StrategyPlan, model_states
                                           plan_strategies)
 from tunedeck.planner.model_shapes import ModelShape
 from tunedeck.planner.reasons import advice_reasons, cost_words, setup_reason
-from tunedeck.planner.setups import OFFLOADED, ON_GPUS, OTHER_JOB, Setup, all_setups
+from tunedeck.planner.setups import ON_GPUS, OTHER_JOB, Setup, all_setups
 from tunedeck.units import GB, format_count
 
 FITS, TIGHT, DOES_NOT_FIT, NOT_SUPPORTED = "fits", "tight", "does not fit", "not supported"
 # CUDA context, NCCL and allocator slack no tensor accounts for.
 RUNTIME_RESERVE_BYTES = 1.5 * GB
-# Below this share of what is left, a plan "fits"; up to all of it, it is "tight".
+# Below this share of what is left, a plan "fits"; up to all of it, it is "tight". Plans
+# are within 10% of measured peaks (tests/tunedeck/planner/test_measured_plans.py), so a
+# 15% margin leaves room for the plan's own error.
 COMFORTABLE_SHARE = 0.85
 LARGE_MODEL_PARAMETERS = 13e9
 SMALL_CARD_GB = 32
@@ -50,8 +55,7 @@ class MemoryPlan:
             "parameters": self.parameters,
             "trainable_parameters": self.trainable_parameters,
             "parameter_count": self.parameter_count,
-            "gpus": {"count": self.gpus.count, "memory_gb": self.gpus.memory_gb,
-                     "nodes": self.gpus.nodes, "card": self.gpus.card_spec.name},
+            "gpus": gpus_json(self.gpus),
             "strategies": list(STRATEGIES),
             **{name: {"per_gpu_gb": plan.breakdown.as_gb(), "fits": self.verdicts[name],
                       "host_gb_per_node": round(plan.host_bytes_per_node / GB, 3),
@@ -61,6 +65,16 @@ class MemoryPlan:
             "alternatives": self.alternatives,
             "reasons": self.reasons,
         }
+
+
+def gpus_json(gpus: GpuSet) -> dict:
+    """What the plan was made for; CPU ranks say so and name no card (a GPU plan's JSON is
+    as it was before CPU plans, so its readers see no new key)."""
+    if gpus.on_cpu:
+        return {"count": gpus.count, "memory_gb": gpus.memory_gb, "nodes": gpus.nodes,
+                "card": None, "device": "cpu"}
+    return {"count": gpus.count, "memory_gb": gpus.memory_gb, "nodes": gpus.nodes,
+            "card": gpus.card_spec.name}
 
 
 def plan_memory(spec: JobSpec, gpus: GpuSet, shape: ModelShape) -> MemoryPlan:
@@ -110,9 +124,12 @@ def verdict(plan: StrategyPlan, gpus: GpuSet) -> str:
 
 
 def _group(setup: Setup) -> int:
-    """On the GPUs (fits, then tight), offloaded (fits, tight), then a changed job or more
-    GPUs: offload only when nothing on the GPUs fits, even tightly."""
-    return 2 * setup.tier + (0 if setup.verdict == FITS else 1)
+    """Set-ups with a margin first (on the GPUs, then offloaded), then tight ones (the
+    plan is within its own error of the card: a job planned tight can run out of memory),
+    then a changed job or more GPUs."""
+    if setup.tier == OTHER_JOB:
+        return 4 + (0 if setup.verdict == FITS else 1)
+    return setup.tier + (0 if setup.verdict == FITS else 2)
 
 
 def rank_setups(setups: list[Setup], order: list[str]) -> list[Setup]:
@@ -174,13 +191,13 @@ def preference(spec: JobSpec, gpus: GpuSet, shape: ModelShape) -> tuple[list[str
                 "QLoRA runs under ZeRO-2: FSDP cannot shard the packed 4-bit weights")
     if gpus.nodes > 1:
         return (["fsdp", "fsdp_offload", "zero2", "zero2_offload"],
-                f"{gpus.nodes} nodes: FSDP shards the weights too, so memory per GPU falls as "
+                f"{gpus.nodes} nodes: FSDP shards the weights too, so memory per {gpus.rank_word} falls as "
                 "nodes are added; it is FSDP's home")
     if spec.method in ("full", "lora") and shape.total_parameters >= LARGE_MODEL_PARAMETERS:
         return (["fsdp", "fsdp_offload", "zero2", "zero2_offload"],
                 f"{spec.method} on {billions:.0f}B parameters: every ZeRO-2 rank would hold "
-                "all the weights, FSDP shards them (with activation checkpointing)")
-    if gpus.memory_gb <= SMALL_CARD_GB:
+                "all the weights, FSDP shards them")
+    if gpus.memory_gb <= SMALL_CARD_GB and not gpus.on_cpu:
         return (["zero2", "zero2_offload", "fsdp", "fsdp_offload"],
                 f"{gpus.memory_gb:g} GB cards: ZeRO-2, with the optimizer offloaded to host "
                 "memory when nothing else fits")

@@ -1,5 +1,7 @@
 """The GPUs a plan is made for: how many, how much memory, and which card, for what a step
-costs. The card table is the one the trainer's MFU meter reads its peak FLOPs from.
+costs. The card table is the one the trainer's MFU meter reads its peak FLOPs from. On a
+host without GPUs the ranks are CPU processes (device "cpu"): the memory is the RAM one
+rank may use, and no card's speed applies.
 
 Per card: dense bf16 tensor-core peak (datasheets, without sparsity), and the bandwidth a
 collective sees between GPUs of one node (NVLink where the card has it, else PCIe). Between
@@ -9,6 +11,9 @@ memory is reached over PCIe at PCIE_BYTES_PER_S (PCIe 4.0 x16, as measured, not 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+Device = Literal["gpu", "cpu"]
 
 INTER_NODE_BYTES_PER_S = 25e9
 PCIE_BYTES_PER_S = 25e9
@@ -69,6 +74,16 @@ class GpuSet:
     memory_gb: float = 80.0
     nodes: int = 1
     card: str | None = None  # a CARDS name; None: the typical card of memory_gb
+    device: Device = "gpu"  # "cpu": CPU ranks, memory_gb the RAM each may use
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.device == "cpu"
+
+    @property
+    def rank_word(self) -> str:
+        """What one rank runs on, as a plan's figures say it: "per GPU", "per rank"."""
+        return "rank" if self.on_cpu else "GPU"
 
     @property
     def world_size(self) -> int:
@@ -76,4 +91,6 @@ class GpuSet:
 
     @property
     def card_spec(self) -> Card:
+        """The card whose speed ranks the set-ups (CPU ranks keep the typical card's order,
+        and no plan for them prints its seconds)."""
         return (card_named(self.card) if self.card else None) or typical_card(self.memory_gb)

@@ -1,7 +1,8 @@
 """The memory planner: bytes per GPU of a spec under each way of training it, before launch.
 
 A pure function of the spec, the GPU set and the model's shape (no I/O, no torch), so the
-form, `POST /api/plan` and `tunedeck plan` give the same answer, and golden tests pin it.
+form, `POST /api/plan` and `tunedeck plan` give the same answer, and golden tests pin it
+(tests/tunedeck/planner/test_measured_plans.py holds it to peaks measured on a GPU).
 
 One counting convention for every backend, the ZeRO paper's for mixed-precision Adam
 (c = bytes of the compute dtype: 2 for bf16/fp16, 4 for fp32; P = all parameters,
@@ -11,35 +12,42 @@ variance 8). For a full fine-tune in bf16 that is 16 bytes a parameter, 2 + 2 + 
 - ddp, the reference: every rank holds all of it, 16P (13B: 26 + 26 + 156 = 208 GB). The
   usual napkin sum (26 + 26 + 104 = 156 GB) leaves the fp32 master copy out; the advice says
   so, with the difference. In fp32 the weights are their own master copy (K = 8).
-- zero2: the paper's 2P + 14P/N. Weights whole on every rank (DeepSpeed casts the module to
-  the compute dtype), gradients partitioned (cT/N), optimizer partitioned (12T/N; DeepSpeed
-  keeps its own fp32 partition even in fp32). DeepSpeed's estimator says 2P + 18P/N: it adds
-  a 4T/N fp32 gradient partition that exists only inside the optimizer step, when the
-  activations are already freed, so this plan leaves it out of the peak.
-- fsdp: what TuneDeck's FSDP2 trainer holds: fp32 master weights sharded (4P/N; they are
-  the parameters), fp32 gradients sharded (4T/N), Adam state sharded (8T/N): the paper's
-  16P/N for full sharding, plus the layers gathered in the compute dtype while they run.
-- offload variants keep the optimizer (zero2_offload) or everything sharded (fsdp_offload)
-  in host memory; `host_gb` says how much each node needs.
+- each backend, on the GPUs and offloaded, counts what a rank holds itself
+  (`Backend.state_bytes_per_rank`, tunedeck/backends/): zero2 the paper's 2P + 14P/N (weights
+  whole, gradients and optimizer partitioned), fsdp its 16P/N (all three sharded); offload
+  variants keep the optimizer (zero2_offload) or everything sharded (fsdp_offload) in host
+  memory; `host_gb` says how much each node needs.
+
+"other" is what the backend and the optimizer step add: DeepSpeed's gradient buckets or
+FSDP's gathered layers, and the step's temporary copies. Torch's default (foreach) AdamW
+makes one fp32 copy of the trainable shard (the square root of the variance) for the whole
+step, and ZeRO-2 turns its gradient partition into fp32 before stepping; the fused AdamW
+(`fused_optimizer`) makes none. The step runs after backward has freed the activations, and
+the ranks run the CUDA allocator with expandable segments, which hands that memory on: the
+step's copies count only where they need more than backward held (with checkpointing, or
+for a model whose states dwarf its activations: 32 GB for an 8B full fine-tune on one GPU).
+Without expandable segments the allocator kept the activations' blocks cached beside the
+step's flat partitions, and the H200 measured the sum of both.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from tunedeck.backends import BACKENDS, backend_of
+from tunedeck.backends.base import ADAM_STATE_BYTES, Backend, ModelStates
 from tunedeck.job_spec import JobSpec
-from tunedeck.planner.activation_memory import (activation_bytes, attention_mask_bytes,
-                                                logits_bytes)
+from tunedeck.planner.activation_memory import activation_bytes, uses_liger
 from tunedeck.planner.gpu_cards import GpuSet
 from tunedeck.planner.model_shapes import ModelShape
-from tunedeck.units import FP32_BYTES, GB, compute_bytes
+from tunedeck.units import FP32_BYTES, GB, compute_bytes, format_size
 
-STRATEGIES = ("ddp", "zero2", "zero2_offload", "fsdp", "fsdp_offload")
-ADAM_STATE_BYTES = 8  # fp32 momentum + variance per trainable parameter
+DDP = "ddp"  # the reference every rank holds all of, which TuneDeck does not run
+# The table's rows: the reference, then each backend on the GPUs and offloaded.
+STRATEGIES = (DDP, *(strategy for backend in BACKENDS.values() for strategy in backend.strategies))
+CPU_OFFLOAD_NOTE = "CPU ranks: the state is in RAM already, offloading it moves nothing"
 # bitsandbytes NF4: half a byte per weight, plus one 8-bit absmax per 64-weight block and,
 # with double quantization, one fp32 scale per 256 of those blocks.
 NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
-# DeepSpeed documents that overlap_comm costs 4.5x the bucket sizes in buffers.
-OVERLAP_COMM_BUFFER_FACTOR = 4.5
 
 
 @dataclass(frozen=True)
@@ -72,15 +80,6 @@ class StrategyPlan:
     notes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class ModelStates:
-    """What the method makes of the model: parameter counts and the bytes of its weights."""
-
-    parameters: int
-    trainable: int
-    weight_bytes_compute: float  # all weights in the compute dtype (4-bit base for QLoRA)
-
-
 def model_states(spec: JobSpec, shape: ModelShape) -> ModelStates:
     compute = compute_bytes(spec.precision)
     if spec.method == "full":
@@ -99,8 +98,8 @@ def model_states(spec: JobSpec, shape: ModelShape) -> ModelStates:
 
 def spec_strategy(spec: JobSpec) -> str:
     """The planner's name for the way a spec trains (zero2, fsdp_offload, ...)."""
-    offloaded = spec.zero2.offload_optimizer if spec.backend == "zero2" else spec.fsdp.cpu_offload
-    return f"{spec.backend}_offload" if offloaded else spec.backend
+    backend = backend_of(spec)
+    return backend.strategy(backend.offloaded(spec))
 
 
 def optimizer_bytes_per_parameter(precision: str) -> int:
@@ -117,83 +116,71 @@ def napkin_ddp_bytes(spec: JobSpec, shape: ModelShape) -> float:
             + ADAM_STATE_BYTES * states.trainable)
 
 
-def plan_strategies(spec: JobSpec, gpus: GpuSet, shape: ModelShape) -> dict[str, StrategyPlan]:
-    """Each strategy's bytes per GPU for this spec; the advice is tunedeck.planner.advice's."""
-    # Imported here: activation_memory reads this module's byte sizes at import time.
-
+def plan_strategies(spec: JobSpec, gpus: GpuSet, shape: ModelShape, *,
+                    full_rows: bool = False) -> dict[str, StrategyPlan]:
+    """Each strategy's bytes per GPU for this spec; the advice is tunedeck.planner.advice's.
+    `full_rows`: every row of the data is exactly seq_len long (the GPU benches'), so its
+    micro-batches carry no padding mask; a job's data is planned as padded. CPU ranks hold
+    their state in RAM already, so offloading to host memory has nothing to move."""
+    if gpus.on_cpu and spec.kernels == "auto":  # auto runs plain on a host without GPUs
+        spec = spec.model_copy(update={"kernels": "none"})
     states = model_states(spec, shape)
-    ranks, compute = gpus.world_size, compute_bytes(spec.precision)
-    trainable = states.trainable
-    activations = (activation_bytes(spec, shape, checkpointing=spec.activation_checkpointing)
-                   + logits_bytes(spec, shape)
-                   + attention_mask_bytes(spec, shape, checkpointing=spec.activation_checkpointing))
-    zero2_buffers = _zero2_bucket_bytes(spec, trainable)
-    fsdp_gathered = _fsdp_gathered_bytes(spec, shape)
-    ranks_per_node = gpus.count
-    plans = {
-        "ddp": StrategyPlan("ddp", Breakdown(
-            states.weight_bytes_compute, compute * trainable,
-            optimizer_bytes_per_parameter(spec.precision) * trainable, activations, 0.0)),
-        "zero2": StrategyPlan("zero2", Breakdown(
-            states.weight_bytes_compute, compute * trainable / ranks,
-            (FP32_BYTES + ADAM_STATE_BYTES) * trainable / ranks, activations, zero2_buffers)),
-        "zero2_offload": StrategyPlan("zero2_offload", Breakdown(
-            states.weight_bytes_compute, 0.0, 0.0, activations, zero2_buffers),
-            # fp32 master, momentum, variance and gradient partitions, for each local rank.
-            host_bytes_per_node=(2 * FP32_BYTES + ADAM_STATE_BYTES) * trainable / ranks
-            * ranks_per_node),
-        "fsdp": StrategyPlan("fsdp", Breakdown(
-            FP32_BYTES * states.parameters / ranks, FP32_BYTES * trainable / ranks,
-            ADAM_STATE_BYTES * trainable / ranks, activations, fsdp_gathered)),
-        "fsdp_offload": StrategyPlan("fsdp_offload", Breakdown(
-            0.0, 0.0, 0.0, activations, fsdp_gathered),
-            host_bytes_per_node=(FP32_BYTES * states.parameters + (FP32_BYTES + ADAM_STATE_BYTES)
-                                 * trainable) / ranks * ranks_per_node),
-    }
-    if spec.method == "qlora":
-        for name in ("fsdp", "fsdp_offload"):
-            plans[name] = StrategyPlan(name, plans[name].breakdown, supported=False, notes=(
-                "QLoRA runs under ZeRO-2 only: FSDP2 cannot shard the packed 4-bit weights",))
+    activations = activation_bytes(spec, shape, full_rows=full_rows)
+    compute, trainable = compute_bytes(spec.precision), states.trainable
+    plans = {DDP: StrategyPlan(DDP, Breakdown(
+        states.weight_bytes_compute, compute * trainable,
+        optimizer_bytes_per_parameter(spec.precision) * trainable, activations, 0.0))}
+    for backend in BACKENDS.values():
+        for offloaded in (False, True):
+            plan = _backend_plan(backend, offloaded, spec, gpus, shape, states, activations)
+            plans[plan.name] = plan
+    if spec.kernels == "auto" and uses_liger(spec, shape):
+        plans = _with_plain_kernels_noted(plans, spec, gpus, shape, full_rows=full_rows)
     return plans
 
 
-def _zero2_bucket_bytes(spec: JobSpec, trainable: int) -> float:
-    """DeepSpeed's reduce and all-gather buckets (a bucket never holds more than every
-    trainable parameter), in the compute dtype."""
-    elements = (min(spec.zero2.reduce_bucket_size, trainable)
-                + min(spec.zero2.allgather_bucket_size, trainable))
-    factor = OVERLAP_COMM_BUFFER_FACTOR if spec.zero2.overlap_comm else 1.0
-    return factor * compute_bytes(spec.precision) * elements
+def _backend_plan(backend: Backend, offloaded: bool, spec: JobSpec, gpus: GpuSet,
+                  shape: ModelShape, states: ModelStates, activations: float) -> StrategyPlan:
+    """One backend's set-up: the model states a rank holds under it (the backend counts
+    them), the activations, and the backend's buffers with the optimizer step's copies."""
+    name = backend.strategy(offloaded)
+    held = backend.state_bytes_per_rank(spec, states, shape, gpus.world_size,
+                                        offloaded=offloaded)
+    other = (held.buffers if held.step is None
+             else with_optimizer_step(held.buffers, activations, held.step))
+    breakdown = Breakdown(held.params, held.grads, held.optimizer, activations, other)
+    if offloaded and gpus.on_cpu:
+        return StrategyPlan(name, breakdown, supported=False, notes=(CPU_OFFLOAD_NOTE,))
+    note = backend.unsupported_method_note(spec.method)  # QLoRA under FSDP
+    if note:
+        return StrategyPlan(name, breakdown, supported=False, notes=(note,))
+    # The rank's offloaded state, for each local rank.
+    return StrategyPlan(name, breakdown, host_bytes_per_node=held.host * gpus.count)
 
 
-def _fsdp_gathered_bytes(spec: JobSpec, shape: ModelShape) -> float:
-    """Unsharded copies FSDP2 makes while computing, in the compute dtype: the root's
-    embedding and head (kept gathered through the step), and the running layer plus the one
-    prefetched; with shard_grad_op every layer stays gathered from forward to backward.
-    The running layer's unsharded gradient waits for its reduce-scatter, in reduce_dtype."""
-    compute = compute_bytes(spec.fsdp.param_dtype or spec.precision)
-    reduce = compute_bytes(spec.fsdp.reduce_dtype)
-    layer = shape.layer_parameters
-    if spec.method != "full":
-        layer += shape.lora_parameters(spec.lora) // shape.num_layers
-    root = shape.embedding_parameters + shape.head_parameters + shape.hidden_size
-    prefetched = 1 if (spec.fsdp.backward_prefetch or spec.fsdp.forward_prefetch) else 0
-    layers_gathered = (shape.num_layers if spec.fsdp.sharding_strategy == "shard_grad_op"
-                       else 1 + prefetched)
-    gradient_in_flight = (compute + reduce) * layer if spec.method == "full" else 0
-    return compute * (root + layers_gathered * layer) + gradient_in_flight
+def _with_plain_kernels_noted(plans: dict[str, StrategyPlan], spec: JobSpec, gpus: GpuSet,
+                              shape: ModelShape, *, full_rows: bool) -> dict[str, StrategyPlan]:
+    """`kernels: auto` is planned as a GPU worker runs it, with Liger's kernels; each
+    strategy also says what the job needs where a worker lacks liger-kernel (it then runs
+    plain, and says so in the job's events)."""
+    plain = plan_strategies(spec.model_copy(update={"kernels": "none"}), gpus, shape,
+                            full_rows=full_rows)
+    return {name: replace(plan, notes=(*plan.notes, (
+                f"planned with Liger's kernels (kernels auto on a GPU worker with "
+                f"liger-kernel); a worker without liger-kernel runs it plain: "
+                f"{format_size(plain[name].breakdown.total / GB)} per GPU")))
+            for name, plan in plans.items()}
 
 
-def deepspeed_zero2_estimate(total_parameters: int, *, gpus_per_node: int, nodes: int,
-                             cpu_offload: bool, additional_buffer_factor: float = 1.5
-                             ) -> tuple[int, int]:
-    """(host bytes, GPU bytes) by DeepSpeed's own ZeRO-2 convention (2P + 18P/N on the GPU;
-    2P with offload), as `estimate_zero2_model_states_mem_needs` counts them."""
-    total_gpus = gpus_per_node * nodes
-    if cpu_offload:
-        gpu = 2 * total_parameters
-        host = total_parameters * max(4 * total_gpus, 16) * additional_buffer_factor
-    else:
-        gpu = 2 * total_parameters + int(18 * total_parameters / total_gpus)
-        host = total_parameters * 4 * gpus_per_node * additional_buffer_factor
-    return int(host), int(gpu)
+def spec_plan(spec: JobSpec, gpus: GpuSet, shape: ModelShape, *,
+              full_rows: bool = False) -> StrategyPlan:
+    """The plan of the strategy the spec itself names (zero2, fsdp_offload, ...)."""
+    return plan_strategies(spec, gpus, shape, full_rows=full_rows)[spec_strategy(spec)]
+
+
+def with_optimizer_step(buffers: float, activations: float, step: float) -> float:
+    """The backend's buffers, and what the optimizer step's temporaries need beyond the
+    memory backward freed: the step comes after backward, and the ranks' allocator (with
+    expandable segments, trainer/rank.py) hands the freed activations' memory on to it."""
+    return buffers + max(0.0, step - activations - buffers)
+

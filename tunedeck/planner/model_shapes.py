@@ -183,15 +183,14 @@ class ModelShape:
         """(in, out, layers) of each Linear a LoRA adapter lands on (in the dense or the
         sparse layers only, when `sparse` says which): peft's all-linear (or the listed
         names, matched as peft does: whole, or a suffix after a dot), routers never
-        (trainer.lora_targets' rule)."""
+        (trainer.model.lora_targets' rule)."""
         found = []
         for kind_sparse, count in self._layer_kinds():
             if sparse is not None and kind_sparse != sparse:
                 continue
             for name, (n_in, n_out) in self.block_linears(sparse=kind_sparse).items():
-                if _is_router(name) or not _targeted(name, lora.target_modules):
-                    continue
-                found.append((n_in, n_out, count))
+                if is_adapted_linear(name, lora):
+                    found.append((n_in, n_out, count))
         return found
 
     def adapted_expert_weights(self, lora: LoraSettings) -> list[tuple[int, int, int]]:
@@ -217,6 +216,12 @@ class ModelShape:
         return self.lora_parameters(lora) + routers
 
 
+def is_adapted_linear(name: str, lora: LoraSettings) -> bool:
+    """Whether an adapter lands on the layer's linear `name`: peft's all-linear or the
+    listed names, routers never (trainer.model.lora_targets' rule)."""
+    return not _is_router(name) and _targeted(name, lora.target_modules)
+
+
 def _is_router(name: str) -> bool:
     leaf = name.rpartition(".")[2]
     return leaf in ("gate", "router") or leaf.endswith(("_gate", "_router"))
@@ -229,7 +234,7 @@ def _targeted(name: str, targets) -> bool:
     return any(full == target or full.endswith(f".{target}") for target in targets)
 
 
-# trainer/builtin_model.py builds this model; a test checks the two agree.
+# trainer/model/builtin_model.py builds this model; a test checks the two agree.
 BUILTIN_TINY_LLAMA = ModelShape("builtin:tiny-llama", vocab_size=384, hidden_size=64,
                                 intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
                                 head_dim=16)

@@ -5,17 +5,25 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tunedeck.job_spec import JobSpec
+from tunedeck.planner.gpu_cards import Device
 
 
 class GpuRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    count: int | None = Field(None, ge=1, le=64, description="GPUs per node; default spec.num_gpus")
-    memory_gb: float = Field(80.0, gt=0, le=4096, description="memory of one GPU, GB (10^9 bytes)")
+    count: int | None = Field(None, ge=1, le=64,
+                              description="GPUs (or CPU ranks) per node; default spec.num_gpus")
+    memory_gb: float = Field(80.0, gt=0, le=4096,
+                             description="memory of one GPU, GB (10^9 bytes); with device cpu, "
+                                         "the RAM one rank may use (the host's RAM shared by "
+                                         "its ranks)")
     nodes: int | None = Field(None, ge=1, le=64, description="default spec.num_nodes")
     card: str | None = Field(None, max_length=40,
                              description="the card, for step times (H100, A100, RTX 4090, ...); "
                                          "default the common card of memory_gb")
+    device: Device = Field("gpu", description="gpu, or cpu for ranks that are CPU processes "
+                                              "(a host without GPUs): planned against RAM, "
+                                              "with no step time and no offload")
 
     @model_validator(mode="before")
     @classmethod
@@ -53,5 +61,5 @@ def plan_json(spec: JobSpec, gpus: GpuRequest) -> dict:
     from tunedeck.planner.shape_source import resolve_model_shape
 
     gpu_set = GpuSet(count=gpus.count or spec.num_gpus, memory_gb=gpus.memory_gb,
-                     nodes=gpus.nodes or spec.num_nodes, card=gpus.card)
+                     nodes=gpus.nodes or spec.num_nodes, card=gpus.card, device=gpus.device)
     return plan_memory(spec, gpu_set, resolve_model_shape(spec.model)).to_json()

@@ -33,21 +33,44 @@ def setups(plan: dict) -> list[dict]:
 
 def _summary(plan: dict) -> str:
     gpus, count = plan["gpus"], plan["parameter_count"]
-    trainable = ("all trainable" if plan["trainable_parameters"] == plan["parameters"]
-                 else f"{format_count(plan['trainable_parameters'])} trainable")
-    return (f"{plan['model']}: {format_count(plan['parameters'])} parameters ({trainable}; "
-            f"from the {count['source']}); {gpus['nodes']} node(s) x {gpus['count']} "
-            f"{gpus.get('card') or 'GPU'}(s) of {gpus['memory_gb']:g} GB")
+    # The model's own count, as the advice names it; an adapter's parameters are added to
+    # the model's (they are trainable and the rest frozen), so they are said apart.
+    total, trainable = plan["parameters"], plan["trainable_parameters"]
+    counted = (f"{format_count(total)} parameters (all trainable" if trainable == total else
+               f"{format_count(total - trainable)} parameters and a "
+               f"{format_count(trainable)}-parameter adapter (the trainable ones")
+    return f"{plan['model']}: {counted}; from the {count['source']}); {hardware_words(gpus)}"
 
 
-def _setup_figures(setup: dict) -> str:
+def on_cpu(plan: dict) -> bool:
+    """Whether the plan is for CPU ranks (its JSON says device "cpu"; a GPU plan's has none)."""
+    return plan["gpus"].get("device") == "cpu"
+
+
+def rank_word(plan: dict) -> str:
+    """"GPU" or "rank", as in "per GPU"."""
+    return "rank" if on_cpu(plan) else "GPU"
+
+
+def hardware_words(gpus: dict) -> str:
+    """"1 node(s) x 2 H100(s) of 80 GB"; CPU ranks: "1 node x 2 CPU ranks, 11.7 GB of RAM each"."""
+    if gpus.get("device") == "cpu":
+        nodes, ranks = gpus["nodes"], gpus["count"]
+        return (f"{nodes} node{'s' if nodes > 1 else ''} x {ranks} CPU rank"
+                f"{'s' if ranks > 1 else ''}, {gpus['memory_gb']:.3g} GB of RAM each")
+    return (f"{gpus['nodes']} node(s) x {gpus['count']} {gpus.get('card') or 'GPU'}(s) of "
+            f"{gpus['memory_gb']:g} GB")
+
+
+def _setup_figures(setup: dict, per: str) -> str:
     """'59.9 GB per GPU (fits), +33% compute (recomputed forward)'."""
     cost = f", {setup['cost']}" if setup["cost"] else ""
-    return f"{format_size(setup['total_gb'])} per GPU ({setup['fits']}){cost}"
+    return f"{format_size(setup['total_gb'])} per {per} ({setup['fits']}){cost}"
 
 
 def plan_as_text(plan: dict) -> str:
-    lines = [f"{_summary(plan)}. Per GPU (GB = 10^9 bytes):"]
+    per = rank_word(plan)
+    lines = [f"{_summary(plan)}. Per {per} (GB = 10^9 bytes):"]
     rows = [list(HEADER), *(strategy_cells(plan, name) for name in plan["strategies"])]
     widths = [max(len(row[index]) for row in rows) for index in range(len(HEADER))]
     lines += ["  ".join(cell.rjust(width) if index else cell.ljust(width)
@@ -55,9 +78,9 @@ def plan_as_text(plan: dict) -> str:
               for row in rows]
     recommended = plan["recommended"]
     lines.append(f"recommended: {recommended['label']} at {format_size(recommended['total_gb'])} "
-                 f"per GPU ({recommended['fits']})" if recommended else "recommended: nothing fits")
+                 f"per {per} ({recommended['fits']})" if recommended else "recommended: nothing fits")
     lines += [f"- {reason}" for reason in plan["reasons"]]
-    lines += [f"- alternative: {setup['label']}: {format_size(setup['total_gb'])} per GPU"
+    lines += [f"- alternative: {setup['label']}: {format_size(setup['total_gb'])} per {per}"
               + (f", {setup['cost']}" if setup["cost"] else "")
               for setup in plan["alternatives"]]
     return "\n".join(lines)
@@ -107,11 +130,11 @@ def _html_table(plan: dict) -> str:
             f"<tbody>{rows}</tbody></table></div>")
 
 
-def _html_setup(setup: dict, note: str) -> str:
+def _html_setup(setup: dict, note: str, per: str) -> str:
     reason = f" {html.escape(setup['reason'])}" if setup["reason"] else ""
     note = f" <em>{html.escape(note)}</em>" if note else ""
     return (f"<strong>{html.escape(setup['label'])}</strong>: "
-            f"{html.escape(_setup_figures(setup))}.{reason}{note}")
+            f"{html.escape(_setup_figures(setup, per))}.{reason}{note}")
 
 
 def plan_as_html(plan: dict, setup_notes: Sequence[str] = ()) -> str:
@@ -119,21 +142,21 @@ def plan_as_html(plan: dict, setup_notes: Sequence[str] = ()) -> str:
     the recommended set-up and the alternatives, then the reasons. `setup_notes` adds a note
     to each set-up, in setups(plan) order (e.g. how to make a change the form cannot)."""
     notes = [*setup_notes, *[""] * len(setups(plan))]
-    recommended = plan["recommended"]
-    parts = [f'<p style="margin:0 0 6px">{html.escape(_summary(plan))}. Per GPU:</p>',
+    recommended, per = plan["recommended"], rank_word(plan)
+    parts = [f'<p style="margin:0 0 6px">{html.escape(_summary(plan))}. Per {per}:</p>',
              _html_table(plan)]
     if recommended and recommended["changes"]:
         changed = f"{recommended['strategy']} with {' and '.join(recommended['changes'])}"
         # The table is the spec as written: its marked row may not fit until these changes.
         parts.append(f'<p style="margin:4px 0">{RECOMMENDED_MARK} {html.escape(changed)}: '
-                     f"{html.escape(format_size(recommended['total_gb']))} per GPU "
+                     f"{html.escape(format_size(recommended['total_gb']))} per {per} "
                      f"({html.escape(recommended['fits'])}; the table is the spec as written)</p>")
-    parts.append(f'<p style="margin:8px 0 4px">Recommended: {_html_setup(recommended, notes[0])}</p>'
+    parts.append(f'<p style="margin:8px 0 4px">Recommended: {_html_setup(recommended, notes[0], per)}</p>'
                  if recommended else '<p style="margin:8px 0 4px"><strong>Recommended: nothing '
                  'fits</strong> as the spec stands.</p>')
     alternatives = notes[1:] if recommended else notes
     if plan["alternatives"]:
-        items = "".join(f"<li>{_html_setup(setup, note)}</li>"
+        items = "".join(f"<li>{_html_setup(setup, note, per)}</li>"
                         for setup, note in zip(plan["alternatives"], alternatives))
         parts.append(f'<p style="margin:4px 0 0">Alternatives:</p><ul style="margin:0">{items}</ul>')
     if plan["reasons"]:

@@ -2,11 +2,12 @@
 (the napkin sum, DeepSpeed's own estimator, the cost model's standing)."""
 from __future__ import annotations
 
+from tunedeck.backends import backend_of_strategy
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.gpu_cards import GpuSet
 from tunedeck.planner.setups import OFFLOADED, ON_GPUS, Setup
 from tunedeck.planner.step_cost import REFERENCE_MFU
-from tunedeck.units import GB, format_size
+from tunedeck.units import GB, format_seconds, format_size
 
 # A share of the step below this is not worth naming as a cost.
 NOTABLE_SHARE = 0.05
@@ -16,31 +17,48 @@ NAPKIN_GAP_SHARE = 0.10
 
 
 def setup_reason(setup: Setup, gpus: GpuSet) -> str:
-    """Why this set-up, in one sentence (its label and figures are shown beside it)."""
-    step = f"about {setup.cost.seconds:.3g} s a step"
+    """Why this set-up, in one sentence (its label and figures are shown beside it). CPU
+    ranks get no step time: the cost model's seconds are a GPU's."""
+    if gpus.on_cpu:
+        return _cpu_setup_reason(setup)
+    step = f"about {format_seconds(setup.cost.seconds)} a step"
     if setup.tier == ON_GPUS:
-        tight = (", tight: above 85% of what the card has once the CUDA context is loaded"
+        tight = (", tight: above 85% of what the card has once the CUDA context is loaded, "
+                 "closer than the plan's own error (up to 10%): it may run out of memory"
                  if setup.verdict == "tight" else "")
         return f"On the GPUs alone, {step}{tight}."
     if setup.tier == OFFLOADED:
-        what = "optimizer" if setup.strategy == "zero2_offload" else "weights and optimizer"
+        what = backend_of_strategy(setup.strategy).offloaded_state_words
         return (f"The {what} in host memory, {step}: the slowest option, every step "
                 "crosses PCIe and updates on the CPU.")
     return f"Once the job or the GPUs change as it says, {step}."
 
 
+def _cpu_setup_reason(setup: Setup) -> str:
+    tight = (", tight: above 85% of the RAM a rank has once the runtime is loaded, closer than "
+             "the plan's own error (up to 10%): it may run out of memory"
+             if setup.verdict == "tight" else "")
+    if setup.tier == ON_GPUS:
+        return f"On the CPU ranks, within their RAM{tight}."
+    return f"Once the job changes as it says{tight}."
+
+
 def cost_words(setup: Setup, reference_seconds: float, spec: JobSpec) -> str:
     """What a set-up pays, in a few words: "+33% compute (recomputed forward); 1.4x the
-    recommended step"."""
+    recommended step". For CPU ranks, only what the work itself changes, no time."""
     cost, words = setup.cost, []
     if cost.recompute_s:
         share = cost.recompute_s / (cost.compute_s - cost.recompute_s)
         words.append(f"+{share:.0%} compute (recomputed forward)")
+    if setup.gpus.on_cpu:
+        if setup.spec.method != spec.method:
+            words.append(f"trains a LoRA adapter on a 4-bit base instead of {spec.method}")
+        return "; ".join(words)
     if cost.offload_s:
-        step = "optimizer step" if setup.strategy == "zero2_offload" else "weights and optimizer"
-        words.append(f"{step} over PCIe: {cost.offload_s:.3g} s a step")
+        step = backend_of_strategy(setup.strategy).offloaded_words
+        words.append(f"{step} over PCIe: {format_seconds(cost.offload_s)} a step")
     if cost.exposed_communication_s > NOTABLE_SHARE * cost.seconds:
-        collective = "all-gathers" if setup.strategy.startswith("fsdp") else "gradient reduction"
+        collective = backend_of_strategy(setup.strategy).collective_words
         words.append(f"{cost.exposed_communication_s / cost.seconds:.0%} of the step waits "
                      f"on {collective}")
     if setup.spec.method != spec.method:
@@ -57,15 +75,15 @@ def advice_reasons(best: Setup | None, gpus: GpuSet, *, order: list[str], why: s
                    precision: str, full_in_16_bit: bool) -> list[str]:
     reasons = []
     if best is None:
-        reasons.append(f"Nothing fits on {gpus.world_size} x {gpus.memory_gb:g} GB, not even "
-                       "with activation checkpointing, micro-batch 1, offload, QLoRA or more "
-                       "GPUs; a larger card or a smaller model is needed.")
+        reasons.append(_nothing_fits(gpus))
     else:
-        reasons.append(f"Recommended {best.label}: {format_size(best.total_bytes / GB)} per GPU of "
-                       f"{gpus.memory_gb:g} GB ({best.verdict}). {recommended_reason}")
+        reasons.append(f"Recommended {best.label}: {format_size(best.total_bytes / GB)} per "
+                       f"{gpus.rank_word} of {_memory_words(gpus)} ({best.verdict}). "
+                       f"{recommended_reason}")
         if best.tier == OFFLOADED:
             reasons.append(f"Nothing else fits: no set-up on the GPUs alone stays under "
-                           f"{gpus.memory_gb:g} GB per GPU.")
+                           f"{gpus.memory_gb:g} GB per GPU with a margin (a tight one is "
+                           "within the plan's own error of the card).")
             reasons.append(f"{best.strategy} needs about {best.host_bytes / GB:.0f} GB of host "
                            "memory per node.")
         if best.strategy == order[0]:
@@ -75,19 +93,42 @@ def advice_reasons(best: Setup | None, gpus: GpuSet, *, order: list[str], why: s
                            f"{best.strategy} is what fits, or is faster, here.")
     if napkin_bytes < ddp_bytes * (1 - NAPKIN_GAP_SHARE) and precision != "fp32":
         reasons.append(
-            f"DDP's model states are {format_size(ddp_bytes / GB)} per GPU, counted as ZeRO-2 "
+            f"DDP's model states are {format_size(ddp_bytes / GB)} per {gpus.rank_word}, counted as ZeRO-2 "
             f"and FSDP are (2 + 2 + 12 bytes a parameter); the usual napkin sum, "
             f"{format_size(napkin_bytes / GB)}, leaves out the fp32 master copy of the weights "
             f"({format_size((ddp_bytes - napkin_bytes) / GB)}).")
     if full_in_16_bit:
-        reasons.append("ZeRO-2 is counted as in the ZeRO paper (2P + 14P/N bytes); DeepSpeed's "
-                       "estimator says 2P + 18P/N because it also counts an fp32 gradient "
-                       "partition that lives only during the optimizer step, after the "
-                       "activations are freed.")
+        reasons.append("ZeRO-2's model states are counted as in the ZeRO paper (2P + 14P/N "
+                       "bytes); DeepSpeed's estimator says 2P + 18P/N, adding the fp32 "
+                       "gradient partition its optimizer step makes, which this plan counts "
+                       "with the step's other temporaries.")
     if gpus.world_size == 1:
-        reasons.append("With one GPU nothing is sharded: ZeRO-2 and FSDP save memory only "
-                       "through offload.")
-    reasons.append(f"Step times are a cost model's ({REFERENCE_MFU:.0%} of the "
-                   f"{gpus.card_spec.name}'s bf16 peak, its link and PCIe bandwidth), to rank "
-                   "set-ups; only a run on the GPUs measures them.")
+        reasons.append("With one rank nothing is sharded: ZeRO-2 and FSDP save no memory."
+                       if gpus.on_cpu else "With one GPU nothing is sharded: ZeRO-2 and FSDP "
+                       "save memory only through offload.")
+    reasons.append(_cost_model_standing(gpus))
     return reasons
+
+
+def _memory_words(gpus: GpuSet) -> str:
+    return f"{gpus.memory_gb:g} GB of RAM" if gpus.on_cpu else f"{gpus.memory_gb:g} GB"
+
+
+def _nothing_fits(gpus: GpuSet) -> str:
+    if gpus.on_cpu:
+        return (f"Nothing fits in {gpus.memory_gb:g} GB of RAM a rank, not even with activation "
+                "checkpointing, micro-batch 1 or QLoRA; fewer ranks (more RAM each), a host "
+                "with more RAM or a smaller model is needed.")
+    return (f"Nothing fits on {gpus.world_size} x {gpus.memory_gb:g} GB, not even with "
+            "activation checkpointing, micro-batch 1, offload, QLoRA or more GPUs; a larger "
+            "card or a smaller model is needed.")
+
+
+def _cost_model_standing(gpus: GpuSet) -> str:
+    if gpus.on_cpu:
+        return ("CPU ranks: each holds its share in the host's RAM, which all the ranks of a "
+                "node share; set-ups are ordered by their compute and communication, and no "
+                "step time is guessed for a CPU.")
+    return (f"Step times are a cost model's ({REFERENCE_MFU:.0%} of the "
+            f"{gpus.card_spec.name}'s bf16 peak, its link and PCIe bandwidth), to rank "
+            "set-ups; only a run on the GPUs measures them.")

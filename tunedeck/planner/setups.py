@@ -3,7 +3,8 @@ its bytes per GPU and its step cost, for the advice to rank.
 
 Changes come in three tiers, searched together and ranked tier by tier:
 - on the GPUs, the same job: the backend, activation checkpointing, a smaller micro-batch
-  with more gradient accumulation (the same examples per step), smaller DeepSpeed buckets;
+  with more gradient accumulation (the same examples per step), smaller DeepSpeed buckets,
+  the fused AdamW (no temporary copy of the optimizer state in its step);
 - the same, with the optimizer (ZeRO-2) or everything (FSDP) offloaded to host memory;
 - a different job or more hardware: QLoRA, more GPUs per node, more nodes.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import product
 
+from tunedeck.backends import BACKENDS, backend_of_strategy
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.gpu_cards import GpuSet
 from tunedeck.planner.memory_plan import plan_strategies
@@ -20,11 +22,11 @@ from tunedeck.planner.step_cost import StepCost, step_cost
 from tunedeck.units import GB
 
 ON_GPUS, OFFLOADED, OTHER_JOB = 0, 1, 2
-RUNNABLE = ("zero2", "fsdp", "zero2_offload", "fsdp_offload")
+# The strategies TuneDeck runs: each backend on the GPUs, then each offloaded.
+RUNNABLE = tuple(backend.strategy(offloaded) for offloaded in (False, True)
+                 for backend in BACKENDS.values())
 MAX_GPUS_PER_NODE = 8
 MAX_NODES = 8
-# DeepSpeed's advice for small cards: 2e8-element buckets cost 3.6 GB with overlap_comm.
-SMALL_BUCKET_ELEMENTS = 200_000_000
 
 
 @dataclass(frozen=True)
@@ -49,17 +51,23 @@ class Setup:
                 "changes": list(self.changes), "spec_changes": self.spec_changes,
                 "gpus": {"count": self.gpus.count, "nodes": self.gpus.nodes},
                 "total_gb": float(f"{self.total_bytes / GB:.4g}"), "fits": self.verdict,
-                "step_seconds": float(f"{self.cost.seconds:.4g}"),
-                "relative_step_time": round(self.cost.seconds / reference_seconds, 3)
-                if reference_seconds else 1.0,
+                **self._step_times(reference_seconds),
                 "cost": cost_words, "reason": reason}
+
+    def _step_times(self, reference_seconds: float) -> dict:
+        """The cost model's seconds, where they stand for a GPU; None for CPU ranks, which it
+        only puts in order."""
+        if self.gpus.on_cpu:
+            return {"step_seconds": None, "relative_step_time": None}
+        return {"step_seconds": float(f"{self.cost.seconds:.4g}"),
+                "relative_step_time": round(self.cost.seconds / reference_seconds, 3)
+                if reference_seconds else 1.0}
 
 
 def strategy_changes(spec: JobSpec, strategy: str) -> dict:
     """The dotted spec fields that run `spec` under `strategy`."""
-    backend, offloaded = strategy.removesuffix("_offload"), strategy.endswith("_offload")
-    field = "zero2.offload_optimizer" if backend == "zero2" else "fsdp.cpu_offload"
-    return {"backend": backend, field: offloaded}
+    backend = backend_of_strategy(strategy)
+    return {"backend": backend.name, backend.offload_field: strategy.endswith("_offload")}
 
 
 def apply_spec_changes(spec: JobSpec, changes: dict) -> JobSpec:
@@ -82,11 +90,25 @@ def all_setups(spec: JobSpec, gpus: GpuSet, shape: ModelShape, verdict) -> list[
     found = []
     for tier, job_changes, words, changed_gpus in _job_variants(spec, gpus):
         for strategy in RUNNABLE:
-            if job_changes.get("method") == "qlora" and not strategy.startswith("zero2"):
+            if backend_of_strategy(strategy).method_problem(job_changes.get("method")):
                 continue
             found.extend(_setups_of(spec, gpus, shape, verdict, strategy, tier, job_changes,
                                     words, changed_gpus))
-    return found
+    return _without_idle_changes(found)
+
+
+def _without_idle_changes(setups: list[Setup]) -> list[Setup]:
+    """One set-up for each outcome: a change that moves neither the bytes nor the step
+    time (smaller buckets for an adapter whose bucket is its own size already, the fused
+    AdamW where the memory backward freed already holds its step) is left out, and the
+    same set-up without it stands."""
+    kept: dict[tuple, Setup] = {}
+    for setup in setups:
+        outcome = (setup.strategy, setup.tier, setup.gpus, setup.spec.method,
+                   round(setup.total_bytes), round(setup.cost.seconds, 9))
+        if outcome not in kept or len(setup.changes) < len(kept[outcome].changes):
+            kept[outcome] = setup
+    return list(kept.values())
 
 
 def _setups_of(spec: JobSpec, gpus: GpuSet, shape: ModelShape, verdict, strategy: str, tier: int,
@@ -122,6 +144,8 @@ def _job_variants(spec: JobSpec, gpus: GpuSet):
     yield ON_GPUS, {}, [], gpus
     if spec.method != "qlora":
         yield OTHER_JOB, {"method": "qlora"}, ["qlora"], gpus
+    if gpus.on_cpu:  # CPU ranks share their host's RAM: more of them, less RAM each
+        return
     count = gpus.count
     while count < MAX_GPUS_PER_NODE:
         count = min(MAX_GPUS_PER_NODE, count * 2)
@@ -137,16 +161,17 @@ def _job_variants(spec: JobSpec, gpus: GpuSet):
 
 def _free_changes(spec: JobSpec, strategy: str):
     """(changes, words) that keep the job the same: checkpointing on or off, a smaller
-    micro-batch, smaller DeepSpeed buckets (ZeRO-2's knob only)."""
-    backend = strategy.removesuffix("_offload")
+    micro-batch, smaller DeepSpeed buckets (ZeRO-2's knob only), the fused AdamW where the
+    step runs on the GPU (an offloaded optimizer steps on the host)."""
+    backend = backend_of_strategy(strategy)
     micro = spec.micro_batch_size
     sizes = sorted((size for size in range(1, micro + 1) if micro % size == 0), reverse=True)
-    buckets = [False]
-    if backend == "zero2" and max(spec.zero2.reduce_bucket_size,
-                                  spec.zero2.allgather_bucket_size) > SMALL_BUCKET_ELEMENTS:
-        buckets.append(True)
-    for checkpointing, size, small_buckets in product((False, True), sizes, buckets):
-        changes, words = {f"{backend}.activation_checkpointing": checkpointing}, []
+    smaller_buckets = backend.smaller_buckets(spec)
+    buckets = [False, True] if smaller_buckets else [False]
+    fused = [False, True] if not spec.fused_optimizer and not strategy.endswith("_offload") \
+        else [False]
+    for checkpointing, size, small_buckets, fuse in product((False, True), sizes, buckets, fused):
+        changes, words = {f"{backend.name}.activation_checkpointing": checkpointing}, []
         if checkpointing != spec.activation_checkpointing:
             words.append("activation checkpointing" if checkpointing
                          else "no activation checkpointing")
@@ -155,7 +180,9 @@ def _free_changes(spec: JobSpec, strategy: str):
             changes.update({"micro_batch_size": size, "grad_accum": accumulation})
             words.append(f"micro-batch {size} x grad_accum {accumulation}")
         if small_buckets:
-            changes.update({"zero2.reduce_bucket_size": SMALL_BUCKET_ELEMENTS,
-                            "zero2.allgather_bucket_size": SMALL_BUCKET_ELEMENTS})
-            words.append("DeepSpeed buckets of 2e8 elements")
+            changes.update(smaller_buckets[0])
+            words.append(smaller_buckets[1])
+        if fuse:
+            changes["fused_optimizer"] = True
+            words.append("fused AdamW")
         yield changes, words

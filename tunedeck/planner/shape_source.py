@@ -10,7 +10,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from tunedeck.planner.architectures import generic_shape, shape_from_config
+from tunedeck.planner.architectures import KNOWN_MODEL_TYPES, generic_shape, shape_from_config
 from tunedeck.planner.known_models import ALIASES, KNOWN_CONFIGS
 from tunedeck.planner.model_shapes import BUILTIN_TINY_LLAMA, ModelShape
 from tunedeck.safetensors_headers import HeaderError, safetensors_files, tensor_entries
@@ -46,6 +46,19 @@ def resolve_model_shape(model: str) -> ModelShape:
                          "Hugging Face cache) and not among the bundled models "
                          f"({', '.join(s.name for s in KNOWN_SHAPES.values())})")
     return shape
+
+
+def has_experts(model: str) -> bool | None:
+    """Whether `model` is a mixture of experts, by the shape the planner reads for it: None
+    when it has no shape (unreadable, unknown) or its model_type is one the formulas do not
+    know (a generic shape cannot tell a sparse layer from a dense one)."""
+    try:
+        shape = resolve_model_shape(model)
+    except ValueError:
+        return None
+    if shape.model_type not in KNOWN_MODEL_TYPES:
+        return None
+    return shape.experts is not None
 
 
 def shape_from_folder(name: str, folder: Path) -> ModelShape:

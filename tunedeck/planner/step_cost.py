@@ -25,18 +25,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tunedeck.backends import backend_of_strategy
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.gpu_cards import INTER_NODE_BYTES_PER_S, PCIE_BYTES_PER_S, GpuSet
 from tunedeck.planner.memory_plan import model_states
 from tunedeck.planner.model_shapes import ModelShape
-from tunedeck.units import FP32_BYTES, compute_bytes
+from tunedeck.units import compute_bytes
 
 REFERENCE_MFU = 0.4
 SATURATING_TOKENS = 4096
 HALF_SPEED_TOKENS = 1024
 QLORA_SLOWDOWN = 1.3
-DEEPSPEED_CPU_ADAM_PARAMETERS_PER_S = 1e9  # per rank, with its share of the host's cores
-TORCH_CPU_ADAM_PARAMETERS_PER_S = 0.25e9
 
 
 @dataclass(frozen=True)
@@ -96,15 +95,11 @@ def _communication_bytes(spec: JobSpec, shape: ModelShape, strategy: str,
     if ranks == 1:
         return 0.0, 0.0
     states = model_states(spec, shape)
-    c = compute_bytes(spec.precision)
-    if strategy.startswith("zero2"):
-        return c * states.trainable, c * states.trainable
-    if strategy.startswith("fsdp"):
-        gathers = 1 if spec.fsdp.sharding_strategy == "shard_grad_op" else 2
-        weights = compute_bytes(spec.fsdp.param_dtype or spec.precision) * states.parameters
-        return gathers * weights + compute_bytes(spec.fsdp.reduce_dtype) * states.trainable, 0.0
+    backend = backend_of_strategy(strategy)
+    if backend is not None:
+        return backend.communication_bytes(spec, states.parameters, states.trainable)
     # DDP: an all-reduce of the gradients, twice a reduce-scatter's bytes.
-    return 2 * c * states.trainable, 0.0
+    return 2 * compute_bytes(spec.precision) * states.trainable, 0.0
 
 
 def _offload_seconds(spec: JobSpec, shape: ModelShape, strategy: str, ranks: int) -> float:
@@ -112,9 +107,6 @@ def _offload_seconds(spec: JobSpec, shape: ModelShape, strategy: str, ranks: int
         return 0.0
     states = model_states(spec, shape)
     shard = states.trainable / ranks
-    if strategy == "zero2_offload":
-        copies = (spec.grad_accum + 1) * compute_bytes(spec.precision) * shard
-        return copies / PCIE_BYTES_PER_S + shard / DEEPSPEED_CPU_ADAM_PARAMETERS_PER_S
-    weights = FP32_BYTES * states.parameters / ranks
-    copies = spec.grad_accum * (2 * weights + FP32_BYTES * shard)
-    return copies / PCIE_BYTES_PER_S + shard / TORCH_CPU_ADAM_PARAMETERS_PER_S
+    copies, cpu_adam_parameters_per_s = backend_of_strategy(strategy).offload_traffic(
+        spec, states.parameters / ranks, shard)
+    return copies / PCIE_BYTES_PER_S + shard / cpu_adam_parameters_per_s

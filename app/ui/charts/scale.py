@@ -19,7 +19,9 @@ class Scale:
     @staticmethod
     def linear(low: float, high: float, *, pad: bool = True, count: int = 5,
                whole: bool = False) -> Scale:
-        if high == low:  # one value: a window around it
+        # One value (or one up to float rounding, as an EMA of a constant is): a window
+        # around it, not its rounding noise magnified to the plot's height.
+        if high - low <= max(abs(low), abs(high)) * 1e-9:
             spread = abs(low) * 0.1 or 1.0
             low, high = low - spread, high + spread
         elif pad:  # a line along the top or bottom edge is hard to read

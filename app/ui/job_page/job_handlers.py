@@ -22,7 +22,8 @@ from app.ui.job_page.step_charts import (MAX_POINTS_PER_LINE, ChartView, loss_fr
 from app.views.artifacts import ARTIFACT_KINDS, artifact_summary, summary_text
 from app.views.failure import FailureView, failure_view
 from app.views.jobs import job_config, job_run_folder, read_job_log_tail
-from tunedeck import job_store
+from app.views.log_noise import quiet_log_tail
+from tunedeck import job_queries
 from tunedeck.db.models import Job
 from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import CANCELLED, FAILED, FINISHED_STATUSES, QUEUED, RUNNING, SUCCEEDED
@@ -30,6 +31,9 @@ from tunedeck.metrics.figures import EVAL_LOSS, LOSS, TOKENS_PER_SECOND
 from tunedeck.metrics.series import read_job_series
 
 LOG_TAIL_LINES = 200
+# Lines read to find LOG_TAIL_LINES that are not library noise (app/views/log_noise.py):
+# ranks' warnings can outnumber a short job's own lines many times over.
+LOG_READ_LINES = 10 * LOG_TAIL_LINES
 EVENT_COLUMNS = ["time", "kind", "message"]
 NO_JOB_HEADLINE = "Pick a job: type its id, or click it in the Jobs tab."
 
@@ -46,6 +50,7 @@ class JobPage:
     throughput: pd.DataFrame = field(default_factory=lambda: throughput_frame([]))
     log_tail: str = ""
     log_link_html: str = ""  # the whole log, once there is one
+    log_hidden_lines: int = 0  # library noise left out of log_tail (the full log has it)
     events: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EVENT_COLUMNS))
     config_json: str = ""
     command_line: str = ""
@@ -83,16 +88,17 @@ def load_job_page(job_id: Any, *, database, principal: Principal,
     with database.transaction() as session:
         try:
             job = visible_job(session=session, principal=principal, job_id=job_id)
-        except job_store.JobNotFound:
+        except job_queries.JobNotFound:
             return JobPage(job_id, None, f"There is no job {job_id}.")
         metrics = read_job_series(session=session, job_id=job_id,  # downsampled for the charts
                                   max_points=MAX_POINTS_PER_LINE)
-        events = job_store.list_job_events(session=session, job_id=job_id)
+        events = job_queries.list_job_events(session=session, job_id=job_id)
     train, evaluations = metrics["train"], metrics["eval"]
     spec = job.spec_model
     config_json, command_line = _config_texts(job)
     checkpoints = checkpoints_frame(job)
-    log_lines = read_job_log_tail(job, LOG_TAIL_LINES)
+    log_lines = read_job_log_tail(job, LOG_READ_LINES)
+    tail = quiet_log_tail(log_lines, LOG_TAIL_LINES)
     return JobPage(
         job_id=job.id, status=job.status,
         headline=_headline(job, spec, train[-1] if train else None,
@@ -101,7 +107,7 @@ def load_job_page(job_id: Any, *, database, principal: Principal,
         loss=loss_frame(train, evaluations, with_eval=spec.has_eval, view=view),
         log_scale=view.log_scale,
         throughput=throughput_frame(train, view=view),
-        log_tail="\n".join(log_lines),
+        log_tail="\n".join(tail.lines), log_hidden_lines=tail.hidden,
         log_link_html=(f'<a href="/api/jobs/{job.id}/logs/full" download="job-{job.id}-torchrun.log" '
                        f'id="job-log-download">Download the full log</a>' if log_lines else ""),
         events=pd.DataFrame([[format_time(event.time), event.kind, event.message]
@@ -131,7 +137,7 @@ def _headline(job: Job, spec: JobSpec, latest_step: dict[str, Any] | None,
                        f"{TOKENS_PER_SECOND.unit}")
     cancel_note = " (cancel requested)" if job.cancel_requested and job.status == RUNNING else ""
     return (f"### Job {job.id} · {html.escape(job.name)}\n"
-            f"{_what_ran(job, spec)}\n\n"
+            f"{_what_ran(job, spec)}\n\n{_tags_line(spec)}"
             f"**Status:** `{job.status}`{cancel_note} · " + " · ".join(figures))
 
 
@@ -142,6 +148,14 @@ def _what_ran(job: Job, spec: JobSpec) -> str:
     return (f'<span id="job-what-ran">`{html.escape(spec.model)}` on '
             f"`{html.escape(spec.dataset)}` · {spec.method} on {spec.backend} · {gpus} · "
             f"submitted {who} at {format_time(job.created_at)} UTC</span>")
+
+
+def _tags_line(spec: JobSpec) -> str:
+    """The spec's tags, each as code, on a line of their own; nothing without any."""
+    if not spec.tags:
+        return ""
+    shown = " ".join(f"`{html.escape(tag)}`" for tag in spec.tags)
+    return f'<span id="job-tags">Tags: {shown}</span>\n\n'
 
 
 def resume_hint(status: str | None, spec: JobSpec | None, checkpoints: pd.DataFrame) -> str:

@@ -22,7 +22,7 @@ from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
 from tunedeck.metrics.eta import eta_seconds, format_duration
 from tunedeck.metrics.figures import (GPU_USED_MB, GRAD_NORM, LEARNING_RATE, LIVE_STEP_FIGURES, MFU,
                                       PROCESS_RSS_MB, STEP_SECONDS)
-from tunedeck.planner.memory_plan import GpuSet, plan_strategies, spec_strategy
+from tunedeck.planner.memory_plan import GpuSet, spec_plan
 from tunedeck.planner.shape_source import resolve_model_shape
 from tunedeck.units import GB, MIB
 
@@ -166,9 +166,8 @@ def planned_peak_mb(spec: JobSpec, gpus: list[dict[str, Any]]) -> float | None:
     capacity_mb = max((row["total_mb"] for row in gpus if row.get("total_mb")), default=None)
     card_gb = capacity_mb * MIB / GB if capacity_mb else DEFAULT_CARD_GB
     try:
-        plans = plan_strategies(spec, GpuSet(spec.num_gpus, card_gb, spec.num_nodes),
-                                resolve_model_shape(spec.model))
-        return plans[spec_strategy(spec)].breakdown.total / MIB
+        return spec_plan(spec, GpuSet(spec.num_gpus, card_gb, spec.num_nodes),
+                         resolve_model_shape(spec.model)).breakdown.total / MIB
     except (ValueError, KeyError):
         return None
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from tunedeck.job_spec import JobSpec
 from tunedeck.metrics.figures import PEAK_RESERVED_MB
-from tunedeck.planner.memory_plan import GpuSet, plan_strategies, spec_strategy
+from tunedeck.planner.memory_plan import Breakdown, GpuSet, spec_plan
 from tunedeck.planner.shape_source import resolve_model_shape
 from tunedeck.units import GB, MB, MIB
 
@@ -19,12 +19,10 @@ def memory_comparison_markdown(spec: JobSpec, metrics: dict[str, list]) -> str:
     if not footprints:
         return ""
     try:
-        strategy = spec_strategy(spec)
-        planned = plan_strategies(spec, GpuSet(spec.num_gpus, 80, spec.num_nodes),
-                                  resolve_model_shape(spec.model))[strategy].breakdown
+        strategy, planned = planned_breakdown(spec)
     except ValueError as error:  # a model folder only the worker's host can see
         return f"No memory plan for this job: {error}"
-    peaks = _peak_reserved_gb_by_rank(metrics.get("memory") or [])
+    peaks = peak_reserved_gb_by_rank(metrics.get("memory") or [])
     header = ["rank", *(f"{part} MB (planned)" for part in PARTS), "peak GB (planned total)"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for footprint in footprints:
@@ -41,7 +39,18 @@ def memory_comparison_markdown(spec: JobSpec, metrics: dict[str, list]) -> str:
             + "\n".join(lines))
 
 
-def _peak_reserved_gb_by_rank(memory: list[dict[str, Any]]) -> dict[int, float]:
+def planned_breakdown(spec: JobSpec) -> tuple[str, Breakdown]:
+    """The job's strategy and the planner's bytes per GPU under it, as this table plans them
+    (bench/gpu_e2e.py compares the same figures). ValueError when the model's shape cannot
+    be read here."""
+    planned = spec_plan(spec, GpuSet(spec.num_gpus, 80, spec.num_nodes),
+                        resolve_model_shape(spec.model))
+    return planned.name, planned.breakdown
+
+
+def peak_reserved_gb_by_rank(memory: list[dict[str, Any]]) -> dict[int, float]:
+    """Each rank's highest peak reserved memory (the CUDA allocator's) in GB, from its memory
+    readings; a rank on a CPU reports none."""
     peaks: dict[int, float] = {}
     for reading in memory:
         value = reading.get(PEAK_RESERVED_MB.field)

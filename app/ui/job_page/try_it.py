@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.actions.errors import ActionError
-from app.actions.generation import GenerationAnswer, await_generation, start_generation
+from app.actions.generation import await_generation, start_generation
+from app.actions.worker_requests import RequestAnswer
 from app.auth.principal import Principal
 from app.ui.job_ids import parse_job_id
+from tunedeck.generation.answer_text import short_seconds, speed_text
 from tunedeck.generation.request import GenerationRequest
 from tunedeck.settings import Settings
 
@@ -73,15 +75,14 @@ def answers_of(generation_ids: Any, *, database, settings: Settings, principal: 
     return TryItAnswers(*(answer_html(answer) for answer in answers), waiting_ids=waiting)
 
 
-def answer_html(answer: GenerationAnswer) -> str:
-    generation = answer.generation
+def answer_html(answer: RequestAnswer) -> str:
+    generation = answer.row
     title = VARIANT_LABELS[generation["variant"]]
     if generation["status"] == "done":
         body = f'<pre class="try-it-text">{html.escape(generation["text"]) or "(no text)"}</pre>'
-        facts = (f'{generation["tokens"]} tokens in {generation["seconds"]:.2f} s on '
-                 f'{generation["device"]}')
+        facts = f'{speed_text(generation["tokens"], generation["seconds"])} on {generation["device"]}'
         if not generation["warm"]:
-            facts += f' (model loaded in {generation["load_seconds"]:.2f} s)'
+            facts += f' (model loaded in {short_seconds(generation["load_seconds"])})'
     elif generation["status"] == "failed":
         body = f'<p class="try-it-error">{html.escape(generation["error"] or "failed")}</p>'
         facts = f'generation {generation["id"]} failed'

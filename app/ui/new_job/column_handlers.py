@@ -7,8 +7,14 @@ from app.auth.principal import Principal
 from app.auth.spec_access import allowed_roots_for
 from tunedeck.data.columns import peek_columns
 from tunedeck.data.input_paths import is_local_reference, reference_problem
+from tunedeck.data.records import columns_problem
 from tunedeck.settings import Settings
 
+# What an empty picker means, as its empty choice reads (an empty label drew as a bare tick):
+# the usual names are looked for (instruction/output, prompt/response, messages; TYPE_THEM),
+# and no system prompt is added. Short: the pickers are narrow.
+UNSET_COLUMN = {"prompt": "(usual names)", "response": "(usual names)",
+                "messages": "(usual names)", "system": "(none)"}
 TYPE_THEM = ("type the column names where they are not the usual ones (instruction/output, "
              "prompt/response or messages); the worker checks them before the job starts")
 
@@ -31,3 +37,14 @@ def dataset_column_choices(dataset: str | None, split: str | None, *, principal:
     if not names:
         return [], f"Its columns are not read here; {TYPE_THEM}."
     return names, f"Columns of this dataset: {', '.join(f'`{name}`' for name in names)}"
+
+
+def column_choices(role: str, names: list[str]) -> list[tuple[str, str]]:
+    """A column picker's choices: its empty value, labelled with what it means, then the
+    dataset's column names."""
+    return [(UNSET_COLUMN[role], ""), *((name, name) for name in names)]
+
+
+def columns_to_choose(names: list[str]) -> bool:
+    """Whether a dataset with these columns needs the pickers: none of the usual shapes."""
+    return bool(names) and columns_problem(names, None) is not None

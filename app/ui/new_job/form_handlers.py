@@ -14,20 +14,28 @@ from pydantic import ValidationError
 
 from app.actions import submit
 from app.actions.errors import Invalid
+from app.actions.input_checks import input_problems
 from app.auth.principal import Principal
-from app.ui.new_job.form_labels import (COLUMN_ROLES, FORM_FIELDS, field_errors, label_fields,
-                                        problem_fields, problems_markdown)
+from app.ui.new_job.form_labels import (COLUMN_ROLES, FORM_FIELDS, TYPED_FIELDS, field_errors,
+                                        label_fields, problem_fields, problems_markdown)
 from app.ui.new_job.plan_handlers import DEFAULT_GPU_MEMORY_GB, PlanView, plan_view
+from app.ui.new_job.typed_fields import number_or_none
 from app.views.cluster import slurm_site_for
+from tunedeck.backends import BACKENDS, backend_of
 from tunedeck.backend_config import backend_config, build_torchrun_argv, trainer_settings
-from tunedeck.job_spec import JobSpec, format_validation_error
+from tunedeck.cluster.host_capability import host_problems
+from tunedeck.job_spec import JobSpec
+from tunedeck.spec_text import format_validation_error
+from tunedeck.planner.shape_source import has_experts
 from tunedeck.settings import Settings
+from tunedeck.spec_sections import LoraSettings
 from tunedeck.slurm.sbatch_script import preview_script
 
 PREVIEW_RUN_DIR = "var/runs/job-<id>"
 METHODS_WITH_ADAPTER = ("lora", "qlora")
 # The FSDP compute-dtype dropdown's first choice: leave the spec's fsdp.param_dtype unset.
 SAME_AS_PRECISION = "same as precision"
+CPU_RANKS_MEMORY_INFO = "not used: no GPU worker; planned on RAM per rank"
 @dataclass(frozen=True)
 class FormPreview:
     """The preview beside the form. With a bad field, `valid` is False: the config, trainer
@@ -42,6 +50,9 @@ class FormPreview:
     plan: PlanView = PlanView()
     valid: bool = True
     field_errors: dict[str, str] = field(default_factory=dict)
+    # A field's note in place of its own while the form is valid (the GPU memory field on a
+    # cluster of CPU workers, which the plan does not use).
+    field_infos: dict[str, str] = field(default_factory=dict)
 
 
 def form_values(values: tuple[Any, ...]) -> dict[str, Any]:
@@ -76,16 +87,34 @@ def learning_rate_for_model(model: str, learning_rate: Any,
 
 def default_form() -> dict[str, Any]:
     """The form's starting values: the spec's defaults, with a short run of 2 ranks (and a
-    learning rate the default model learns at)."""
+    learning rate the default model learns at; adapters on expert weights only where the
+    default model has experts)."""
     spec = JobSpec(num_gpus=2, max_steps=20)
     return {**spec_to_form(spec), "gpu_memory_gb": DEFAULT_GPU_MEMORY_GB,
-            "learning_rate": default_learning_rate(spec.model)}
+            "learning_rate": default_learning_rate(spec.model),
+            "lora_experts": spec.lora.experts and has_experts(spec.model) is not False}
+
+
+def expert_options(moe: bool | None, *,
+                   keep_value: bool = False) -> tuple[bool, bool | None, bool | None]:
+    """(show the expert and router options, the expert box's new value, the router box's;
+    None: keep it) for a model with experts (True), a dense one (False) or one that cannot
+    be read (None: offered as they are). A dense model has neither: both off and hidden.
+    A model with experts gets the spec's default, unless `keep_value` (a preset just set the
+    boxes for this model)."""
+    if moe is False:
+        return False, False, False
+    if moe is None or keep_value:
+        return True, None, None
+    return True, LoraSettings().experts, None
+
 
 
 def spec_to_form(spec: JobSpec) -> dict[str, Any]:
     """The form's values that make `spec` (form_to_spec gives it back, for what the form
     has fields for): every field but gpu_memory_gb, which is the planner's, not the spec's.
-    Unset texts are empty boxes, as the form's own empty fields are."""
+    Unset texts are empty boxes, as the form's own empty fields are. The fields laid out by
+    hand are mapped here one by one; the rest (TYPED_FIELDS) by their types."""
     return {
         "name": spec.name or "", "model": spec.model, "dataset": spec.dataset,
         "method": spec.method,
@@ -125,6 +154,8 @@ def spec_to_form(spec: JobSpec) -> dict[str, Any]:
         "fsdp_backward_prefetch": spec.fsdp.backward_prefetch,
         "fsdp_forward_prefetch": spec.fsdp.forward_prefetch,
         "fsdp_compile": spec.fsdp.compile,
+        # The fields made from their types ("Other options"): no edit here for a new one.
+        **{name: typed.to_form(getattr(spec, name)) for name, typed in TYPED_FIELDS.items()},
     }
 
 
@@ -145,7 +176,8 @@ def form_to_spec_data(form: dict[str, Any]) -> dict[str, Any]:
         "num_gpus": form["num_gpus"],
         # An empty (or 0) length is unset, so the spec can say "set max_steps or epochs".
         "max_steps": form["max_steps"] or None,
-        "epochs": _number_or_none(form["epochs"]),
+        # 0 (or an empty box) leaves the step count to max_steps.
+        "epochs": number_or_none(form["epochs"], integer=False) or None,
         "learning_rate": form["learning_rate"],
         "micro_batch_size": form["micro_batch_size"],
         "grad_accum": form["grad_accum"],
@@ -185,6 +217,7 @@ def form_to_spec_data(form: dict[str, Any]) -> dict[str, Any]:
                  "backward_prefetch": bool(form["fsdp_backward_prefetch"]),
                  "forward_prefetch": bool(form["fsdp_forward_prefetch"]),
                  "compile": bool(form["fsdp_compile"])},
+        **{name: typed.to_spec(form[name]) for name, typed in TYPED_FIELDS.items()},
     }
     if form["method"] in METHODS_WITH_ADAPTER:
         data["lora"] = {"r": form["lora_r"], "alpha": form["lora_alpha"],
@@ -199,20 +232,6 @@ def _text(value: Any) -> str:
 
 def _text_or_none(value: Any) -> str | None:
     return _text(value) or None
-
-
-def _number_or_none(value: Any) -> Any:
-    """A number typed in a text box: None when empty (or 0), else the number, or the text
-    as typed for the spec to refuse by name."""
-    if isinstance(value, str):
-        text = value.strip()
-        if not text:
-            return None
-        try:
-            value = float(text)
-        except ValueError:
-            return text
-    return value or None
 
 
 def form_to_spec(form: dict[str, Any]) -> tuple[JobSpec | None, str]:
@@ -231,15 +250,16 @@ def _validated(form: dict[str, Any]) -> tuple[JobSpec | None, str]:
 def preview_form(form: dict[str, Any], *, principal: Principal, settings: Settings,
                  database=None) -> FormPreview:
     """What the job would run: the backend config and the torchrun command, or the errors,
-    and its memory plan as `principal` may see it. With `database`, a choice no registered
-    worker can run is marked beside its field (submit refuses it the same way)."""
+    and its memory plan as `principal` may see it. An input submit would refuse (a path
+    outside the allowed folders, a model folder without config.json, dataset columns that do
+    not map) is marked beside its field, and with `database`, a choice no registered worker
+    can run (submit refuses them the same way)."""
     spec, raw_problems = _validated(form)
     if spec is None:
         return FormPreview("Generated config: the last valid form's (fix the fields marked in red)",
                            "", "", "", problems_markdown(label_fields(raw_problems)),
                            valid=False, field_errors=field_errors(raw_problems))
-    title = ("DeepSpeed ZeRO-2 config (`deepspeed.json`)" if spec.backend == "zero2"
-             else "FSDP settings (`fsdp.json`)")
+    title = backend_of(spec).preview_title
     config_json = json.dumps(backend_config(spec), indent=2)
     trainer_json = json.dumps(trainer_settings(spec), indent=2)
     command_line = shlex.join(build_torchrun_argv(spec, PREVIEW_RUN_DIR))
@@ -247,15 +267,20 @@ def preview_form(form: dict[str, Any], *, principal: Principal, settings: Settin
         spec, database=database, worker_lost_seconds=settings.worker_lost_seconds))
     if site is not None:  # its queue is a Slurm executor's: the script it would submit
         command_line = preview_script(spec, site)
-    plan = plan_view(spec, form, principal=principal, settings=settings)
-    refused = ([] if database is None
-               else submit.host_refusals(spec, database=database, settings=settings))
+    workers = [] if database is None else submit.live_workers(database=database,
+                                                              settings=settings)
+    plan = plan_view(spec, form, principal=principal, settings=settings, workers=workers)
+    infos = {"gpu_memory_gb": CPU_RANKS_MEMORY_INFO} if plan.per == "rank" else {}
+    # The checks submit makes, so a bad input is marked under its field before Submit.
+    refused = input_problems(spec, principal=principal, settings=settings) + \
+        host_problems(spec, workers)
     if refused:
         lines = "\n".join(f"{name}: {message}" for name, message in refused)
         return FormPreview(title, config_json, trainer_json, command_line,
                            problems_markdown(label_fields(lines)), plan,
-                           field_errors=field_errors(lines))
-    return FormPreview(title, config_json, trainer_json, command_line, plan.warning, plan)
+                           field_errors=field_errors(lines), field_infos=infos)
+    return FormPreview(title, config_json, trainer_json, command_line, plan.warning, plan,
+                       field_infos=infos)
 
 
 def submit_form(form: dict[str, Any], *, database, celery_app, principal: Principal,
@@ -271,14 +296,15 @@ def submit_form(form: dict[str, Any], *, database, celery_app, principal: Princi
                             settings=settings)
     except Invalid as refused:
         return None, "Not submitted. " + problems_markdown(str(refused))
-    warning = plan_view(spec, form, principal=principal, settings=settings).warning
+    warning = plan_view(spec, form, principal=principal, settings=settings,
+                        workers=submit.live_workers(database=database, settings=settings)).warning
     return job.id, (f"Submitted job **{job.id}** ({job.name}): status `{job.status}`."
                     + (f"\n\n{warning}" if warning else ""))
 
 
-def backend_options_visible(backend: str) -> tuple[bool, bool]:
-    """(show the ZeRO-2 options, show the FSDP options)."""
-    return backend == "zero2", backend == "fsdp"
+def backend_options_visible(backend: str) -> tuple[bool, ...]:
+    """For each backend, in BACKENDS' order (ZeRO-2, FSDP): show its options."""
+    return tuple(name == backend for name in BACKENDS)
 
 
 def lora_options_visible(method: str) -> bool:

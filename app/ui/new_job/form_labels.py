@@ -5,69 +5,62 @@ from __future__ import annotations
 
 import html
 
+from app.ui.new_job.typed_fields import TypedField, typed_field
+from tunedeck.job_spec import JobSpec, spec_field
+
 COLUMN_ROLES = ("prompt", "response", "messages", "system")  # the spec's `columns` fields
 
-# Form field name -> the label the form shows; the order is the order of the tab's inputs.
-FORM_LABELS: dict[str, str] = {
-    "name": "Name",
-    "model": "Model",
-    "dataset": "Dataset",
-    "dataset_config": "Dataset config",
-    "dataset_split": "Dataset split",
-    "columns_prompt": "Prompt column",
-    "columns_response": "Response column",
-    "columns_messages": "Messages column",
-    "columns_system": "System prompt column",
-    "method": "Method",
-    "backend": "Backend",
-    "precision": "Precision",
-    "num_gpus": "GPUs",
-    "gpu_memory_gb": "GPU memory (GB)",
-    "max_steps": "Steps",
-    "epochs": "Epochs",
-    "learning_rate": "Learning rate",
-    "micro_batch_size": "Micro batch size",
-    "grad_accum": "Gradient accumulation",
-    "seq_len": "Sequence length",
-    "lr_schedule": "Learning-rate schedule",
-    "warmup_steps": "Warmup steps",
-    "weight_decay": "Weight decay",
-    "max_grad_norm": "Max gradient norm",
-    "seed": "Seed",
-    "packing": "Pack sequences",
-    "kernels": "Kernels",
-    "attention": "Attention",
-    "padding_free": "Padding-free batches",
-    "fused_optimizer": "Fused AdamW",
-    "eval_split": "Eval split",
-    "eval_dataset": "Eval dataset",
-    "eval_dataset_split": "Eval dataset split",
-    "eval_every_steps": "Eval every (steps)",
-    "checkpoint_every_steps": "Checkpoint every (steps)",
-    "keep_checkpoints": "Keep checkpoints",
-    "export_dtype": "Merged weights dtype",
-    "report_to": "Report to",
-    "lora_r": "LoRA rank",
-    "lora_alpha": "LoRA alpha",
-    "lora_dropout": "LoRA dropout",
-    "lora_experts": "Adapters on expert weights",
-    "lora_train_router": "Train the router",
-    "zero2_offload_optimizer": "Offload optimizer to CPU",
-    "zero2_overlap_comm": "Overlap communication",
-    "zero2_contiguous_gradients": "Contiguous gradients",
-    "zero2_reduce_bucket_size": "Reduce bucket size",
-    "zero2_allgather_bucket_size": "All-gather bucket size",
-    "zero2_activation_checkpointing": "Activation checkpointing",
-    "fsdp_sharding_strategy": "Sharding strategy",
-    "fsdp_cpu_offload": "CPU offload",
-    "fsdp_activation_checkpointing": "Activation checkpointing",
-    "fsdp_param_dtype": "Compute dtype",
-    "fsdp_reduce_dtype": "Gradient reduce dtype",
-    "fsdp_buffer_dtype": "Buffer dtype",
-    "fsdp_backward_prefetch": "Backward prefetch",
-    "fsdp_forward_prefetch": "Forward prefetch",
-    "fsdp_compile": "torch.compile",
+# The fields the form lays out by hand (app/ui/tabs/new_job_fields.py), in the order of the
+# tab's inputs: a spec field's name, or a section's field as SECTION_FIELD (`lora_r`,
+# `zero2_offload_optimizer`, `columns_prompt`). Every other top-level spec field is made
+# from its type (TYPED_FIELDS), unless LEFT_OUT names it.
+LAID_OUT_FIELDS = (
+    "name", "model", "dataset", "dataset_config", "dataset_split", "columns_prompt",
+    "columns_response", "columns_messages", "columns_system", "method", "backend", "precision",
+    "num_gpus", "gpu_memory_gb", "max_steps", "epochs", "learning_rate", "micro_batch_size",
+    "grad_accum", "seq_len", "lr_schedule", "warmup_steps", "weight_decay", "max_grad_norm",
+    "seed", "packing", "kernels", "attention", "padding_free", "fused_optimizer", "eval_split",
+    "eval_dataset", "eval_dataset_split", "eval_every_steps", "checkpoint_every_steps",
+    "keep_checkpoints", "export_dtype", "report_to", "lora_r", "lora_alpha", "lora_dropout",
+    "lora_experts", "lora_train_router", "zero2_offload_optimizer", "zero2_overlap_comm",
+    "zero2_contiguous_gradients", "zero2_reduce_bucket_size", "zero2_allgather_bucket_size",
+    "zero2_activation_checkpointing", "fsdp_sharding_strategy", "fsdp_cpu_offload",
+    "fsdp_activation_checkpointing", "fsdp_param_dtype", "fsdp_reduce_dtype",
+    "fsdp_buffer_dtype", "fsdp_backward_prefetch", "fsdp_forward_prefetch", "fsdp_compile")
+SECTIONS = ("lora_", "zero2_", "fsdp_", "columns_")
+# The spec fields the form has no input for, and why (a preset with one says so on Load).
+# Deleting a top-level field's line gives it an input made from its type.
+LEFT_OUT = {
+    "num_nodes": "the form plans one host's ranks; several nodes are a spec's",
+    "queue": "placement: a spec's, the API's or the CLI's",
+    "host": "placement: a spec's, the API's or the CLI's",
+    "max_restarts": "a spec's, the API's or the CLI's",
+    "trust_remote_code": "an admin's, in a spec",
+    "lora.target_modules": "`all-linear` or module names: a spec's (What LoRA adapts shows them)",
 }
+_SECTION_NAMES = tuple(prefix.rstrip("_") for prefix in SECTIONS)
+# The top-level spec fields neither laid out by hand nor left out, in the spec's order: each
+# an input made from its type, in the form's "Other options".
+TYPED_FIELDS: dict[str, TypedField] = {
+    name: typed
+    for name, field in JobSpec.model_fields.items()
+    if name not in LAID_OUT_FIELDS and name not in LEFT_OUT and name not in _SECTION_NAMES
+    and (typed := typed_field(name, field)) is not None}
+# The form's spec fields, in the order of the tab's inputs.
+SPEC_FORM_FIELDS = (*LAID_OUT_FIELDS, *TYPED_FIELDS)
+# The form's own fields, which are no spec field: the card size is the memory plan's.
+FORM_ONLY_LABELS = {"gpu_memory_gb": "GPU memory (GB)"}
+
+
+def spec_location(form_field: str) -> str:
+    """`lora_r` -> `lora.r`; a top-level field is its own name."""
+    return form_field.replace("_", ".", 1) if form_field.startswith(SECTIONS) else form_field
+
+
+# Form field name -> its label: the spec field's own title (tunedeck/job_spec.py).
+FORM_LABELS: dict[str, str] = {
+    name: FORM_ONLY_LABELS.get(name) or spec_field(spec_location(name)).title
+    for name in SPEC_FORM_FIELDS}
 FORM_FIELDS: tuple[str, ...] = tuple(FORM_LABELS)
 
 # A spec's error location (as format_validation_error spells it) -> the form label.
@@ -88,8 +81,7 @@ SPEC_FIELD_LABELS: dict[str, str] = {
 
 # A spec location (`lora.r`, `columns.prompt`, `learning_rate`) -> the form field showing it.
 _FORM_FIELD_AT = {**{name: name for name in FORM_LABELS},
-                  **{name.replace("_", ".", 1): name for name in FORM_LABELS
-                     if name.startswith(("lora_", "zero2_", "fsdp_", "columns_"))}}
+                  **{spec_location(name): name for name in FORM_LABELS}}
 
 
 def field_errors(problems: str) -> dict[str, str]:

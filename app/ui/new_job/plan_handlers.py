@@ -4,19 +4,22 @@ set-ups the Apply buttons put into the form. Plain values in, plain values out."
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
+import psutil
 
 from app.actions import plan as plan_action
 from app.actions.errors import Invalid
 from app.auth.principal import Principal
+from tunedeck.cluster.host_capability import cpu_workers_for, ram_per_rank_gb
+from tunedeck.cluster.placement import WorkerView
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.memory_plan import STRATEGIES, spec_strategy
 from tunedeck.planner.plan_request import GpuRequest, PlanRequest
-from tunedeck.planner.plan_text import PART_NAMES, plan_as_html, setups
+from tunedeck.planner.plan_text import PART_NAMES, on_cpu, plan_as_html, rank_word, setups
 from tunedeck.settings import Settings
 from tunedeck.units import GB, MB
 
@@ -32,6 +35,7 @@ class PlanView:
     html: str = ""
     frame: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PLAN_FRAME_COLUMNS))
     unit: str = "GB"  # of the frame's "size"
+    per: str = "GPU"  # what the figures are per: "GPU", or "rank" for CPU ranks
     order: tuple[str, ...] = STRATEGIES  # the table's rows, top to bottom: the chart's bars
     warning: str = ""  # empty when the chosen backend fits
     setups: tuple[dict, ...] = ()  # the recommended set-up first, then the alternatives
@@ -41,25 +45,37 @@ class PlanView:
 
 
 def plan_view(spec: JobSpec, form: Mapping[str, Any], *, principal: Principal,
-              settings: Settings) -> PlanView:
+              settings: Settings, workers: Sequence[WorkerView] = ()) -> PlanView:
     """The plan for the spec's own GPU count on cards of the form's GPU memory, by the same
-    action as POST /api/plan (so a model the principal may not read is never read)."""
+    action as POST /api/plan (so a model the principal may not read is never read). Where
+    every live worker that could take the job has no GPU (`workers`), the plan is for the
+    CPU ranks they run, each with its share of the host's RAM, and the GPU memory is unused."""
+    cpu_workers = cpu_workers_for(spec, workers)
     gpu_memory_gb = form.get("gpu_memory_gb")
-    if not gpu_memory_gb or gpu_memory_gb <= 0:
+    if not cpu_workers and (not gpu_memory_gb or gpu_memory_gb <= 0):
         return PlanView(html="<p>Set the GPU memory to see the memory plan.</p>")
     try:
-        plan = plan_action.plan(principal, PlanRequest(spec=spec, gpus=GpuRequest(
-            memory_gb=gpu_memory_gb)), settings=settings)
+        gpus = (cpu_ranks(cpu_workers, spec.num_gpus) if cpu_workers
+                else GpuRequest(memory_gb=gpu_memory_gb))
+        plan = plan_action.plan(principal, PlanRequest(spec=spec, gpus=gpus), settings=settings)
     except (Invalid, ValueError) as error:  # ValueError: a GPU request out of range
         return PlanView(html=f"<p>No memory plan: {html.escape(str(error))}</p>")
     offered = tuple(setups(plan))
     notes = [_form_cannot(form, setup) for setup in offered]
     frame, unit = plan_frame(plan)
-    return PlanView(html=plan_as_html(plan, notes), frame=frame, unit=unit,
+    return PlanView(html=plan_as_html(plan, notes), frame=frame, unit=unit, per=rank_word(plan),
                     order=tuple(plan["strategies"]), warning=fit_warning(spec, plan),
                     setups=offered,
                     apply_labels=tuple(_apply_label(form, setup) for setup in offered),
                     plan=plan)
+
+
+def cpu_ranks(cpu_workers: Sequence[WorkerView], ranks_per_node: int) -> GpuRequest:
+    """CPU ranks with the RAM each may use: the smallest host's (as its heartbeat says) shared
+    by the ranks of a node; this host's where a heartbeat does not say."""
+    ram_gb = (ram_per_rank_gb(cpu_workers, ranks_per_node)
+              or psutil.virtual_memory().total / GB / ranks_per_node)
+    return GpuRequest(memory_gb=float(f"{ram_gb:.3g}"), device="cpu")
 
 
 def plan_frame(plan: dict) -> tuple[pd.DataFrame, str]:
@@ -78,13 +94,13 @@ def fit_warning(spec: JobSpec, plan: dict) -> str:
     verdict = plan[chosen]["fits"]
     if verdict in ("fits", "tight"):
         return ""
-    needed = plan[chosen]["per_gpu_gb"]["total"]
+    needed, per = plan[chosen]["per_gpu_gb"]["total"], rank_word(plan)
+    memory = f"{plan['gpus']['memory_gb']:g} GB" + (" of RAM" if on_cpu(plan) else "")
     advice = (f"the plan recommends {plan['recommended']['label']}" if plan["recommended"]
               else "nothing fits as it stands; see the alternatives")
     if verdict == "not supported":
         return f"⚠ {chosen} is not supported for this job; {advice}."
-    return (f"⚠ {chosen} will not fit: it needs about {needed:.1f} GB per GPU of "
-            f"{plan['gpus']['memory_gb']:g} GB; {advice}.")
+    return f"⚠ {chosen} will not fit: it needs about {needed:.1f} GB per {per} of {memory}; {advice}."
 
 
 def form_field(spec_key: str) -> str:

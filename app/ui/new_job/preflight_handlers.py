@@ -16,7 +16,7 @@ from app.ui.new_job.form_handlers import form_to_spec_data
 from app.ui.new_job.form_labels import label_fields
 from tunedeck.data.preflight_request import PreflightRequest
 from tunedeck.data.preflight_text import bin_label, summary_lines
-from tunedeck.job_spec import format_validation_error
+from tunedeck.spec_text import format_validation_error
 from tunedeck.settings import Settings
 
 PART_TAGS = {"prompt": ("<span>", "</span>"), "trained": ("<mark>", "</mark>"),
@@ -53,6 +53,17 @@ def check_form_data(form: dict[str, Any], pending: dict | None, *, database, cel
         return _notice("Not checked:", [str(missing)]), None
     still_running = None if answer.finished else {"id": preflight_id, "request": asked}
     return preflight_html(answer.to_json()), still_running
+
+
+def poll_data_check(pending: dict, *, database, settings: Settings,
+                    principal: Principal) -> tuple[str, dict | None]:
+    """The page's poll of a data check still running: its answer as it stands, at once."""
+    try:
+        answer = await_preflight(database=database, settings=settings, principal=principal,
+                                 preflight_id=pending["id"], wait_seconds=0)
+    except NotFound as missing:
+        return _notice("Not checked:", [str(missing)]), None
+    return preflight_html(answer.to_json()), None if answer.finished else pending
 
 
 def preflight_html(answer: dict[str, Any]) -> str:

@@ -10,7 +10,10 @@ from app.ui.cluster_handlers import cluster_tables
 REFRESH_SECONDS = 2.0
 
 
-def build_cluster_tab(*, database, worker_lost_seconds: float) -> None:
+def build_cluster_tab(*, database, worker_lost_seconds: float, tab: gr.Tab) -> gr.Timer:
+    """`tab`: the Cluster tab itself; showing it redraws the tables at once. Returns the
+    refresh timer, inactive and not rendered: build_ui renders it outside the tabs and turns
+    it on while the tab is shown."""
     gr.Markdown("Workers report every few seconds. A worker silent for "
                 f"{worker_lost_seconds:g} s is lost: its jobs fail, or restart elsewhere when "
                 "their spec sets `max_restarts`. Add a GPU host by running `tunedeck worker` "
@@ -37,5 +40,8 @@ def build_cluster_tab(*, database, worker_lost_seconds: float) -> None:
     gr.Markdown("### Queued jobs")
     queued = gr.Dataframe(lambda: tables().queued, interactive=False, wrap=True,
                           elem_id="cluster-queued")
-    gr.Timer(REFRESH_SECONDS).tick(show, None, [workers, gpus, cpu_hosts, queued],
-                                   show_progress="hidden", concurrency_limit=None)
+    outputs = [workers, gpus, cpu_hosts, queued]
+    timer = gr.Timer(REFRESH_SECONDS, active=False, render=False)  # build_ui renders it
+    timer.tick(show, None, outputs, show_progress="hidden", concurrency_limit=None)
+    tab.select(show, None, outputs, show_progress="hidden")
+    return timer

@@ -23,6 +23,7 @@ class CompareTab:
     # fire job_ids' own change (the tab renders lazily), so that tab chains this after it.
     show: Any
     outputs: list[Any]
+    refresh_timer: gr.Timer  # not rendered: build_ui renders it and stops it while hidden
 
 
 def build_compare_tab(*, database) -> CompareTab:
@@ -50,7 +51,9 @@ def build_compare_tab(*, database) -> CompareTab:
                                  elem_id="compare-summary")
     diff_table = gr.Dataframe(label="Spec fields that differ", interactive=False, wrap=True,
                               visible=False, elem_id="compare-diff")
-    refresh_timer = gr.Timer(REFRESH_SECONDS, active=False)
+    # On while a compared job runs (the comparison says so) and the tab is shown; build_ui
+    # renders it outside the tabs and switches it off while another tab is shown.
+    refresh_timer = gr.Timer(REFRESH_SECONDS, active=False, render=False)
     outputs = [message, loss_plot, throughput_plot, memory_plot, summary_table, diff_table,
                refresh_timer]
 
@@ -71,7 +74,8 @@ def build_compare_tab(*, database) -> CompareTab:
     job_ids.submit(refresh, job_ids, outputs, show_progress="hidden")
     job_ids.change(refresh, job_ids, outputs, show_progress="hidden", trigger_mode="always_last")
     refresh_timer.tick(refresh, job_ids, outputs, show_progress="hidden", concurrency_limit=None)
-    return CompareTab(job_ids=job_ids, picker=picker, show=refresh, outputs=outputs)
+    return CompareTab(job_ids=job_ids, picker=picker, show=refresh, outputs=outputs,
+                      refresh_timer=refresh_timer)
 
 
 def _show(comparison: Comparison) -> tuple:

@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from app.views.failure import FailureView, failure_markdown
+from app.views.failure import FailureView, failure_html
 
 
 @dataclass(frozen=True)
 class FailurePanel:
-    reason: gr.Markdown
+    reason: gr.HTML
     rank_log: gr.Textbox
     retry_button: gr.Button
 
@@ -21,7 +21,7 @@ class FailurePanel:
 
 
 def build_failure_panel() -> FailurePanel:
-    reason = gr.Markdown(visible=False, elem_id="job-failure-reason")
+    reason = gr.HTML(visible=False, elem_id="job-failure-reason")
     rank_log = gr.Textbox(label="Log of the rank that failed first (last lines)", lines=10,
                           max_lines=30, interactive=False, visible=False, autoscroll=True,
                           elem_id="job-failed-rank-log")
@@ -32,7 +32,7 @@ def build_failure_panel() -> FailurePanel:
 def show_failure(view: FailureView) -> tuple:
     """Updates in the order of `FailurePanel.outputs`."""
     return (
-        gr.Markdown(failure_markdown(view), visible=bool(view.reason)),
+        gr.HTML(failure_html(view), visible=bool(view.reason)),
         gr.Textbox(view.rank_log, visible=bool(view.rank_log)),
         gr.Button(view.retry_label or "Retry with…", visible=view.retryable),
     )

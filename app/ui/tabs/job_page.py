@@ -27,7 +27,7 @@ REFRESH_SECONDS = 1.0
 
 @dataclass(frozen=True)
 class JobPageTab:
-    job_id: gr.Number  # set it to open a job
+    job_id: gr.Textbox  # set it to open a job
     opened: Any  # the page drawn for a new job id, for build_ui to put the id in the address
     backends_compared: Any  # the Compare-backends click, for build_ui to fill the Compare tab
     compared_job_ids: gr.State  # "A, B" once Compare backends started two jobs
@@ -37,34 +37,52 @@ class JobPageTab:
 def build_job_page_tab(*, database, celery_app, settings, tab: gr.Tab) -> JobPageTab:
     """`tab`: the Job tab itself, whose selection redraws what changed while it was hidden."""
     with gr.Row():
-        job_id = gr.Number(label="Job id", precision=0, minimum=1, scale=1, elem_id="job-id")
+        # A text box, not a Number: Gradio draws an empty Number as 0 and sends that 0 with
+        # every event (with a minimum of 1, as an error toast); parse_job_id reads the text.
+        job_id = gr.Textbox(label="Job id", placeholder="a job's id, e.g. 3", max_lines=1,
+                            scale=1, elem_id="job-id")
         with gr.Column(scale=1):
             with gr.Row():
                 cancel_button = gr.Button("Cancel job", variant="stop", interactive=False,
                                           elem_id="job-cancel")
                 resume_button = gr.Button("Resume from latest checkpoint", interactive=False,
                                           elem_id="job-resume")
-                compare_button = gr.Button("Compare backends", elem_id="job-compare-backends")
+                compare_button = gr.Button("Compare backends", interactive=False,
+                                           elem_id="job-compare-backends")
+            # Cancel asks once more: a stopped run cannot be taken back (Resume needs a
+            # checkpoint, and the steps since it are lost).
+            with gr.Row(visible=False, elem_id="job-cancel-confirm-row") as confirm_row:
+                confirm_cancel = gr.Button("Yes, cancel it", variant="stop", size="sm",
+                                           elem_id="job-cancel-confirm")
+                keep_running = gr.Button("Keep it running", size="sm", elem_id="job-cancel-keep")
             cancel_message = gr.Markdown(elem_id="job-cancel-result")
             resume_hint = gr.Markdown(elem_id="job-resume-hint")
-    headline = gr.Markdown(job_handlers.NO_JOB_HEADLINE, elem_id="job-status")
+    headline = gr.Markdown(job_handlers.NO_JOB_HEADLINE, elem_id="job-status",
+                           elem_classes=headline_classes(None))
     # A failed job's page opens on why it failed, before anything it measured.
     error = gr.HTML(visible=False, elem_id="job-error")
     failure = build_failure_panel()
     progress = build_progress()
     downloads = gr.HTML(visible=False, elem_id="job-downloads")
-    with gr.Row():
-        smoothing = gr.Slider(0.0, step_charts.MAX_SMOOTHING, value=step_charts.ChartView.smoothing,
-                              step=0.01, label="Smoothing (EMA of loss and throughput)",
-                              info="0: the raw line only", scale=3, elem_id="job-smoothing")
-        log_scale = gr.Checkbox(False, label="Loss on a log scale", scale=1,
-                                elem_id="job-log-scale")
-    charts = _charts()
-    # Under the loss and throughput: a page still opens on its status and first charts.
-    try_it = build_try_it_panel(job_id=job_id, database=database, celery_app=celery_app,
-                                settings=settings)
-    live = build_live_panel(progress)
-    details = _details()
+    # What only a job has (charts, log, events, config): hidden until one is open, so an
+    # empty tab is its headline saying how to open one, not a page of empty frames. Hidden
+    # by the style sheet, from the headline's class (`headline_classes`), not by an update:
+    # Gradio's front end copies a layout block that has been an event's output whole on
+    # every later event, each tick of a live job included.
+    with gr.Column(elem_id="job-body"):
+        with gr.Row():
+            smoothing = gr.Slider(0.0, step_charts.MAX_SMOOTHING,
+                                  value=step_charts.ChartView.smoothing, step=0.01,
+                                  label="Smoothing (EMA of loss and throughput)",
+                                  info="0: the raw line only", scale=3, elem_id="job-smoothing")
+            log_scale = gr.Checkbox(False, label="Loss on a log scale", scale=1,
+                                    elem_id="job-log-scale")
+        charts = _charts()
+        # Under the loss and throughput: a page still opens on its status and first charts.
+        try_it = build_try_it_panel(job_id=job_id, database=database, celery_app=celery_app,
+                                    settings=settings)
+        live = build_live_panel(progress)
+        details = _details()
     refresh_timer = gr.Timer(REFRESH_SECONDS, active=False)
     compared_job_ids = gr.State(None)
     # The job a "Cancel requested" note is about: the note goes once that job has stopped.
@@ -76,7 +94,7 @@ def build_job_page_tab(*, database, celery_app, settings, tab: gr.Tab) -> JobPag
     more_charts_open = gr.State(True)
     ticks = gr.State(0)
 
-    outputs = [headline, error, downloads, try_it.panel, *charts, *details, cancel_button,
+    outputs = [headline, compare_button, error, downloads, *charts, *details, cancel_button,
                resume_button, resume_hint, refresh_timer, *failure.outputs, *live.outputs]
     folded = frozenset(outputs.index(chart) for chart in live.folded_outputs)
     slow_groups = [frozenset(outputs.index(chart) for chart in group) for group in (
@@ -109,7 +127,14 @@ def build_job_page_tab(*, database, celery_app, settings, tab: gr.Tab) -> JobPag
         return message, job_handlers.parse_job_id(selected_job_id)
 
     def another_job():
-        return "", None  # a note about one job is not shown on another's page
+        # A note, or a pending Cancel, about one job is not shown on another's page.
+        return "", None, gr.Row(visible=False)
+
+    def arm_cancel(selected_job_id):
+        job = job_handlers.parse_job_id(selected_job_id)
+        if job is None:
+            return gr.skip(), gr.skip()
+        return gr.Row(visible=True), gr.Button(f"Yes, cancel job {job}")
 
     def resume(selected_job_id, request: gr.Request):
         return job_actions.resume_from_page(selected_job_id, database=database,
@@ -129,11 +154,17 @@ def build_job_page_tab(*, database, celery_app, settings, tab: gr.Tab) -> JobPag
     for control in (smoothing, log_scale):
         control.change(refresh, inputs, outputs, show_progress="hidden",
                        trigger_mode="always_last")
-    job_id.change(another_job, None, [cancel_message, cancelling], show_progress="hidden")
+    job_id.change(another_job, None, [cancel_message, cancelling, confirm_row],
+                  show_progress="hidden")
     opened = job_id.change(refresh, inputs, outputs, show_progress="hidden",
                            trigger_mode="always_last")
     refresh_timer.tick(refresh, inputs, outputs, show_progress="hidden", concurrency_limit=None)
-    cancel_button.click(cancel, job_id, [cancel_message, cancelling]).then(
+    cancel_button.click(arm_cancel, job_id, [confirm_row, confirm_cancel],
+                        show_progress="hidden")
+    keep_running.click(lambda: gr.Row(visible=False), None, confirm_row, show_progress="hidden")
+    confirm_cancel.click(lambda: gr.Row(visible=False), None, confirm_row,
+                         show_progress="hidden").then(
+        cancel, job_id, [cancel_message, cancelling]).then(
         refresh, inputs, outputs, show_progress="hidden")
     resume_button.click(resume, job_id, cancel_message).then(refresh, inputs, outputs,
                                                              show_progress="hidden")
@@ -167,7 +198,7 @@ def _details() -> tuple[gr.HTML, gr.Dataframe, gr.Code, gr.Textbox, gr.Dataframe
     with gr.Row():
         log_tail = gr.HTML(elem_id="job-log")
         events = gr.Dataframe(label="Events", interactive=False, wrap=True, max_height=360,
-                              column_widths=["24%", "12%", "64%"], elem_id="job-events")
+                              column_widths=["22%", "17%", "61%"], elem_id="job-events")
     with gr.Accordion("Generated config and launch command", open=False):
         config_code = gr.Code(language="json", label="Backend config", interactive=False,
                               max_lines=40, elem_id="job-config")
@@ -184,29 +215,39 @@ def _details() -> tuple[gr.HTML, gr.Dataframe, gr.Code, gr.Textbox, gr.Dataframe
 LOG_HEIGHT_PX = 320
 
 
-def log_html(text: str, link_html: str) -> str:
+def log_html(text: str, link_html: str, hidden_lines: int = 0) -> str:
     """The log's last lines in a box that stays scrolled to the newest one (a reversed
-    column starts at its end, as a terminal does), and the link to the whole log."""
+    column starts at its end, as a terminal does), and the link to the whole log. The label
+    says how many lines of library warnings the box leaves out."""
     body = html.escape(text) if text else "(no log yet)"
-    return ('<div class="job-log-label">Log (torchrun, last lines)</div>'
+    hidden = (f'; <span id="job-log-hidden">{hidden_lines} lines of library warnings and '
+              f"progress bars left out, the full log has them</span>" if hidden_lines else "")
+    return (f'<div class="job-log-label">Log (torchrun, last lines{hidden})</div>'
             f'<div class="job-log-box" style="max-height:{LOG_HEIGHT_PX}px">'
             f'<pre>{body}</pre></div>{link_html}')
+
+
+def headline_classes(status: str | None) -> list[str]:
+    """What the style sheet shows by (page_chrome.CSS): no job open hides the page's body,
+    and only a succeeded job has the Try it panel."""
+    return ["job-none" if status is None else
+            "job-succeeded" if status == SUCCEEDED else "job-shown"]
 
 
 def _show(page: JobPage) -> tuple:
     """The page as updates, in the order of the tab's outputs; the timer runs while the job does."""
     return (
-        page.headline,
+        gr.Markdown(page.headline, elem_classes=headline_classes(page.status)),
+        gr.Button(interactive=page.status is not None),
         gr.HTML(job_handlers.error_html(page.error), visible=bool(page.error)),
         gr.HTML(page.downloads_html, visible=bool(page.downloads_html)),
-        gr.Accordion(visible=page.status == SUCCEEDED),
         # A finished job's chart with no point (it failed before its first step) is hidden.
         gr.HTML(step_charts.loss_chart_html(page.loss, log_scale=page.log_scale),
                 visible=page.charts_shown(page.loss)),
         gr.HTML(step_charts.throughput_chart_html(page.throughput),
                 visible=page.charts_shown(page.throughput)),
-        log_html(page.log_tail, page.log_link_html), page.events, page.config_json,
-        page.command_line, page.checkpoints,
+        log_html(page.log_tail, page.log_link_html, page.log_hidden_lines), page.events,
+        page.config_json, page.command_line, page.checkpoints,
         gr.Button(interactive=page.cancellable),
         gr.Button(interactive=page.resumable),
         page.resume_hint,

@@ -1,4 +1,4 @@
-"""The "Jobs" tab: every job, refreshed every couple of seconds, filtered by status, owner
+"""The "Jobs" tab: every job, refreshed every couple of seconds while the tab is shown, filtered by status, owner
 and model; click a row (or its id, a link to the job's own address) to open it, or tick rows
 to compare, archive, unarchive or delete those jobs."""
 from __future__ import annotations
@@ -21,6 +21,7 @@ class JobsTab:
     selected_job_id: gr.State
     compared: Any  # "Compare selected" pressed, for build_ui to open the Compare tab on
     compare_ids: gr.State  # the ids to compare, or None when they were refused
+    refresh_timer: gr.Timer  # inactive until the tab is shown: build_ui switches it
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,8 @@ def _client(request: gr.Request) -> str | None:
     return request.client.host if request and request.client else None
 
 
-def build_jobs_tab(*, database, worker_lost_seconds: float, settings) -> JobsTab:
+def build_jobs_tab(*, database, worker_lost_seconds: float, settings, tab: gr.Tab) -> JobsTab:
+    """`tab`: the Jobs tab itself; showing it redraws the table at once."""
     gr.Markdown("Your jobs (an admin's: everyone's), newest first. Click a row to open the "
                 "job's page; its id links the page's own address. Tick rows to compare, "
                 "archive or delete those jobs.")
@@ -135,7 +137,8 @@ def build_jobs_tab(*, database, worker_lost_seconds: float, settings) -> JobsTab
                                      shown=JobsFilter.of(status_value, owner_value, model_value,
                                                          archived_value),
                                      worker_lost_seconds=worker_lost_seconds)
-        return jobs_table.with_ticks(rows, ticks or [])
+        table = jobs_table.with_ticks(rows, ticks or [])
+        return gr.Dataframe(table, **jobs_table.table_layout(table))
 
     def choices(request: gr.Request):
         owners, models = jobs_table.filter_choices(database=database,
@@ -148,9 +151,12 @@ def build_jobs_tab(*, database, worker_lost_seconds: float, settings) -> JobsTab
     # CSS lets the click through the read-only box). A callable value is read again on each
     # page load, so a new browser never sees stale rows.
     table = gr.Dataframe(refresh, interactive=False, wrap=True, max_height=640,
-                         datatype=jobs_table.COLUMN_TYPES,
-                         column_widths=jobs_table.COLUMN_WIDTHS, elem_id="jobs-table")
-    refresh_timer = gr.Timer(REFRESH_SECONDS)
+                         **jobs_table.table_layout(jobs_table.empty_jobs_table()),
+                         elem_id="jobs-table")
+    # A hidden table redrawn every tick still costs the browser a re-render: the timer runs
+    # only while the tab is shown (build_ui turns it on and off as tabs are selected, and
+    # renders it outside the tabs: one inside a tab not yet drawn misses its switching on).
+    refresh_timer = gr.Timer(REFRESH_SECONDS, active=False, render=False)
     selected_job_id = gr.State(None)
 
     def select_cell(frame, ticks, event: gr.SelectData):
@@ -168,6 +174,7 @@ def build_jobs_tab(*, database, worker_lost_seconds: float, settings) -> JobsTab
                        concurrency_limit=None)
     for box in filters:
         box.change(refresh, [*filters, ticked], table, show_progress="hidden")
+    tab.select(refresh, [*filters, ticked], table, show_progress="hidden")
     owner.focus(choices, None, [owner, model], show_progress="hidden")
     model.focus(choices, None, [owner, model], show_progress="hidden")
     for done in removal_events:
@@ -175,4 +182,4 @@ def build_jobs_tab(*, database, worker_lost_seconds: float, settings) -> JobsTab
     selected = table.select(select_cell, [table, ticked], [table, ticked, selected_job_id],
                             show_progress="hidden")
     return JobsTab(selected=selected, selected_job_id=selected_job_id, compared=compared,
-                   compare_ids=compare_ids)
+                   compare_ids=compare_ids, refresh_timer=refresh_timer)

@@ -7,11 +7,16 @@ from typing import Any
 import gradio as gr
 
 from app.ui.new_job import form_handlers
+from app.ui.new_job.column_handlers import column_choices
 from app.ui.new_job.form_handlers import SAME_AS_PRECISION
-from app.ui.new_job.form_labels import COLUMN_ROLES, FORM_LABELS as LABELS
+from app.ui.new_job.form_labels import COLUMN_ROLES, FORM_LABELS as LABELS, TYPED_FIELDS
+from app.ui.new_job.typed_fields import (CHECKBOX, CHOICE, CHOICES, INTEGER, NUMBER,
+                                         OPTIONAL_NUMBER, TEXT_LIST, TypedField)
+from tunedeck.data.file_formats import DATASET_FILE_SUFFIXES
 from tunedeck.job_spec import (ATTENTIONS, BACKENDS, DTYPES, EXPORT_DTYPES, KERNELS,
                                LEARNING_RATE_SCHEDULES, METHODS, PRECISIONS, SHARDING_STRATEGIES,
-                               TRACKERS)
+                               TRACKERS, spec_field)
+from tunedeck.planner.shape_source import has_experts
 
 
 def _dtype(name: str, defaults: dict[str, Any], choices: list[str],
@@ -25,14 +30,14 @@ def _integer(name: str, defaults: dict[str, Any], info: str | None = None) -> gr
                      elem_id=f"new-job-{name.replace('_', '-')}")
 
 
-def _checkbox(name: str, defaults: dict[str, Any]) -> gr.Checkbox:
-    return gr.Checkbox(defaults[name], label=LABELS[name],
+def _checkbox(name: str, defaults: dict[str, Any], *, visible: bool = True) -> gr.Checkbox:
+    return gr.Checkbox(defaults[name], label=LABELS[name], visible=visible,
                        elem_id=f"new-job-{name.replace('_', '-')}")
 
 
 def _backend_groups(backend: str):
-    zero2_visible, fsdp_visible = form_handlers.backend_options_visible(backend)
-    return gr.Group(visible=zero2_visible), gr.Group(visible=fsdp_visible)
+    return tuple(gr.Group(visible=shown)
+                 for shown in form_handlers.backend_options_visible(backend))
 
 
 def _lora_group(method: str):
@@ -41,17 +46,20 @@ def _lora_group(method: str):
 
 def form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The form's inputs by FORM_FIELDS name, and the option groups shown per choice (and
-    the column pickers' hint, "columns_hint"; the data check's button and panel)."""
+    the column pickers' hint, "columns_hint", and accordion, "dataset_options"; the upload
+    button and its answer; the data check's button and panel)."""
     fields: dict[str, Any] = {}
     with gr.Row():
         fields["model"] = gr.Textbox(defaults["model"], label=LABELS["model"],
                                      info="local folder, Hugging Face id or builtin:tiny-llama",
                                      elem_id="new-job-model")
-        fields["dataset"] = gr.Textbox(defaults["dataset"], label=LABELS["dataset"],
-                                       info="local .jsonl/.json/.jsonl.gz/.parquet/.csv file, "
-                                            "save_to_disk folder, Hugging Face id (org/name) "
-                                            "or builtin:arithmetic",
-                                       elem_id="new-job-dataset")
+        with gr.Column():
+            fields["dataset"] = gr.Textbox(defaults["dataset"], label=LABELS["dataset"],
+                                           info=f"local {'/'.join(DATASET_FILE_SUFFIXES)} file, "
+                                                "save_to_disk folder, Hugging Face id (org/name) "
+                                                "or builtin:arithmetic",
+                                           elem_id="new-job-dataset")
+            upload = _upload_button()
     # Filled when opened (the user's own recent values, what the allowed folders hold); a
     # pick is copied into the field above, which stays free text.
     suggestions: dict[str, gr.Dropdown] = {}
@@ -66,7 +74,7 @@ def form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
         check_data = gr.Button("Check data", size="sm", elem_id="new-job-check-data")
     check_data_result = gr.HTML(elem_id="new-job-check-data-result")
     dataset_options.update(check_data=check_data, check_data_result=check_data_result,
-                           suggestions=suggestions)
+                           suggestions=suggestions, **upload)
     fields["name"] = gr.Textbox(defaults["name"], label=LABELS["name"], placeholder="optional",
                                 elem_id="new-job-name")
     with gr.Row():
@@ -134,32 +142,79 @@ def form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
             fields["report_to"] = gr.Dropdown(
                 list(TRACKERS), value=defaults["report_to"], multiselect=True,
                 label=LABELS["report_to"], elem_id="new-job-report-to",
-                info="trackers the worker also writes the metrics to (servers: the "
-                     "worker's TUNEDECK_MLFLOW_* and TUNEDECK_WANDB_* settings)")
+                # Gradio reads an info as Markdown of its own: any two stars italicise what
+                # lies between, even in code; names in backticks keep their underscores.
+                info="trackers the worker also writes the metrics to (set on the worker: "
+                     "`TUNEDECK_MLFLOW_TRACKING_URI`, `TUNEDECK_WANDB_MODE`; online W&B "
+                     "needs `WANDB_API_KEY`)")
     _speed_options(fields, defaults)
     groups = {**dataset_options, **_option_groups(fields, defaults)}
+    _other_options(fields, defaults)
     return fields, groups
 
 
+def _other_options(fields: dict[str, Any], defaults: dict[str, Any]) -> None:
+    """Every spec field laid out nowhere above, each an input made from its type, labelled
+    with its title and helped by its description (form_labels.TYPED_FIELDS), three a row."""
+    typed = list(TYPED_FIELDS.values())
+    if not typed:
+        return
+    with gr.Accordion("Other options", open=False, elem_id="new-job-other-options"):
+        for start in range(0, len(typed), 3):
+            with gr.Row():
+                for field in typed[start:start + 3]:
+                    fields[field.name] = _typed_component(field, defaults[field.name])
+
+
+def _typed_component(field: TypedField, value: Any) -> Any:
+    """bool: a checkbox; a number: a number box (an optional one a text box: Gradio draws
+    an empty number box as 0); a Literal: a dropdown (a list of them: a multiselect); text
+    and a list of texts (comma-separated): a text box."""
+    spec_words = spec_field(field.name)
+    common = {"label": LABELS[field.name], "info": spec_words.description,
+              "elem_id": f"new-job-{field.name.replace('_', '-')}"}
+    if field.kind == CHECKBOX:
+        return gr.Checkbox(value, **common)
+    if field.kind in (INTEGER, NUMBER):
+        return gr.Number(value, precision=0 if field.kind == INTEGER else None, **common)
+    if field.kind in (CHOICE, CHOICES):
+        return gr.Dropdown(list(field.choices), value=value, multiselect=field.kind == CHOICES,
+                           **common)
+    placeholder = {OPTIONAL_NUMBER: "empty: unset", TEXT_LIST: "comma-separated"}.get(field.kind)
+    return gr.Textbox(value, placeholder=placeholder, **common)
+
+
 def _speed_options(fields: dict[str, Any], defaults: dict[str, Any]) -> None:
-    """The GPU speed options (each off by default; the first two need a CUDA worker with
-    liger-kernel or flash-attn installed, which the worker checks before taking a GPU)."""
+    """The GPU speed options (kernels auto by default, the rest off; liger and flash need a
+    CUDA worker with liger-kernel or flash-attn installed, which the worker checks before
+    taking a GPU)."""
     with gr.Accordion("GPU speed", open=False, elem_id="new-job-speed-options"):
         with gr.Row():
             fields["kernels"] = _dtype("kernels", defaults, list(KERNELS),
                                        info="liger: Liger Kernel's fused norms, RoPE, SwiGLU "
-                                            "and cross-entropy (no logits in memory)")
+                                            "and cross-entropy (no logits in memory); auto: "
+                                            "liger for LoRA/QLoRA on a CUDA worker")
             fields["attention"] = _dtype("attention", defaults, list(ATTENTIONS),
                                          info="flash: flash-attn 2 (bf16/fp16)")
             fields["padding_free"] = _checkbox("padding_free", defaults)
             fields["fused_optimizer"] = _checkbox("fused_optimizer", defaults)
 
 
+def _upload_button() -> dict[str, Any]:
+    """The upload button beside the dataset field it fills, and its answer. Browsers match a
+    file type by its last suffix: ".gz" lets a .jsonl.gz file be chosen, and the upload
+    refuses other .gz files by name."""
+    file_types = sorted({"." + suffix.rsplit(".", 1)[-1] for suffix in DATASET_FILE_SUFFIXES})
+    button = gr.UploadButton("Upload a dataset file", file_types=file_types, type="filepath",
+                             size="sm", elem_id="new-job-dataset-upload")
+    return {"upload_button": button, "upload_message": gr.Markdown(elem_id="new-job-upload-result")}
+
+
 def _dataset_options(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     """A Hugging Face id's config and split, and the column pickers (choices: the dataset's
     columns where the web can read them cheaply; any name can be typed)."""
     with gr.Accordion("Dataset config, split and columns", open=False,
-                      elem_id="new-job-dataset-options"):
+                      elem_id="new-job-dataset-options") as accordion:
         with gr.Row():
             fields["dataset_config"] = gr.Textbox(defaults["dataset_config"],
                                                   label=LABELS["dataset_config"],
@@ -172,11 +227,12 @@ def _dataset_options(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[s
         with gr.Row():
             for role in COLUMN_ROLES:
                 name = f"columns_{role}"
-                fields[name] = gr.Dropdown([""], value=defaults[name], label=LABELS[name],
+                fields[name] = gr.Dropdown(column_choices(role, []), value=defaults[name],
+                                           label=LABELS[name],
                                            allow_custom_value=True,
                                            elem_id=f"new-job-columns-{role}")
         hint = gr.Markdown(elem_id="new-job-columns-hint")
-    return {"columns_hint": hint}
+    return {"columns_hint": hint, "dataset_options": accordion}
 
 
 def _option_groups(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -192,9 +248,11 @@ def _option_groups(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str
                                                label=LABELS["lora_dropout"],
                                                elem_id="new-job-lora-dropout")
         with gr.Row():
-            # Mixture-of-experts models only; a dense model has neither.
-            fields["lora_experts"] = _checkbox("lora_experts", defaults)
-            fields["lora_train_router"] = _checkbox("lora_train_router", defaults)
+            # Mixture-of-experts models only: a dense model has neither (the tab shows or
+            # hides them as the model changes).
+            moe = has_experts(defaults["model"]) is not False
+            fields["lora_experts"] = _checkbox("lora_experts", defaults, visible=moe)
+            fields["lora_train_router"] = _checkbox("lora_train_router", defaults, visible=moe)
             groups["lora_targets_button"] = gr.Button(
                 "What LoRA adapts", size="sm", elem_id="new-job-lora-targets-button")
         groups["lora_targets"] = gr.Markdown(elem_id="new-job-lora-targets")

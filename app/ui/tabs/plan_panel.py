@@ -42,8 +42,10 @@ def build_plan_panel(initial: PlanView) -> PlanPanel:
         buttons = [gr.Button(_label(initial, index), visible=bool(_label(initial, index)),
                              size="sm", scale=0, elem_id=f"new-job-plan-apply-{index}")
                    for index in range(MAX_SETUPS)]
-    chart = gr.BarPlot(initial.frame, x="backend", y="size", color="part",
-                       **_chart_settings(initial), height=CHART_HEIGHT,
+    # Drawn first by the page's load (plan_updates): a plot handed new data while it was
+    # still mounting kept the build-time plan's bars under the new plan's axis title.
+    chart = gr.BarPlot(PlanView().frame, x="backend", y="size", color="part",
+                       **_chart_settings(initial), height=CHART_HEIGHT, visible=False,
                        elem_id="new-job-plan-chart")
     return PlanPanel(table=table, chart=chart, apply_buttons=buttons,
                      setups=gr.State(list(initial.setups)))
@@ -53,7 +55,9 @@ def plan_updates(view: PlanView) -> list:
     """The panel's new values for a preview, in PlanPanel.outputs order."""
     buttons = [gr.update(value=_label(view, index) or "Apply", visible=bool(_label(view, index)))
                for index in range(MAX_SETUPS)]
-    return [view.html, gr.BarPlot(view.frame, **_chart_settings(view)), *buttons,
+    # No plan (no GPU memory set, a model it cannot size): no empty chart frame either.
+    return [view.html, gr.BarPlot(view.frame, **_chart_settings(view),
+                                  visible=not view.frame.empty), *buttons,
             list(view.setups)]
 
 
@@ -80,4 +84,4 @@ def _label(view: PlanView, index: int) -> str:
 
 def _chart_settings(view: PlanView) -> dict:
     # Vega would sort the bars alphabetically; the table's order is the one to compare with.
-    return {"sort": list(view.order), "y_title": f"{view.unit} per GPU"}
+    return {"sort": list(view.order), "y_title": f"{view.unit} per {view.per}"}

@@ -9,21 +9,21 @@ import gradio as gr
 
 from app.auth.principal import principal_of
 from app.ui.job_page import try_it
+from app.ui.request_polling import build_request_polling, still_waiting
 from tunedeck.generation.request import GenerationRequest
 from tunedeck.settings import Settings
 
 DEFAULTS = GenerationRequest.model_fields
-POLL_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
 class TryItPanel:
-    panel: gr.Accordion  # shown for a succeeded job (the job page's refresh says)
+    panel: gr.Accordion  # shown for a succeeded job only (page_chrome.CSS, by the headline)
 
 
-def build_try_it_panel(*, job_id: gr.Number, database, celery_app,
+def build_try_it_panel(*, job_id: gr.Textbox, database, celery_app,
                        settings: Settings) -> TryItPanel:
-    with gr.Accordion("Try it", open=True, visible=False, elem_id="job-try-it") as panel:
+    with gr.Accordion("Try it", open=True, elem_id="job-try-it") as panel:
         prompt = gr.Textbox(label="Prompt", lines=3, max_lines=12, elem_id="try-it-prompt",
                             placeholder="What is 12 + 7?",
                             info="rendered with the model's chat template, as training "
@@ -49,12 +49,11 @@ def build_try_it_panel(*, job_id: gr.Number, database, celery_app,
             tuned_answer = gr.HTML(elem_id="try-it-answer")
             base_answer = gr.HTML(visible=False, elem_id="try-it-base-answer")
     # Answers not in when the request stopped waiting (a big model's first load): polled.
-    waiting_ids = gr.State(())
-    poll = gr.Timer(POLL_SECONDS, active=False)
+    polling = build_request_polling()
 
     def show(answers: try_it.TryItAnswers) -> tuple:
         return (answers.tuned_html, gr.HTML(answers.base_html, visible=answers.compared),
-                answers.waiting_ids, gr.Timer(active=bool(answers.waiting_ids)))
+                *still_waiting(answers.waiting_ids))
 
     def answer(selected_job_id, text, chosen_variant, tokens, heat, nucleus, with_base,
                request: gr.Request):
@@ -68,10 +67,10 @@ def build_try_it_panel(*, job_id: gr.Number, database, celery_app,
                                       principal=principal_of(request), wait_seconds=0))
 
     inputs = [job_id, prompt, variant, max_new_tokens, temperature, top_p, compare]
-    outputs = [tuned_answer, base_answer, waiting_ids, poll]
+    outputs = [tuned_answer, base_answer, *polling.outputs]
     for trigger in (generate.click, prompt.submit):
         trigger(answer, inputs, outputs, concurrency_limit=None)
-    poll.tick(poll_answers, waiting_ids, outputs, show_progress="hidden")
+    polling.on_tick(poll_answers, [tuned_answer, base_answer])
     # Another job's page starts without this one's answers.
     job_id.change(lambda: show(try_it.TryItAnswers("")), None, outputs, show_progress="hidden")
     return TryItPanel(panel=panel)

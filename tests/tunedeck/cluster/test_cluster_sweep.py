@@ -4,7 +4,7 @@ from datetime import timedelta
 
 from sqlalchemy import update
 
-from tunedeck import job_store
+from tunedeck import job_queries, job_store
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.cluster.sweep import LOST_WORKERS_COLLECTOR, Sweeper, sweep_cluster
 from tunedeck.db.models import Job, Worker, utc_now
@@ -45,13 +45,13 @@ def test_a_silent_workers_jobs_fail_or_restart_and_live_workers_keep_theirs(data
     assert result.failed_jobs == [fails]
     assert [job_id for job_id, _spec in result.to_send] == [restarts]
     with database.transaction() as session:
-        failed = job_store.get_job(session=session, job_id=fails)
+        failed = job_queries.get_job(session=session, job_id=fails)
         assert failed.status == "failed" and failed.failure_kind == "worker_lost"
         assert failed.error.startswith("worker lost: worker lost@gpu-1 on gpu-1 sent no heartbeat")
-        requeued = job_store.get_job(session=session, job_id=restarts)
+        requeued = job_queries.get_job(session=session, job_id=restarts)
         assert (requeued.status, requeued.resume_requested, requeued.gpu_indices) == \
             ("queued", True, None)
-        assert job_store.get_job(session=session, job_id=stays).status == "running"
+        assert job_queries.get_job(session=session, job_id=stays).status == "running"
         states = {worker.name: worker.state for worker in worker_registry.list_workers(session=session)}
         assert states == {"lost@gpu-1": "lost", "alive@gpu-2": "online"}
     # The next sweep finds nothing more to do; a heartbeat brings the worker back online.
@@ -100,7 +100,7 @@ def test_queued_jobs_nobody_claimed_are_sent_again_once_per_interval(database):
     with database.transaction() as session:  # stamped as sent: not again until 60 s pass
         assert sweep_cluster(session=session, worker_lost_seconds=20,
                              redispatch_seconds=60).to_send == []
-        assert job_store.get_job(session=session, job_id=fresh).dispatched_at is None
+        assert job_queries.get_job(session=session, job_id=fresh).dispatched_at is None
 
 
 def test_a_job_is_given_up_when_the_worker_of_any_of_its_nodes_is_lost(database):
@@ -116,7 +116,7 @@ def test_a_job_is_given_up_when_the_worker_of_any_of_its_nodes_is_lost(database)
     assert (result.lost_workers, result.failed_jobs) == (["follower@gpu-2"], [job_id])
     with database.transaction() as session:
         assert "worker follower@gpu-2 on gpu-2 sent no heartbeat" in \
-            job_store.get_job(session=session, job_id=job_id).error
+            job_queries.get_job(session=session, job_id=job_id).error
 
 
 def test_a_stored_spec_that_no_longer_validates_fails_its_job_and_the_sweep_goes_on(database):
@@ -137,7 +137,7 @@ def test_a_stored_spec_that_no_longer_validates_fails_its_job_and_the_sweep_goes
     assert [job_id for job_id, _spec in result.to_send] == [good]
     assert sorted(result.failed_jobs) == sorted([stale, lost])
     with database.transaction() as session:
-        failed = job_store.get_job(session=session, job_id=stale)
+        failed = job_queries.get_job(session=session, job_id=stale)
         assert failed.status == "failed" and failed.failure_kind == "input_error"
         assert "stored spec is no longer valid" in failed.error
         assert "a_field_since_removed" in failed.error

@@ -1,17 +1,19 @@
-"""The job_generations row and its writers, on SQLite and PostgreSQL: a claim wins once,
-only a running row settles, a job's deletion takes its generations with it; and the
-request model's rules."""
+"""The job_generations rows, on SQLite and PostgreSQL: a done one answers with its text at
+the top level, a job's deletion takes its generations with it; and the request model's
+rules. (Claims and settling, for every kind of worker request: tests/tunedeck/
+test_worker_requests.py.)"""
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
 from tunedeck import job_store
-from tunedeck.generation import store
+from tunedeck.generation.store import GENERATIONS, generation_to_dict
 from tunedeck.generation.request import GenerationRequest
 from tunedeck.generation.weights import missing_weights, variant_weights
 from tunedeck.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
+from tunedeck.worker_requests.store import RequestNotFound
 
 
 def succeeded_job(database) -> int:
@@ -23,25 +25,18 @@ def succeeded_job(database) -> int:
     return job_id
 
 
-def test_a_claim_wins_once_and_only_a_running_row_settles(database):
+def test_a_done_generation_answers_with_its_text_at_the_top_level(database):
     job_id = succeeded_job(database)
     request = GenerationRequest.of_prompt("hi", temperature=0)
     with database.transaction() as session:
-        generation_id = store.create_generation(session=session, job_id=job_id, request=request,
-                                                owner=None, worker_name="w").id
+        generation_id = GENERATIONS.create(session=session, job_id=job_id, request=request,
+                                           owner=None, worker_name="w").id
     with database.transaction() as session:
-        store.finish_generation(session=session, generation_id=generation_id, answer={"text": "x"})
-        assert store.get_generation(session=session, generation_id=generation_id).status == "pending"
-        assert store.claim_generation(session=session, generation_id=generation_id,
-                                      worker_name="w").status == "running"
-        assert store.claim_generation(session=session, generation_id=generation_id,
-                                      worker_name="other") is None
-        store.finish_generation(session=session, generation_id=generation_id,
-                                answer={"text": "hello", "tokens": 2, "seconds": 0.1})
-        store.fail_generation(session=session, generation_id=generation_id, error="late")
+        GENERATIONS.claim(session=session, request_id=generation_id, worker_name="w")
+        GENERATIONS.finish(session=session, request_id=generation_id,
+                           result={"text": "hello", "tokens": 2, "seconds": 0.1})
     with database.transaction() as session:
-        row = store.generation_to_dict(store.get_generation(session=session,
-                                                            generation_id=generation_id))
+        row = generation_to_dict(GENERATIONS.get(session=session, request_id=generation_id))
     assert (row["status"], row["text"], row["tokens"], row["error"]) == ("done", "hello", 2, None)
     assert (row["variant"], row["job_id"], row["worker_name"]) == ("merged", job_id, "w")
 
@@ -49,13 +44,13 @@ def test_a_claim_wins_once_and_only_a_running_row_settles(database):
 def test_deleting_a_job_deletes_its_generations(database):
     job_id = succeeded_job(database)
     with database.transaction() as session:
-        generation_id = store.create_generation(
+        generation_id = GENERATIONS.create(
             session=session, job_id=job_id, request=GenerationRequest.of_prompt("hi"),
             owner=None, worker_name="w").id
     with database.transaction() as session:
         job_store.delete_job(session=session, job_id=job_id)
-    with database.transaction() as session, pytest.raises(store.GenerationNotFound):
-        store.get_generation(session=session, generation_id=generation_id)
+    with database.transaction() as session, pytest.raises(RequestNotFound):
+        GENERATIONS.get(session=session, request_id=generation_id)
 
 
 def test_a_request_names_what_is_wrong():

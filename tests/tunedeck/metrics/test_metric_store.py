@@ -4,7 +4,7 @@ from sqlalchemy import select
 
 from tunedeck.db.models import MetricPoint
 
-from tunedeck import job_store
+from tunedeck import job_queries, job_store
 from tunedeck.job_spec import JobSpec
 from tunedeck.metrics import store as metric_store
 from tunedeck.metrics.events import decode_event, encode_event
@@ -231,7 +231,7 @@ def test_a_batch_partly_stored_already_adds_only_its_new_lines_and_keeps_the_tra
         assert metric_store.add_metric_points(session=session, job_id=job_id, events=events) == 4
     with database.transaction() as session:
         train = metric_store.read_job_metrics(session=session, job_id=job_id)["train"]
-        assert job_store.get_job(session=session, job_id=other_id) is not None
+        assert job_queries.get_job(session=session, job_id=other_id) is not None
     assert [(row["step"], row["loss"]) for row in train] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]
     with database.transaction() as session:
         notes = session.scalars(select(MetricPoint.values).where(MetricPoint.job_id == job_id)).all()

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from tunedeck.backends.zero2 import deepspeed_zero2_estimate
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.advice import plan_memory
 from tunedeck.planner.architectures import shape_from_config
-from tunedeck.planner.memory_plan import GpuSet, deepspeed_zero2_estimate, plan_strategies
+from tunedeck.planner.memory_plan import GpuSet, plan_strategies
 from tunedeck.planner.model_shapes import BUILTIN_TINY_LLAMA, ModelShape
 from tunedeck.planner.shape_source import KNOWN_SHAPES, known_shape, resolve_model_shape
-from tunedeck.units import GB
+from tunedeck.units import GB, format_size
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 LLAMA_13B = known_shape("meta-llama/Llama-2-13b-hf")
@@ -71,7 +72,8 @@ def test_zero2_matches_deepspeeds_estimator_to_the_byte_under_its_convention(gpu
             parameters, num_gpus_per_node=gpus_per_node, num_nodes=nodes, cpu_offload=offload)
         assert deepspeed_zero2_estimate(parameters, gpus_per_node=gpus_per_node, nodes=nodes,
                                         cpu_offload=offload) == expected
-    # The plan counts 2P + 14P/N; DeepSpeed adds the step-time fp32 gradient partition (4P/N).
+    # The plan's model states are 2P + 14P/N; DeepSpeed adds the step's fp32 gradient
+    # partition (4P/N), which the plan counts among the step's temporaries ("other").
     spec = JobSpec(max_steps=1, method="full", model=LLAMA_13B.name)
     zero2 = plan_strategies(spec, GpuSet(gpus_per_node, 80, nodes), LLAMA_13B)["zero2"]
     ranks = gpus_per_node * nodes
@@ -102,6 +104,9 @@ PLAN_GOLDENS = {
     "plan_qwen15_moe_full_4x80": (JobSpec(max_steps=1, model="Qwen/Qwen1.5-MoE-A2.7B",
                                           method="full", seq_len=1024), GpuSet(4, 80)),
     "plan_tiny_llama_lora_2x1": (JobSpec(max_steps=1, num_gpus=2, seq_len=64), GpuSet(2, 1)),
+    # A host without GPUs: two CPU ranks sharing 8 GB of RAM, no card, no step times.
+    "plan_tiny_llama_lora_cpu_2_ranks": (JobSpec(max_steps=1, num_gpus=2, seq_len=64),
+                                         GpuSet(2, 4, device="cpu")),
 }
 
 
@@ -124,36 +129,82 @@ def activations_of(spec: JobSpec, shape: ModelShape) -> float:
 
 
 def test_liger_drops_the_logits_term_for_its_fused_losss_working_memory():
-    """Llama-3-8B, seq 4096, micro-batch 1, bf16 LoRA: the logits and their fp32 log-softmax
-    are 4096 x 128256 x (2 + 8) bytes = 5.25 GB. Liger's fused cross-entropy keeps the
-    input's gradient (4096 x 4096 x 2) and one chunk of logits: ceil(128256 / 4096) = 32
-    chunks of 4096 / 32 = 128 tokens, 128 x 128256 x 2 bytes. A full fine-tune adds the
-    head's gradient, 128256 x 4096 x 2."""
+    """Llama-3-8B, seq 4096, micro-batch 1, bf16 LoRA: the loss holds three fp32 copies of
+    the logits at the start of backward, 4096 x 128256 x 12 bytes = 6.3 GB. Liger's fused
+    cross-entropy keeps the input's gradient (4096 x 4096 x 2) and one chunk of logits:
+    ceil(128256 / 4096) = 32 chunks of 4096 / 32 = 128 tokens, 128 x 128256 x 2 bytes. Its
+    norms keep their bf16 input instead of an fp32 copy (and, when the norm's weight trains,
+    the normalized output), its SwiGLU no SiLU output. A full fine-tune adds the head's
+    gradient, and no longer keeps the head's input."""
     plain = JobSpec(model="meta-llama/Meta-Llama-3-8B", max_steps=1, seq_len=4096,
-                    micro_batch_size=1)
+                    micro_batch_size=1, kernels="none")
     liger = plain.model_copy(update={"kernels": "liger"})
-    layers, hidden, intermediate = 32, 4096, 14336
-    norms_saved = layers * 4096 * 2 * hidden * 4  # two norms a layer: the fp32 copy's 4 bytes
-    silu_saved = layers * 4096 * 2 * intermediate  # the SiLU output, c = 2
-    logits_saved = 4096 * 128256 * 10 - (4096 * 4096 * 2 + 128 * 128256 * 2)
+    tokens, layers, hidden, intermediate, vocab = 4096, 32, 4096, 14336, 128256
+    norms = layers * 2 + 1  # two a layer, and the final norm
+    silu_saved = layers * tokens * 2 * intermediate  # the SiLU output, c = 2
+    logits_saved = tokens * vocab * 12 - (tokens * hidden * 2 + 128 * vocab * 2)
+    lora_norms_saved = norms * tokens * hidden * (4 - 2)
     assert activations_of(plain, LLAMA_3_8B) - activations_of(liger, LLAMA_3_8B) == \
-        norms_saved + silu_saved + logits_saved
+        lora_norms_saved + silu_saved + logits_saved
     full, full_liger = (spec.model_copy(update={"method": "full"}) for spec in (plain, liger))
+    full_norms_saved = norms * tokens * hidden * (4 + 2 - 2) + tokens * hidden * 2
     assert activations_of(full, LLAMA_3_8B) - activations_of(full_liger, LLAMA_3_8B) == \
-        norms_saved + silu_saved + logits_saved - 128256 * 4096 * 2
+        full_norms_saved + silu_saved + logits_saved - vocab * hidden * 2
+
+
+def test_kernels_auto_is_planned_as_liger_for_lora_on_a_family_liger_patches():
+    lora = JobSpec(model="meta-llama/Meta-Llama-3-8B", max_steps=1, seq_len=4096)
+    assert lora.kernels == "auto"
+    assert activations_of(lora, LLAMA_3_8B) == \
+        activations_of(lora.model_copy(update={"kernels": "liger"}), LLAMA_3_8B)
+    full = lora.model_copy(update={"method": "full"})
+    assert activations_of(full, LLAMA_3_8B) == \
+        activations_of(full.model_copy(update={"kernels": "none"}), LLAMA_3_8B)
+    # Each strategy also says what a worker without liger-kernel needs (it runs plain).
+    plans = plan_strategies(lora, GpuSet(1, 141), LLAMA_3_8B)
+    plain = plan_strategies(lora.model_copy(update={"kernels": "none"}), GpuSet(1, 141),
+                            LLAMA_3_8B)
+    assert plans["zero2"].notes == (
+        "planned with Liger's kernels (kernels auto on a GPU worker with liger-kernel); a "
+        "worker without liger-kernel runs it plain: "
+        f"{format_size(plain['zero2'].breakdown.total / GB)} per GPU",)
+    assert plain["zero2"].breakdown.total > plans["zero2"].breakdown.total
+    assert plan_strategies(full, GpuSet(1, 141), LLAMA_3_8B)["zero2"].notes == ()
 
 
 def test_padding_free_under_sdpa_counts_its_block_mask_and_flash_needs_none():
-    """One row of micro_batch_size x seq_len = 4 x 2048 = 8192 tokens: an 8192^2-byte boolean
-    mask, and the bf16 bias SDPA's kernel makes of it for each of the 32 layers (4.3 GB),
-    or for the one recomputed layer under activation checkpointing."""
-    padded = JobSpec(model="meta-llama/Meta-Llama-3-8B", max_steps=1, seq_len=2048)
+    """Four padded rows of 2048 carry a boolean mask per row, and sdpa's kernel keeps a bf16
+    bias made of it on each of the 32 layers: (1 + 32 x 2) x 4 x 2048^2 bytes. Padding-free,
+    they are one row of 8192 tokens: (1 + 32 x 2) x 8192^2 (4.4 GB); under activation
+    checkpointing only the recomputed layer keeps a bias. Flash attention needs no mask and
+    attends with Llama-3's 8 key/value heads as they are, where sdpa with a mask gets them
+    repeated to the 32 query heads' width (two 3072-wide copies a token and layer)."""
+    padded = JobSpec(model="meta-llama/Meta-Llama-3-8B", max_steps=1, seq_len=2048,
+                     micro_batch_size=4, kernels="none")
     padding_free = padded.model_copy(update={"padding_free": True})
     flash = padding_free.model_copy(update={"attention": "flash"})
     assert activations_of(padding_free, LLAMA_3_8B) - activations_of(padded, LLAMA_3_8B) == \
-        (1 + 32 * 2) * 8192**2
+        (1 + 32 * 2) * (8192**2 - 4 * 2048**2)
+    # Checkpointed, the recomputed layer and its bias outweigh Liger's small loss share.
     checkpointed = JobSpec(model="meta-llama/Meta-Llama-3-8B", max_steps=1, seq_len=2048,
+                           micro_batch_size=4, kernels="liger",
                            zero2={"activation_checkpointing": True})
     assert activations_of(checkpointed.model_copy(update={"padding_free": True}), LLAMA_3_8B) \
-        - activations_of(checkpointed, LLAMA_3_8B) == (1 + 2) * 8192**2
-    assert activations_of(flash, LLAMA_3_8B) == activations_of(padded, LLAMA_3_8B)
+        - activations_of(checkpointed, LLAMA_3_8B) == (1 + 2) * (8192**2 - 4 * 2048**2)
+    repeated_kv = 32 * 8192 * 2 * 2 * (4096 - 1024)
+    assert activations_of(padded, LLAMA_3_8B) - activations_of(flash, LLAMA_3_8B) == \
+        (1 + 32 * 2) * 4 * 2048**2 + repeated_kv
+
+
+def test_step_times_read_in_the_unit_that_fits_and_a_lora_plan_counts_the_model_once():
+    from tunedeck.planner.plan_text import plan_as_text
+    from tunedeck.units import format_seconds
+
+    assert [format_seconds(seconds) for seconds in (2.52e-06, 0.0123, 7.91)] == \
+        ["2.52 µs", "12.3 ms", "7.91 s"]
+    spec = JobSpec(model="builtin:tiny-llama", method="lora", max_steps=3)
+    text = plan_as_text(plan_memory(spec, GpuSet(2, 80), BUILTIN_TINY_LLAMA).to_json())
+    assert "e-0" not in text  # no "2.52e-06 s a step"
+    # The model's count, as the advice names it, and the adapter's apart.
+    model_count = text.split(" parameters and a ")[0].rsplit(" ", 1)[-1]
+    assert f"The selection guide agrees: {model_count} parameters with lora" in text

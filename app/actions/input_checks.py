@@ -1,0 +1,61 @@
+"""A spec's local inputs as the web judges them before a job is stored, one code path for
+submit (by field, a 422) and the New job form (each problem under its field as it is typed):
+a path the principal may not name (app/auth/spec_access.py), a model folder without
+config.json, and a dataset whose columns (read cheaply: tunedeck/data/columns.py) do not map
+to a prompt and a response with the spec's `columns`.
+
+Only what exists here is judged: a path missing on the web host may exist on the worker's,
+which checks it again before the job takes a GPU."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.auth.principal import Principal
+from app.auth.spec_access import spec_access_problems
+from tunedeck.data.columns import peek_columns
+from tunedeck.data.input_paths import is_local_reference
+from tunedeck.data.records import columns_problem
+from tunedeck.job_spec import JobSpec
+from tunedeck.settings import Settings
+
+MODEL_CONFIG = "config.json"  # what makes a folder a Hugging Face model
+PICK_COLUMNS = "in the form: the column pickers under Dataset config, split and columns"
+
+
+def input_problems(spec: JobSpec, *, principal: Principal,
+                   settings: Settings) -> list[tuple[str, str]]:
+    """(field, message) for each input the principal may not name or the job could not
+    read; each message names its field, its path and the fix."""
+    problems = spec_access_problems(spec, principal=principal, settings=settings)
+    refused = {field for field, _ in problems}
+    if "model" not in refused:
+        problems += [("model", message) for message in [_model_folder_problem(spec.model)]
+                     if message]
+    for field, split in (("dataset", spec.dataset_split),
+                         ("eval_dataset", spec.eval_dataset_split)):
+        reference = getattr(spec, field)
+        if reference and field not in refused:
+            message = _dataset_columns_problem(field, reference, split, spec)
+            problems += [(field, message)] if message else []
+    return problems
+
+
+def _model_folder_problem(reference: str) -> str | None:
+    path = Path(reference)
+    if not is_local_reference(reference) or not path.is_dir() or (path / MODEL_CONFIG).is_file():
+        return None
+    return (f"model {reference}: no {MODEL_CONFIG} in this folder; expected a Hugging Face "
+            "model folder (config.json, the weights and the tokenizer files)")
+
+
+def _dataset_columns_problem(field: str, reference: str, split: str, spec: JobSpec) -> str | None:
+    if not is_local_reference(reference):
+        return None
+    try:
+        names = peek_columns(reference, split=split)
+    except (OSError, ValueError):
+        return None  # unreadable here: the worker's check says why, naming the line
+    problem = columns_problem(names, spec.columns) if names else None
+    if problem is None:
+        return None
+    return f"{field} {reference}: {problem}; {PICK_COLUMNS}"

@@ -1,0 +1,6 @@
+"""`python -m cli`: what the installed `tunedeck` command runs."""
+import sys
+
+from cli.main import main
+
+sys.exit(main())

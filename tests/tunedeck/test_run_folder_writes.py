@@ -1,0 +1,31 @@
+"""The run folder's JSON files are written whole, even by two writers at once."""
+from __future__ import annotations
+
+import threading
+
+from tunedeck.run_folder import read_json, write_json
+
+
+def test_two_writers_of_one_file_never_rename_each_others_partial(tmp_path):
+    # The nodes of a multi-node job share one run folder and each writes spec.json.
+    target = tmp_path / "spec.json"
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def write(node: int) -> None:
+        start.wait()
+        try:
+            for round_ in range(200):
+                write_json(target, {"node": node, "round": round_})
+        except BaseException as error:  # noqa: BLE001 - the test reports it below
+            errors.append(error)
+
+    writers = [threading.Thread(target=write, args=(node,)) for node in range(4)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+
+    assert errors == []
+    assert read_json(target)["round"] == 199
+    assert [path.name for path in tmp_path.iterdir()] == ["spec.json"]
