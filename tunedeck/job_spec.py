@@ -20,8 +20,9 @@ from tunedeck.spec_fields import (BACKENDS, DTYPES, EXPORT_DTYPES, LEARNING_RATE
                                   Backend, ExportDType, JobSpecFields, LearningRateSchedule,
                                   Method, Precision, Tracker)
 from tunedeck.spec_sections import (ATTENTIONS, DEFAULT_BUCKET_ELEMENTS, KERNELS,  # noqa: F401
-                                    SPEED_PACKAGES, Attention, ColumnMapping, DType,
-                                    FsdpSettings, Kernels, LoraSettings, ShardingStrategy,
+                                    OBJECTIVES, PREFERENCE_LOSSES, REFERENCES, SPEED_PACKAGES,
+                                    Attention, ColumnMapping, DpoSettings, DType, FsdpSettings,
+                                    Kernels, LoraSettings, Objective, ShardingStrategy,
                                     SpeedPackage, StrictModel, Zero2Settings, _no_nul)
 
 
@@ -154,6 +155,28 @@ class JobSpec(JobSpecFields):
             raise ValueError("hybrid_shard is not available yet; use full_shard (it shards "
                              "across every rank of every node) or shard_grad_op")
         return fsdp
+
+    @model_validator(mode="after")
+    def _objective_fits_its_data_layout(self) -> "JobSpec":
+        if self.objective == "dpo":
+            # A pair's two answers go through one padded forward, each row one answer.
+            for field in ("packing", "padding_free"):
+                if getattr(self, field):
+                    raise ValueError(f"{field}: objective dpo lays each answer of a pair out as "
+                                     f"a row of its own; turn {field} off")
+            if self.columns.messages or self.columns.response:
+                raise ValueError("columns.messages/response name supervised examples; objective "
+                                 "dpo reads columns.prompt, columns.chosen and columns.rejected")
+        elif self.columns.chosen or self.columns.rejected:
+            raise ValueError("columns.chosen/rejected name preference pairs: set objective dpo, "
+                             "or map columns.prompt/response for sft")
+        # The dpo section, like a backend's, is read only when chosen (a Retry may switch).
+        return self
+
+    @property
+    def uses_reference_model(self) -> bool:
+        """A DPO-family loss that compares with a reference (not simpo or orpo)."""
+        return self.objective == "dpo" and self.dpo.uses_reference
 
     @model_validator(mode="after")
     def _one_host_for_one_node(self) -> "JobSpec":

@@ -8,8 +8,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from tunedeck.spec_sections import (Attention, ColumnMapping, DType, FsdpSettings, Kernels,
-                                    LoraSettings, ShardingStrategy, StrictModel, Zero2Settings)
+from tunedeck.spec_sections import (Attention, ColumnMapping, DpoSettings, DType, FsdpSettings,
+                                    Kernels, LoraSettings, Objective, ShardingStrategy,
+                                    StrictModel, Zero2Settings)
 
 Method = Literal["lora", "qlora", "full"]
 Backend = Literal["zero2", "fsdp"]
@@ -71,6 +72,11 @@ class JobSpecFields(StrictModel):
         ColumnMapping(), title="Columns",
         description="The dataset's own column names where they differ from the usual ones "
                     "(`eval_dataset` is read with them too).")
+    objective: Objective = Field(
+        "sft", title="Objective",
+        description="`sft`: supervised fine-tuning on prompt/answer examples; `dpo`: "
+                    "preference tuning on prompt/chosen/rejected pairs (the `dpo` section "
+                    "picks the loss: DPO, IPO, hinge, SimPO or ORPO).")
     method: Method = Field(
         "lora", title="Method",
         description="`lora` (an adapter), `qlora` (an adapter on a 4-bit NF4 base; zero2 only) "
@@ -210,6 +216,9 @@ class JobSpecFields(StrictModel):
                     "tensorboard (event files in the run folder's tensorboard/), mlflow (a run "
                     "on TUNEDECK_MLFLOW_TRACKING_URI), wandb (a run, offline unless "
                     "TUNEDECK_WANDB_MODE=online). Empty: none.")
+    dpo: DpoSettings = Field(
+        DpoSettings(), title="Preference tuning",
+        description="The preference loss and its reference model (objective dpo).")
     lora: LoraSettings = Field(
         LoraSettings(), title="LoRA",
         description="The adapter's settings (methods lora and qlora).")

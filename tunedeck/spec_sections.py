@@ -141,8 +141,17 @@ class ColumnMapping(StrictModel):
     system: str | None = Field(
         None, min_length=1, max_length=200, title="System prompt column",
         description="A column whose text becomes the system prompt.")
+    # Preference pairs (objective dpo): the two answers to one prompt.
+    chosen: str | None = Field(
+        None, min_length=1, max_length=200, title="Chosen column",
+        description="Objective dpo: the column holding the preferred answer (text, or a chat "
+                    "ending with it).")
+    rejected: str | None = Field(
+        None, min_length=1, max_length=200, title="Rejected column",
+        description="Objective dpo: the column holding the dispreferred answer (text, or a "
+                    "chat ending with it).")
 
-    @field_validator("prompt", "response", "messages", "system")
+    @field_validator("prompt", "response", "messages", "system", "chosen", "rejected")
     @classmethod
     def _name_without_nul(cls, name: str | None) -> str | None:
         return _no_nul(name) if name is not None else None
@@ -152,6 +161,68 @@ class ColumnMapping(StrictModel):
         if self.messages and (self.prompt or self.response):
             raise ValueError("set columns.messages (a chat) or columns.prompt/response "
                              "(one turn), not both")
+        if (self.chosen or self.rejected) and (self.messages or self.response):
+            raise ValueError("columns.chosen/rejected name a preference pair's answers; "
+                             "columns.messages and columns.response are for supervised "
+                             "examples: set one kind")
+        return self
+
+
+Objective = Literal["sft", "dpo"]
+OBJECTIVES: tuple[str, ...] = Objective.__args__
+# sigmoid is DPO itself; simpo and orpo compare the policy's answers with no reference model.
+PreferenceLoss = Literal["sigmoid", "ipo", "hinge", "simpo", "orpo"]
+PREFERENCE_LOSSES: tuple[str, ...] = PreferenceLoss.__args__
+REFERENCE_FREE_LOSSES = frozenset({"simpo", "orpo"})
+# auto: the base with the adapter off (lora/qlora: no second copy), a frozen copy (full);
+# precomputed: the reference log-probabilities of every pair, in one pass before step 1.
+Reference = Literal["auto", "precomputed"]
+REFERENCES: tuple[str, ...] = Reference.__args__
+
+
+class DpoSettings(StrictModel):
+    beta: float = Field(
+        0.1, gt=0, le=100, title="Beta",
+        description="How far the policy may move from the reference: the temperature of the "
+                    "preference loss (for orpo, the weight of its odds-ratio term).")
+    loss: PreferenceLoss = Field(
+        "sigmoid", title="Preference loss",
+        description="`sigmoid` (DPO), `ipo`, `hinge`, or the reference-free `simpo` and "
+                    "`orpo`.")
+    label_smoothing: float = Field(
+        0.0, ge=0, lt=0.5, title="Label smoothing",
+        description="Loss sigmoid: the share of pairs assumed mislabelled (conservative DPO).")
+    reference: Reference = Field(
+        "auto", title="Reference model",
+        description="`auto`: the base with the adapter off for lora/qlora (no second copy), a "
+                    "frozen copy for full; `precomputed`: the reference log-probabilities "
+                    "computed once, before step 1, so a full fine-tune holds one model. Not "
+                    "used by simpo and orpo.")
+    sft_weight: float | None = Field(
+        None, ge=0, le=100, title="SFT term weight",
+        description="Weight of the chosen answer's cross-entropy added to the loss (RPO; "
+                    "ORPO's SFT term); unset: 1 for orpo, 0 otherwise.")
+    simpo_gamma: float = Field(
+        0.5, ge=0, le=100, title="SimPO target margin",
+        description="Loss simpo: the margin (gamma) the chosen answer's reward must beat.")
+
+    @property
+    def sft_term_weight(self) -> float:
+        if self.sft_weight is not None:
+            return self.sft_weight
+        return 1.0 if self.loss == "orpo" else 0.0
+
+    @property
+    def uses_reference(self) -> bool:
+        return self.loss not in REFERENCE_FREE_LOSSES
+
+    @model_validator(mode="after")
+    def _reference_fits_the_loss(self) -> "DpoSettings":
+        if self.reference == "precomputed" and not self.uses_reference:
+            raise ValueError(f"reference precomputed: loss {self.loss} has no reference model; "
+                             "leave reference auto, or pick sigmoid, ipo or hinge")
+        if self.label_smoothing > 0 and self.loss != "sigmoid":
+            raise ValueError(f"label_smoothing applies to loss sigmoid only, not {self.loss}")
         return self
 
 

@@ -139,7 +139,8 @@ def test_dataset_config_split_and_columns_are_spec_fields():
     assert (spec.columns.prompt, spec.columns.response, spec.columns.messages,
             spec.columns.system) == ("question", "answer", None, "persona")
     assert JobSpec(max_steps=1).columns.model_dump() == {
-        "prompt": None, "response": None, "messages": None, "system": None}
+        "prompt": None, "response": None, "messages": None, "system": None, "chosen": None,
+        "rejected": None}
 
 
 @pytest.mark.parametrize("data, field, message", [
