@@ -25,3 +25,25 @@ def arithmetic_pairs(size: int = ARITHMETIC_SIZE, seed: int = ARITHMETIC_SEED) -
             left, right = max(left, right), min(left, right)
             pairs.append((f"What is {left} - {right}?", str(left - right)))
     return pairs
+
+
+# `builtin:arithmetic-preference`: the same questions as preference pairs. The chosen answer
+# states the sum in a sentence ("12 + 7 = 19."), the rejected one is a bare wrong number: a
+# tiny model learns to prefer the chosen style within tens of steps, so its preference
+# accuracy visibly climbs from about 0.5.
+ARITHMETIC_PREFERENCE_SIZE = 1000
+
+
+def arithmetic_preference_records(size: int = ARITHMETIC_PREFERENCE_SIZE,
+                                  seed: int = ARITHMETIC_SEED) -> list[dict[str, str]]:
+    """{prompt, chosen, rejected} records; the same on every call."""
+    rng = random.Random(seed + 1)
+    records = []
+    for prompt, response in arithmetic_pairs(size, seed):
+        question = prompt.removeprefix("What is ").removesuffix("?")
+        right = int(response)
+        wrong = rng.choice([right + offset for offset in (-3, -2, -1, 1, 2, 3)
+                            if right + offset >= 0])
+        records.append({"prompt": prompt, "chosen": f"{question} = {response}.",
+                        "rejected": str(wrong)})
+    return records
