@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainer.model.builtin_model import _WORDS, ensure_builtin_model  # noqa: E402
 from trainer.model.model_source import load_tokenizer  # noqa: E402
-from trainer.data.tokenized_data import read_tokenized, tokenize_splits, write_tokenized  # noqa: E402
+from trainer.data.tokenized_data import read_tokenized, tokenize_example_splits, write_tokenized  # noqa: E402
 from tunedeck.job_spec import JobSpec  # noqa: E402
 from tunedeck.units import MIB  # noqa: E402
 
@@ -58,7 +58,7 @@ def main() -> None:
         spec = JobSpec(dataset=str(write_records(folder / "records.jsonl", arguments.records)),
                        max_steps=1, seq_len=256)
         before_bytes = psutil.Process().memory_info().rss
-        made, tokenize_seconds = timed(lambda: tokenize_splits(spec, tokenizer, ranks=arguments.ranks))
+        made, tokenize_seconds = timed(lambda: tokenize_example_splits(spec, tokenizer, ranks=arguments.ranks))
         # What a rank holds once it has tokenized: the records read and the rows as lists.
         rows_bytes = psutil.Process().memory_info().rss - before_bytes
         _, write_seconds = timed(lambda: write_tokenized(folder / "node-0", lambda: made))

@@ -16,10 +16,9 @@ from typing import Any
 from tunedeck.data.records import Example, eval_split_problem, split_eval_examples
 from tunedeck.job_spec import JobSpec
 
-from trainer.data.datasets import IGNORE_INDEX, TokenizedExample, collate_rows, load_spec_examples
+from trainer.data.datasets import IGNORE_INDEX, TokenizedExample, load_spec_examples
 from trainer.rank import RankContext
 from trainer.telemetry import Telemetry
-from trainer.token_loss import model_summed_loss, summed_token_loss
 
 
 def load_train_and_eval_examples(spec: JobSpec, *, ranks: int) -> tuple[list[Example], list[Example]]:
@@ -45,25 +44,25 @@ def eval_source(spec: JobSpec) -> str:
 
 def score_micro_batch(model, batch: dict[str, Any], *, loss_in_model: bool = False,
                       aux_loss_coefficient: float = 0.0) -> tuple[Any, Any]:
-    """What a backend's `evaluate` returns: (summed answer-token loss, answer-token count)
-    of one micro-batch, in eval mode and without gradients; the model is back in training
-    mode afterwards. `loss_in_model` (Liger): the model's fused loss, asked to skip the
-    logits as in training (in eval mode Liger would make them whole: memory the plan does
-    not count), its router loss left out as the logits path leaves it out."""
+    """Supervised fine-tuning's (summed answer-token loss, answer-token count) of one
+    micro-batch, in eval mode and without gradients (trainer/objectives/sft.py's score)."""
+    from trainer.objectives.sft import SftObjective
+
+    objective = SftObjective(loss_in_model=loss_in_model, aux_loss_coefficient=aux_loss_coefficient)
+    return forward_only(model, lambda model: objective.score(model, batch))
+
+
+def forward_only(model, function):
+    """`function(model)` in eval mode (dropout off) without gradients; the model is back in
+    training mode afterwards. What a backend's evaluate and a precomputed reference run."""
     import torch
 
     model.eval()
     try:
         with torch.no_grad():
-            if loss_in_model:
-                loss_sum, tokens, _aux = model_summed_loss(model, batch, aux_loss_coefficient,
-                                                           skip_logits=True)
-                return loss_sum, tokens
-            inputs = {name: tensor for name, tensor in batch.items() if name != "labels"}
-            logits = model(**inputs).logits
+            return function(model)
     finally:
         model.train()
-    return summed_token_loss(logits, batch["labels"])
 
 
 def rank_eval_batches(rows: Sequence[TokenizedExample], *, micro_batch_size: int, rank: int,
@@ -85,6 +84,7 @@ class Evaluation:
     every_steps: int  # 0: only after the last step
     context: RankContext
     telemetry: Telemetry
+    unit: str = "answer tokens"  # what the eval loss is a mean over (the objective's)
 
     def run_if_due(self, backend, *, step: int, total_steps: int) -> None:
         if step == total_steps or (self.every_steps and step % self.every_steps == 0):
@@ -96,15 +96,16 @@ class Evaluation:
 
         totals = torch.zeros(2, dtype=torch.float64, device=self.context.device)
         for batch in self.batches:
-            loss_sum, tokens = backend.evaluate({name: tensor.to(self.context.device)
-                                                 for name, tensor in batch.items()})
-            totals += torch.stack([loss_sum.double(), tokens.double()])
+            loss_sum, units = backend.evaluate({name: tensor.to(self.context.device)
+                                                for name, tensor in batch.items()})
+            totals += torch.stack([loss_sum.double(), units.double()])
         dist.all_reduce(totals)
-        loss_total, tokens = totals.tolist()
-        eval_loss = loss_total / tokens
-        self.telemetry.eval(step=step, eval_loss=eval_loss, eval_tokens=int(tokens))
+        loss_total, units = totals.tolist()
+        eval_loss = loss_total / units
+        # eval_tokens counts the loss's units: answer tokens, or pairs under dpo.
+        self.telemetry.eval(step=step, eval_loss=eval_loss, eval_tokens=int(units))
         if self.context.is_main:
-            print(f"step {step} eval_loss {eval_loss:.4f} over {int(tokens)} answer tokens", flush=True)
+            print(f"step {step} eval_loss {eval_loss:.4f} over {int(units)} {self.unit}", flush=True)
         return eval_loss
 
 
@@ -114,14 +115,17 @@ class NoEvaluation:
 
 
 def build_evaluation(rows: Sequence[TokenizedExample], *, pad_token_id: int, spec: JobSpec,
-                     context: RankContext, telemetry: Telemetry) -> Evaluation | NoEvaluation:
+                     context: RankContext, telemetry: Telemetry,
+                     objective=None) -> Evaluation | NoEvaluation:
     """This rank's eval micro-batches, from the eval rows (tokenized, and packed as training
-    is, by trainer/data/tokenized_data.py), laid out as training's are (padded, or padding-free:
-    flash attention keeps packed examples apart only in a padding-free row)."""
+    is, by trainer/data/tokenized_data.py), laid out by the objective as training's are."""
     if not rows:
         return NoEvaluation()
-    batches = rank_eval_batches(rows, micro_batch_size=spec.micro_batch_size,
-                                rank=context.rank, world_size=context.world_size)
-    return Evaluation(batches=[collate_rows(batch, pad_token_id, padding_free=spec.padding_free)
-                               for batch in batches],
-                      every_steps=spec.eval_every_steps, context=context, telemetry=telemetry)
+    if objective is None:
+        from trainer.objectives.sft import SftObjective
+
+        objective = SftObjective(loss_in_model=False, aux_loss_coefficient=0.0)
+    return Evaluation(batches=objective.eval_batches(rows, spec=spec, pad_token_id=pad_token_id,
+                                                     context=context),
+                      every_steps=spec.eval_every_steps, context=context, telemetry=telemetry,
+                      unit=objective.unit)

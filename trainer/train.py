@@ -7,6 +7,7 @@ function; only rank 0 writes the model.
 """
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import dataclass
@@ -21,13 +22,15 @@ from tunedeck.run_folder import RunFolder, read_json
 
 from trainer.backends import TrainingBackend, backend_class
 from trainer.checkpoint import Checkpoints, skip_micro_batches
-from trainer.data.datasets import MicroBatch, micro_batches
+from trainer.data.datasets import MicroBatch
 from trainer.evaluation import Evaluation, NoEvaluation, build_evaluation
 from trainer.model.export import export_weights
 from trainer.model.lora_targets import resolve_lora_targets
 from trainer.model.method import (apply_method, set_training_mode, trainable_parameter_count,
                                   uses_adapter)
 from trainer.mfu import MfuMeter
+from trainer.objectives import (TrainingObjective, build_objective, needs_frozen_reference,
+                                objective_type)
 from trainer.startup.progress import compiling_ops
 from trainer.model.model_source import load_base_model, load_tokenizer, resolve_model_source
 from trainer.rank import RankContext, seed_everything
@@ -71,7 +74,8 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     clock.mark("tokenizer")
     # The data before the model: a bad record fails in seconds, not after a model load. The
     # eval examples are held out here, before any training batch exists.
-    tokenized = tokenize_once(spec, tokenizer, run, context=context, telemetry=telemetry)
+    tokenized = tokenize_once(spec, tokenizer, run, context=context, telemetry=telemetry,
+                              tokenize_splits=objective_type(spec).tokenize_splits)
     announce_tokenized(tokenized, telemetry=telemetry, context=context)
     clock.mark("data")
     # transformers and torch are imported by now (the model's own modules and peft are
@@ -83,22 +87,31 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
                                  attn_implementation=attn_implementation(spec),
                                  telemetry=telemetry if context.is_main else None)
     apply_kernels(base_model, spec)  # before the adapter wraps its modules
+    # A full fine-tune's DPO reference: the base as loaded, frozen, placed by the backend.
+    reference_model = (backend_type.wrap_frozen(copy.deepcopy(base_model), backend_settings,
+                                                context)
+                       if needs_frozen_reference(spec) else None)
     clock.mark("base model")
     if uses_adapter(spec) and context.is_main:
         telemetry.notice(resolve_lora_targets(base_model, spec.lora).as_text())
     model = apply_method(base_model, spec)
     clock.mark("method")
-    data = prepare_training_data(spec, tokenizer, tokenized, context=context)
+    objective = build_objective(spec, model, reference_model=reference_model,
+                                loss_in_model=loss_in_model(spec))
     evaluation = build_evaluation(tokenized.eval_rows, pad_token_id=tokenizer.pad_token_id,
-                                  spec=spec, context=context, telemetry=telemetry)
+                                  spec=spec, context=context, telemetry=telemetry,
+                                  objective=objective)
 
     set_training_mode(model, spec)
     # After apply_method: which weights are trained is what tells LoRA's FLOPs from full's.
     mfu_meter = MfuMeter.for_model(model, device=context.device, world_size=context.world_size)
     with compiling_ops(telemetry, compiling=compiling):
-        backend = backend_type.wrap(model, backend_settings, context,
-                                    loss_in_model=loss_in_model(spec))
+        backend = backend_type.wrap(model, backend_settings, context, objective=objective)
     clock.mark("backend")
+    # Before a resumed run loads its checkpoint: a precomputed reference is the base's.
+    objective.prepare(backend.forward_only, tokenized.train_rows, spec=spec,
+                      pad_token_id=tokenizer.pad_token_id, context=context, telemetry=telemetry)
+    data = prepare_training_data(spec, tokenizer, tokenized, context=context, objective=objective)
     if context.is_main:
         print(clock.as_text(), flush=True)
     telemetry.notice(f"training started: {data.total_steps} steps, {data.description}, "
@@ -110,7 +123,7 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     throughput = run_training_loop(backend, batches, spec=spec, start_step=start_step,
                                    total_steps=data.total_steps, checkpoints=checkpoints,
                                    evaluation=evaluation, context=context, telemetry=telemetry,
-                                   mfu_meter=mfu_meter)
+                                   mfu_meter=mfu_meter, figure_names=objective.figure_names)
     if context.is_main:
         # One line on stdout with or without telemetry: bench/overhead.py compares these.
         print(f"training summary: {throughput.as_text()}", flush=True)
@@ -141,21 +154,19 @@ def announce_tokenized(tokenized: TokenizedData, *, telemetry: Telemetry, contex
 
 
 def prepare_training_data(spec: JobSpec, tokenizer, tokenized: TokenizedData, *,
-                          context: RankContext) -> TrainingData:
+                          context: RankContext, objective: TrainingObjective) -> TrainingData:
     """This rank's endless micro-batches, and how many optimizer steps the job runs."""
     rows = tokenized.train_rows
-    batches = micro_batches(rows, micro_batch_size=spec.micro_batch_size,
-                            pad_token_id=tokenizer.pad_token_id, seed=spec.seed,
-                            rank=context.rank, world_size=context.world_size,
-                            padding_free=spec.padding_free)
+    batches = objective.micro_batches(rows, spec=spec, pad_token_id=tokenizer.pad_token_id,
+                                      context=context)
     total_steps = total_optimizer_steps(
-        max_steps=spec.max_steps, epochs=spec.epochs, example_count=len(rows),
+        max_steps=spec.max_steps, epochs=spec.epochs, example_count=objective.example_count(rows),
         micro_batch_size=spec.micro_batch_size, grad_accum=spec.grad_accum,
         world_size=context.world_size)
     packed_rows = f" in {len(rows)} packed rows" if spec.packing else ""
     layout = ", each micro-batch one padding-free row" if spec.padding_free else ""
-    return TrainingData(batches, total_steps,
-                        f"{tokenized.train_examples} examples{packed_rows}{layout}")
+    examples = f"{tokenized.train_examples} {'pairs' if objective.unit == 'pairs' else 'examples'}"
+    return TrainingData(batches, total_steps, f"{examples}{packed_rows}{layout}")
 
 
 def export_trained_model(backend: TrainingBackend, spec: JobSpec, run: RunFolder, *,
@@ -180,8 +191,8 @@ def export_trained_model(backend: TrainingBackend, spec: JobSpec, run: RunFolder
 def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *, spec: JobSpec,
                       start_step: int, total_steps: int, checkpoints: Checkpoints,
                       evaluation: Evaluation | NoEvaluation, context: RankContext,
-                      telemetry: Telemetry, mfu_meter: MfuMeter = MfuMeter(None, None)
-                      ) -> Throughput:
+                      telemetry: Telemetry, mfu_meter: MfuMeter = MfuMeter(None, None),
+                      figure_names: tuple[str, ...] = ()) -> Throughput:
     throughput = Throughput(first_step=start_step + 1)
     footprint_pending = True
     start_training_peaks(context.device)
@@ -192,7 +203,7 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *
                                          schedule=spec.lr_schedule)
         backend.set_learning_rate(learning_rate)
         step_batches = [next(batches) for _ in range(spec.grad_accum)]
-        loss, tokens, grad_norm_value = run_optimizer_step(
+        loss, tokens, grad_norm_value, figures = run_optimizer_step(
             backend, step_batches, context=context,
             report_memory=context.is_main and step == start_step + 1)
         step_seconds = time.perf_counter() - started
@@ -200,7 +211,7 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *
         reporting = time.perf_counter()
         telemetry.step(step=step, loss=loss, learning_rate=learning_rate, grad_norm=grad_norm_value,
                        tokens_per_second=tokens / step_seconds, step_seconds=step_seconds,
-                       tokens=int(tokens),
+                       tokens=int(tokens), **dict(zip(figure_names, figures)),
                        **mfu_meter.step_fields(tokens / step_seconds,
                                                [batch.row_lengths for batch in step_batches]))
         telemetry.memory(step=step)
@@ -241,27 +252,30 @@ def stop_on_non_finite_loss(loss: float, *, step: int, precision: str) -> None:
 
 def run_optimizer_step(backend: TrainingBackend, step_batches: list[MicroBatch], *,
                        context: RankContext, report_memory: bool = False
-                       ) -> tuple[float, float, float]:
+                       ) -> tuple[float, float, float, list[float]]:
     """Forward and backward of the step's micro-batches, then the update: (the step's loss,
-    its non-pad tokens on every rank, the global gradient norm). The loss, and the gradient,
-    are the mean over every answer token of the step on every rank (trainer/token_loss.py),
-    so the same global batch trains the same model however it is split. `report_memory`
-    prints where a GPU's memory peaked, before and with the update."""
+    its non-pad tokens on every rank, the global gradient norm, the objective's figures).
+    The loss, the gradient and each figure are the mean over every loss unit of the step
+    on every rank (answer tokens, or pairs: trainer/objectives/), so the same global batch
+    trains the same model however it is split. `report_memory` prints where a GPU's memory
+    peaked, before and with the update."""
     loss_tokens, tokens = all_reduce_sums(
         [sum(batch.loss_tokens for batch in step_batches),
          sum(batch.token_count for batch in step_batches)], context=context)
     loss_weight = step_loss_weight(world_size=context.world_size, step_loss_tokens=loss_tokens)
-    loss_sum = torch.zeros((), dtype=torch.float64, device=context.device)
+    sums = None  # [loss, *figures], summed over the step's micro-batches
     for micro_batch in step_batches:
         batch = {name: tensor.to(context.device, non_blocking=True)
                  for name, tensor in micro_batch.inputs.items()}
-        loss_sum += backend.step(batch, loss_weight=loss_weight)
+        micro_sums = backend.step(batch, loss_weight=loss_weight).to(torch.float64)
+        sums = micro_sums if sums is None else sums + micro_sums
     before_update = allocator_peaks(context.device) if report_memory else None
     grad_norm = backend.optimizer_step()
     if before_update is not None:
         print(first_step_memory_text(before_update, allocator_peaks(context.device)), flush=True)
-    loss_total, grad_norm_value = reduce_step_loss(loss_sum, grad_norm)
-    return loss_total / max(loss_tokens, 1.0), tokens, grad_norm_value
+    totals, grad_norm_value = reduce_step_sums(sums, grad_norm)
+    units = max(loss_tokens, 1.0)
+    return totals[0] / units, tokens, grad_norm_value, [total / units for total in totals[1:]]
 
 
 def all_reduce_sums(values: list[float], *, context: RankContext) -> list[float]:
@@ -272,10 +286,9 @@ def all_reduce_sums(values: list[float], *, context: RankContext) -> list[float]
     return totals.tolist()
 
 
-def reduce_step_loss(loss_sum, grad_norm) -> tuple[float, float]:
-    """Sum the loss over ranks in one small all_reduce, then read it and the norm back to
-    the host at once. (The norm is global already.)"""
-    dist.all_reduce(loss_sum)
-    everything = torch.cat([loss_sum.reshape(1), grad_norm.detach().reshape(1).to(loss_sum)])
-    loss_total, grad_norm_value = everything.tolist()
-    return loss_total, grad_norm_value
+def reduce_step_sums(sums, grad_norm) -> tuple[list[float], float]:
+    """Sum the loss (and the objective's figures) over ranks in one small all_reduce, then
+    read them and the norm back to the host at once. (The norm is global already.)"""
+    dist.all_reduce(sums)
+    everything = torch.cat([sums.reshape(-1), grad_norm.detach().reshape(1).to(sums)]).tolist()
+    return everything[:-1], everything[-1]

@@ -14,6 +14,7 @@ from tunedeck.job_spec import JobSpec
 
 from trainer.backends.fsdp import FsdpBackend
 from trainer.model.method import apply_method
+from trainer.objectives import build_objective
 from trainer.model.model_source import load_base_model
 from trainer.rank import rank_context_from_environment, seed_everything
 from trainer.token_loss import loss_token_count
@@ -53,7 +54,8 @@ def run_case(source: str, context, spec_fields: dict) -> dict:
     spec = JobSpec(method="full", backend="fsdp", max_steps=1, **spec_fields)
     seed_everything(spec.seed)
     model = apply_method(load_base_model(source), spec)
-    backend = FsdpBackend.wrap(model, fsdp_settings(spec), context)
+    backend = FsdpBackend.wrap(model, fsdp_settings(spec), context,
+                               objective=build_objective(spec, model))
     input_ids = torch.randint(0, 300, (2, 16), generator=torch.Generator().manual_seed(0))
     batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids),
              "labels": input_ids}

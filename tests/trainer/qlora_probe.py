@@ -21,6 +21,7 @@ from tunedeck.job_spec import JobSpec
 from trainer.backends.fsdp_sharding import shard_model
 from trainer.backends.zero2 import Zero2Backend
 from trainer.model.method import apply_method
+from trainer.objectives import build_objective
 from trainer.model.model_source import load_base_model
 from trainer.rank import rank_context_from_environment, seed_everything
 
@@ -100,7 +101,7 @@ def zero2_wrap(source: str, context) -> dict:
     weight = first_4bit_weight(model)
     data, quant_state = weight.data.clone(), weight.quant_state
     dequantized = dequantize_4bit(data, quant_state)
-    Zero2Backend.wrap(model, zero2_config(spec), context)
+    Zero2Backend.wrap(model, zero2_config(spec), context, objective=build_objective(spec, model))
     weight = first_4bit_weight(model)
     return {"type": type(weight).__name__, "dtype": str(weight.dtype),
             "same_bytes": torch.equal(weight.data, data),

@@ -14,6 +14,7 @@ from tunedeck.job_spec import JobSpec
 from trainer.backends import backend_class
 from trainer.data.datasets import IGNORE_INDEX, TokenizedExample, collate
 from trainer.model.method import apply_method, set_training_mode
+from trainer.objectives import build_objective
 from trainer.model.model_source import load_base_model
 from trainer.rank import rank_context_from_environment, seed_everything
 from trainer.token_loss import loss_token_count
@@ -39,7 +40,8 @@ def run_case(name: str, fields: dict, model_dir: str, context) -> dict:
     model = apply_method(load_base_model(model_dir), spec)
     set_training_mode(model, spec)
     backend_type = backend_class(spec.backend)
-    backend = backend_type.wrap(model, backend_config(spec), context)
+    backend = backend_type.wrap(model, backend_config(spec), context,
+                                objective=build_objective(spec, model))
     rows = [TokenizedExample(input_ids=list(range(5, 5 + length)),
                              labels=[IGNORE_INDEX] + list(range(6, 5 + length)))
             for length in (6, 9)]
@@ -67,7 +69,8 @@ def fused_fp16_fails(model_dir: str, context) -> str | None:
     seed_everything(0)
     model = apply_method(load_base_model(model_dir), spec)
     set_training_mode(model, spec)
-    backend = backend_class("fsdp").wrap(model, settings, context)
+    backend = backend_class("fsdp").wrap(model, settings, context,
+                                        objective=build_objective(spec, model))
     rows = [TokenizedExample(input_ids=list(range(5, 11)), labels=[IGNORE_INDEX, *range(6, 11)])]
     batch = collate(rows, pad_token_id=0)
     try:

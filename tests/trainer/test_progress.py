@@ -13,7 +13,7 @@ from trainer.model.model_source import checkpoint_tensor_bytes, load_base_model,
 from trainer.startup.progress import (LOADING_WEIGHTS_DESC, Phase, download_progress_class,
                                       loading_weights_progress)
 from trainer.telemetry import FileTelemetry
-from trainer.data.tokenized_data import tokenize_splits
+from trainer.data.tokenized_data import tokenize_example_splits
 from tunedeck.job_spec import JobSpec
 from tunedeck.metrics.events import PHASE_FIELDS, decode_event, phase_text
 from tunedeck.units import GB, format_size
@@ -274,7 +274,7 @@ def test_tokenizing_counts_the_records_train_and_eval(tmp_path, telemetry, built
     monkeypatch.setattr(tokenized_data, "TOKENIZE_CHUNK_RECORDS", 16)
     monkeypatch.setattr("trainer.startup.progress.MIN_INTERVAL_SECONDS", 0.0)
     spec = JobSpec(max_steps=1, seq_len=64, eval_split=0.1)
-    made = tokenize_splits(spec, builtin_tokenizer, ranks=2, telemetry=telemetry)
+    made = tokenize_example_splits(spec, builtin_tokenizer, ranks=2, telemetry=telemetry)
     events = phase_events(tmp_path / "metrics" / "rank-0.jsonl")
     total = events[0]["total"]
     assert made["train_examples"] < total  # the eval records are counted too

@@ -5,13 +5,13 @@ import json
 import pytest
 
 from tunedeck.job_spec import JobSpec
-from trainer.data.tokenized_data import MANIFEST_FILE, read_tokenized, tokenize_splits, write_tokenized
+from trainer.data.tokenized_data import MANIFEST_FILE, read_tokenized, tokenize_example_splits, write_tokenized
 
 
 @pytest.mark.parametrize("packing", [False, True])
 def test_the_memory_mapped_rows_are_the_tokenized_rows(packing, tmp_path, builtin_tokenizer):
     spec = JobSpec(max_steps=1, seq_len=64, packing=packing, eval_split=0.1)
-    made = tokenize_splits(spec, builtin_tokenizer, ranks=2)
+    made = tokenize_example_splits(spec, builtin_tokenizer, ranks=2)
     write_tokenized(tmp_path / "node-0", lambda: made)
     data = read_tokenized(tmp_path / "node-0")
     assert list(data.train_rows) == made["rows"]["train"]
@@ -26,7 +26,7 @@ def test_the_memory_mapped_rows_are_the_tokenized_rows(packing, tmp_path, builti
 
 def test_a_job_without_an_eval_set_has_no_eval_rows(tmp_path, builtin_tokenizer):
     write_tokenized(tmp_path / "node-0",
-                    lambda: tokenize_splits(JobSpec(max_steps=1, seq_len=64), builtin_tokenizer, ranks=2))
+                    lambda: tokenize_example_splits(JobSpec(max_steps=1, seq_len=64), builtin_tokenizer, ranks=2))
     data = read_tokenized(tmp_path / "node-0")
     assert len(data.eval_rows) == 0 and len(data.train_rows) > 0
     with pytest.raises(IndexError):

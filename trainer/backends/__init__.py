@@ -28,21 +28,30 @@ class TrainingBackend(Protocol):
 
     @classmethod
     def wrap(cls, model, settings: dict[str, Any], context: RankContext, *,
-             loss_in_model: bool = False) -> "TrainingBackend":
+             objective) -> "TrainingBackend":
         """Take ownership of `model`; `settings` is the run folder's generated config.
-        `loss_in_model`: the model takes the labels and returns the summed loss (Liger's
-        fused linear cross-entropy; trainer/token_loss.py)."""
+        `objective` (trainer/objectives/) computes each micro-batch's loss."""
+
+    @classmethod
+    def wrap_frozen(cls, model, settings: dict[str, Any], context: RankContext):
+        """A frozen model placed as the backend places the trained one (a DPO reference
+        copy): the module to forward under no_grad."""
 
     def set_learning_rate(self, learning_rate: float) -> None: ...
 
     def step(self, batch: dict[str, Any], *, loss_weight: float) -> "torch.Tensor":  # noqa: F821
-        """Forward and backward of one micro-batch: backward of its summed answer-token loss
-        times `loss_weight`, gradients summed over the step's micro-batches and averaged
-        over ranks, nothing else scaled. Returns the detached summed loss (no sync)."""
+        """Forward and backward of one micro-batch: backward of its summed loss times
+        `loss_weight`, gradients summed over the step's micro-batches and averaged over
+        ranks, nothing else scaled. Returns the objective's detached sums [loss, *figures]
+        (no sync)."""
 
     def evaluate(self, batch: dict[str, Any]) -> tuple["torch.Tensor", "torch.Tensor"]:  # noqa: F821
-        """Forward only, in eval mode: one micro-batch's summed answer-token loss and its
-        answer-token count (no sync; the caller all-reduces both)."""
+        """Forward only, in eval mode: one micro-batch's summed loss and its loss units
+        (no sync; the caller all-reduces both)."""
+
+    def forward_only(self, function):
+        """`function(model)` in eval mode without gradients (every rank alike: an FSDP
+        forward is a collective)."""
 
     def optimizer_step(self) -> "torch.Tensor":  # noqa: F821
         """Clip and apply the accumulated gradients; the global norm before clipping."""

@@ -14,15 +14,13 @@ from trainer.backends.fsdp_sharding import shard_model
 from trainer.footprint import Footprint, gradient_bytes, optimizer_state_bytes, parameter_bytes
 from trainer.model.method import trainable_parameters
 from trainer.rank import RankContext
-from trainer.token_loss import micro_batch_objective, router_aux_loss_coefficient
 
 
 class FsdpBackend:
-    def __init__(self, model, optimizer, *, grad_accum: int, max_grad_norm: float, scaler=None,
-                 loss_in_model: bool = False):
+    def __init__(self, model, optimizer, *, objective, grad_accum: int, max_grad_norm: float,
+                 scaler=None):
         self._model = model
-        self._loss_in_model = loss_in_model
-        self._aux_loss_coefficient = router_aux_loss_coefficient(model)
+        self._objective = objective  # trainer/objectives/: the loss of a micro-batch
         self._optimizer = optimizer
         self._grad_accum = grad_accum
         self._max_grad_norm = max_grad_norm
@@ -46,7 +44,7 @@ class FsdpBackend:
 
     @classmethod
     def wrap(cls, model, settings: dict[str, Any], context: RankContext, *,
-             loss_in_model: bool = False) -> "FsdpBackend":
+             objective) -> "FsdpBackend":
         import torch
 
         shard_model(model, settings, context)
@@ -59,10 +57,24 @@ class FsdpBackend:
             # the setting existed has no key, and ran the default (foreach) then.
             fused=optimizer_settings.get("fused", False) or None,
         )
-        return cls(model, optimizer, grad_accum=settings["gradient_accumulation_steps"],
+        return cls(model, optimizer, objective=objective,
+                   grad_accum=settings["gradient_accumulation_steps"],
                    max_grad_norm=settings["gradient_clipping"],
-                   scaler=loss_scaler(settings["loss_scaling"], context),
-                   loss_in_model=loss_in_model)
+                   scaler=loss_scaler(settings["loss_scaling"], context))
+
+    @classmethod
+    def wrap_frozen(cls, model, settings: dict[str, Any], context: RankContext):
+        """A frozen model (a DPO reference copy), sharded as the trained one is: its weights
+        kept in the compute dtype (nothing steps on them), each layer gathered for its
+        forward and freed after."""
+        import torch
+
+        param_dtype = getattr(torch, settings["mixed_precision"]["param_dtype"])
+        model.requires_grad_(False)
+        for parameter in model.parameters():  # buffers: as shard_model casts the model's
+            parameter.data = parameter.data.to(param_dtype)
+        shard_model(model, {**settings, "compile": False}, context)
+        return model.eval()
 
     def set_learning_rate(self, learning_rate: float) -> None:
         for group in self._optimizer.param_groups:
@@ -73,21 +85,21 @@ class FsdpBackend:
         # Reduce-scatter gradients only after the last micro-batch of the step; FSDP
         # averages them over ranks there, which the weight counts on.
         self._model.set_requires_gradient_sync(self._micro_step % self._grad_accum == 0)
-        objective, loss_sum = micro_batch_objective(
-            self._model, batch, loss_weight=loss_weight,
-            aux_loss_coefficient=self._aux_loss_coefficient, loss_in_model=self._loss_in_model)
+        objective, sums = self._objective.loss(self._model, batch, loss_weight=loss_weight)
         if self._scaler is not None:
             objective = self._scaler.scale(objective)
         objective.backward()
-        return loss_sum
+        return sums
 
     def evaluate(self, batch: dict[str, Any]):
-        """(summed answer-token loss, answer-token count) of one micro-batch: eval mode, no
-        gradients. FSDP gathers parameters in forward, so every rank must call it alike."""
-        from trainer.evaluation import score_micro_batch
+        """(summed loss, loss units) of one micro-batch: eval mode, no gradients. FSDP
+        gathers parameters in forward, so every rank must call it alike."""
+        return self.forward_only(lambda model: self._objective.score(model, batch))
 
-        return score_micro_batch(self._model, batch, loss_in_model=self._loss_in_model,
-                                 aux_loss_coefficient=self._aux_loss_coefficient)
+    def forward_only(self, function):
+        from trainer.evaluation import forward_only
+
+        return forward_only(self._model, function)
 
     def optimizer_step(self):
         import torch

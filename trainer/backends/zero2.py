@@ -13,7 +13,6 @@ from tunedeck.torch_extensions import environment_extensions_dir
 from trainer.footprint import Footprint, parameter_bytes, zero2_gradient_bytes, zero2_optimizer_bytes
 from trainer.model.method import trainable_parameters
 from trainer.rank import RankContext
-from trainer.token_loss import micro_batch_objective, router_aux_loss_coefficient
 
 # The sub-folder of a checkpoint that holds DeepSpeed's files.
 DEEPSPEED_CHECKPOINT_TAG = "deepspeed"
@@ -120,10 +119,9 @@ def ops_to_compile(settings: dict[str, Any], context: RankContext, extensions_di
 
 
 class Zero2Backend:
-    def __init__(self, engine, *, loss_in_model: bool = False):
+    def __init__(self, engine, *, objective):
         self._engine = engine
-        self._loss_in_model = loss_in_model
-        self._aux_loss_coefficient = router_aux_loss_coefficient(engine.module)
+        self._objective = objective  # trainer/objectives/: the loss of a micro-batch
         self._gradient_bytes: int | None = None  # measured once, at the first boundary
 
     @classmethod
@@ -149,7 +147,7 @@ class Zero2Backend:
 
     @classmethod
     def wrap(cls, model, settings: dict[str, Any], context: RankContext, *,
-             loss_in_model: bool = False) -> "Zero2Backend":
+             objective) -> "Zero2Backend":
         import deepspeed
 
         parameters = trainable_parameters(model)
@@ -159,16 +157,25 @@ class Zero2Backend:
             announce_bucket(settings, config)
         engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=parameters,
                                                config=config)
-        return cls(engine, loss_in_model=loss_in_model)
+        return cls(engine, objective=objective)
+
+    @classmethod
+    def wrap_frozen(cls, model, settings: dict[str, Any], context: RankContext):
+        """A frozen model (a DPO reference copy): ZeRO-2 shards no parameters, so each rank
+        holds it whole, in the compute dtype DeepSpeed casts the trained model to."""
+        import torch
+
+        dtype = (torch.bfloat16 if settings.get("bf16", {}).get("enabled") else
+                 torch.float16 if settings.get("fp16", {}).get("enabled") else torch.float32)
+        model.requires_grad_(False)
+        return model.to(device=context.device, dtype=dtype).eval()
 
     def set_learning_rate(self, learning_rate: float) -> None:
         for group in self._engine.optimizer.param_groups:
             group["lr"] = learning_rate
 
     def step(self, batch: dict[str, Any], *, loss_weight: float):
-        objective, loss_sum = micro_batch_objective(
-            self._engine, batch, loss_weight=loss_weight,
-            aux_loss_coefficient=self._aux_loss_coefficient, loss_in_model=self._loss_in_model)
+        objective, sums = self._objective.loss(self._engine, batch, loss_weight=loss_weight)
         # The weight already makes the step's sum its mean over answer tokens, so DeepSpeed
         # must not divide by gradient_accumulation_steps as well; it still averages over
         # ranks when it reduces at the boundary, and engine.step() counts micro-batches and
@@ -178,15 +185,17 @@ class Zero2Backend:
             # The reduced gradient partition exists only from here to the optimizer step.
             self._gradient_bytes = zero2_gradient_bytes(self._engine.optimizer)
         self._engine.step()
-        return loss_sum
+        return sums
 
     def evaluate(self, batch: dict[str, Any]):
-        """(summed answer-token loss, answer-token count) of one micro-batch: eval mode, no
-        gradients, and nothing counted towards gradient accumulation."""
-        from trainer.evaluation import score_micro_batch
+        """(summed loss, loss units) of one micro-batch: eval mode, no gradients, and
+        nothing counted towards gradient accumulation."""
+        return self.forward_only(lambda model: self._objective.score(model, batch))
 
-        return score_micro_batch(self._engine, batch, loss_in_model=self._loss_in_model,
-                                 aux_loss_coefficient=self._aux_loss_coefficient)
+    def forward_only(self, function):
+        from trainer.evaluation import forward_only
+
+        return forward_only(self._engine, function)
 
     def optimizer_step(self):
         import torch

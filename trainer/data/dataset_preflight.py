@@ -8,6 +8,12 @@ example "loses answer tokens" when seq_len cuts some of its answer, and is "drop
 
 Every record is read and counted, and duplicates are found among all of them; above
 SAMPLE_LIMIT records a seeded sample of that many is tokenized, and the report says so.
+
+For objective dpo the records are preference pairs (read by `load_spec_pairs`, as the trainer
+reads them; tokenized by `tokenize_pairs`): the report counts pairs, the share whose chosen
+answer equals the rejected one, and, per pair, the shares where a side is over seq_len, loses
+answer tokens, or keeps none (`trainable_pairs` drops those); token lengths are each side's.
+A pair is two examples to tokenize, so SAMPLE_LIMIT // 2 pairs are.
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tunedeck.data.preference_records import PreferencePair
 from tunedeck.data.records import Example, held_out_count
 from tunedeck.data.sources import spec_source
 from tunedeck.job_spec import JobSpec
@@ -28,6 +35,8 @@ from tunedeck.job_spec import JobSpec
 from trainer.data.datasets import (IGNORE_INDEX, TokenizedExample, tokenize_all, has_answer_tokens,
                                    load_examples, truncate_example)
 from trainer.data.packing import pack_examples
+from trainer.data.preference_data import load_spec_pairs
+from trainer.data.preference_pairs import TokenizedPair, tokenize_pairs
 
 # Examples tokenized at most: the trainer's tokenizing takes about 0.3 ms an example
 # (0.4 ms of CPU; bench/preflight.py), so 10,000 keep a 100k-record preflight to some
@@ -49,11 +58,15 @@ def preflight_report(spec: JobSpec, *, tokenizer=None, cache_dir: Path | None = 
     it); ValueError or OSError naming the field for data that cannot be read."""
     started = time.perf_counter()
     with collection_paused():
-        examples = load_examples(spec_source(spec, "dataset", cache_dir=cache_dir))
+        if spec.objective == "dpo":
+            records = load_spec_pairs(spec, cache_dir=cache_dir)
+        else:
+            records = load_examples(spec_source(spec, "dataset", cache_dir=cache_dir))
         read_seconds = time.perf_counter() - started
         if tokenizer is None:
             tokenizer = _spec_tokenizer(spec)
-        report = _report(spec, tokenizer, examples, sample_limit)
+        build = _pair_report if spec.objective == "dpo" else _report
+        report = build(spec, tokenizer, records, sample_limit)
     report["seconds"] = {"read": round(read_seconds, 3),
                          "total": round(time.perf_counter() - started, 3)}
     return report
@@ -80,6 +93,7 @@ def _report(spec: JobSpec, tokenizer, examples: list[Example], sample_limit: int
     whole = tokenize_all(tokenizer, [examples[i] for i in indices], None, source=source)
     trained = [truncate_example(item, spec.seq_len) for item in whole]
     report = {
+        "objective": "sft",
         "records": len(examples),
         "sample": _sample_note(len(indices), len(examples), sample_limit),
         "seq_len": spec.seq_len,
@@ -90,6 +104,36 @@ def _report(spec: JobSpec, tokenizer, examples: list[Example], sample_limit: int
         "examples": _shown_examples(tokenizer, examples, indices, whole, spec.seq_len, source),
         "packing": _packing_note(trained, spec) if spec.packing else None,
         "eval_held_out": held_out_count(len(examples), spec.eval_split) if spec.eval_split else 0,
+    }
+    report["warnings"] = preflight_warnings(report)
+    return report
+
+
+def _pair_report(spec: JobSpec, tokenizer, pairs: list[PreferencePair],
+                 sample_limit: int) -> dict:
+    """The report of preference pairs: `_report`'s figures, a pair counted (over seq_len,
+    losing answer tokens, dropped) when either of its sides is; lengths are each side's."""
+    limit = max(1, sample_limit // 2)  # two answers a pair
+    indices = _sample_indices(len(pairs), limit)
+    source = f"dataset {spec.dataset}"
+    whole = tokenize_pairs(tokenizer, [pairs[i] for i in indices], None, source=source)
+    sides = [side for pair in whole for side in (pair.chosen, pair.rejected)]
+    trained = [truncate_example(side, spec.seq_len) for side in sides]
+    lengths = [len(side.input_ids) for side in sides]
+    report = {
+        "objective": "dpo",
+        "records": len(pairs),
+        "sample": _sample_note(len(indices), len(pairs), limit),
+        "seq_len": spec.seq_len,
+        "lengths": _length_summary(lengths),
+        "histogram": length_histogram(lengths, spec.seq_len),
+        **_truncation_counts(sides, trained, group=2),
+        "same_answers": _share(sum(pair.same_answers for pair in pairs), len(pairs)),
+        "duplicates": _duplicates([(pair.chosen, pair.rejected, *_turns(pair.prompt_messages))
+                                   for pair in pairs]),
+        "examples": _shown_pairs(tokenizer, pairs, indices, whole, spec.seq_len, source),
+        "packing": None,
+        "eval_held_out": held_out_count(len(pairs), spec.eval_split) if spec.eval_split else 0,
     }
     report["warnings"] = preflight_warnings(report)
     return report
@@ -122,19 +166,25 @@ def _sample_note(tokenized: int, records: int, limit: int) -> dict[str, Any]:
             "seed": SAMPLE_SEED}
 
 
-def _truncation_counts(whole: list[TokenizedExample],
-                       trained: list[TokenizedExample]) -> dict[str, Any]:
+def _truncation_counts(whole: list[TokenizedExample], trained: list[TokenizedExample], *,
+                       group: int = 1) -> dict[str, Any]:
     """Over seq_len, losing answer tokens (dropped ones included) and dropped, each a
-    count and a share of the tokenized examples; and the answer tokens cut in all."""
+    count and a share of the tokenized examples, or of their runs of `group` (a pair's two
+    sides), one counted when any example in it is; and the answer tokens cut in all."""
     answer_tokens = [_answer_token_count(item) for item in whole]
     kept_tokens = [_answer_token_count(item) for item in trained]
-    over = sum(len(item.input_ids) > len(cut.input_ids) for item, cut in zip(whole, trained))
-    losing = sum(kept < total for kept, total in zip(kept_tokens, answer_tokens))
-    dropped = sum(not has_answer_tokens(item) for item in trained)
-    tokenized = len(whole)
-    return {"over_seq_len": _share(over, tokenized),
-            "lose_answer_tokens": _share(losing, tokenized),
-            "dropped_empty": _share(dropped, tokenized),
+    over = [len(item.input_ids) > len(cut.input_ids) for item, cut in zip(whole, trained)]
+    losing = [kept < total for kept, total in zip(kept_tokens, answer_tokens)]
+    dropped = [not has_answer_tokens(item) for item in trained]
+    tokenized = len(whole) // group
+
+    def counted(flags: list[bool]) -> dict[str, Any]:
+        return _share(sum(any(flags[i:i + group]) for i in range(0, len(flags), group)),
+                      tokenized)
+
+    return {"over_seq_len": counted(over),
+            "lose_answer_tokens": counted(losing),
+            "dropped_empty": counted(dropped),
             "answer_tokens": {"total": sum(answer_tokens),
                               "cut": sum(answer_tokens) - sum(kept_tokens)}}
 
@@ -176,8 +226,17 @@ def duplicate_records(examples: list[Example]) -> dict[str, Any]:
     """Records whose prompt and answer repeat an earlier record's: how many, in how many
     groups, and the largest group's first record numbers (from 1)."""
     # A list, not a generator, inside: a fifth of the time on 100k records.
-    keys = [(example.response, *[(m["role"], m["content"]) for m in example.prompt_messages])
-            for example in examples]
+    return _duplicates([(example.response, *_turns(example.prompt_messages))
+                        for example in examples])
+
+
+def _turns(messages: tuple[dict[str, str], ...]) -> list[tuple[str, str]]:
+    return [(m["role"], m["content"]) for m in messages]
+
+
+def _duplicates(keys: list[tuple]) -> dict[str, Any]:
+    """Of each record's key (its prompt and answers): how many repeat an earlier one's, in
+    how many groups, and the largest group's first record numbers (from 1)."""
     counts = Counter(keys)
     repeated = {key: count for key, count in counts.items() if count > 1}
     largest = max(repeated, key=repeated.get, default=None)
@@ -199,6 +258,24 @@ def _shown_examples(tokenizer, examples: list[Example], indices: list[int],
                 shown.append(marked_example(tokenizer, item, seq_len, record=index + 1,
                                             why="the first record whose answer seq_len cuts"))
             break
+    return shown
+
+
+def _shown_pairs(tokenizer, pairs: list[PreferencePair], indices: list[int],
+                 whole: list[TokenizedPair], seq_len: int, source: str) -> list[dict]:
+    """Both answers of the first pair, and the first tokenized answer seq_len cuts."""
+    first = whole[0] if indices[0] == 0 else tokenize_pairs(tokenizer, pairs[:1], None,
+                                                             source=source)[0]
+    shown = [marked_example(tokenizer, side, seq_len, record=1, why=f"the first pair's {name} answer")
+             for name, side in (("chosen", first.chosen), ("rejected", first.rejected))]
+    for index, pair in zip(indices, whole):
+        for name, side in (("chosen", pair.chosen), ("rejected", pair.rejected)):
+            if _answer_token_count(truncate_example(side, seq_len)) < _answer_token_count(side):
+                if index != 0:
+                    shown.append(marked_example(
+                        tokenizer, side, seq_len, record=index + 1,
+                        why=f"the first pair whose {name} answer seq_len cuts"))
+                return shown
     return shown
 
 
@@ -247,22 +324,31 @@ def _packing_note(trained: list[TokenizedExample], spec: JobSpec) -> dict[str, A
 
 
 def preflight_warnings(report: dict[str, Any]) -> list[str]:
-    """What the report says a user should act on, in words."""
+    """What the report says a user should act on, in words (of pairs for objective dpo)."""
     warnings = []
+    pairs = report.get("objective") == "dpo"
     seq_len, sample = report["seq_len"], report["sample"]
-    of = " of the sampled examples" if sample["sampled"] else ""
+    of = f" of the sampled {'pairs' if pairs else 'examples'}" if sample["sampled"] else ""
+    a_side = " of a side" if pairs else ""
     losing, dropped = report["lose_answer_tokens"], report["dropped_empty"]
     if losing["count"]:
-        warnings.append(f"{losing['share']:.1%}{of} ({losing['count']}) lose answer tokens at "
-                        f"seq_len {seq_len}; seq_len {report['lengths']['p99']} keeps 99% whole, "
+        warnings.append(f"{losing['share']:.1%}{of} ({losing['count']}) lose answer tokens"
+                        f"{a_side} at seq_len {seq_len}; seq_len {report['lengths']['p99']} "
+                        f"keeps 99% {'of the answers ' if pairs else ''}whole, "
                         f"{report['lengths']['max']} all")
     if dropped["count"]:
-        warnings.append(f"{dropped['count']}{of} keep no answer token at seq_len {seq_len}: "
-                        "training drops them")
+        warnings.append(f"{dropped['count']}{of} keep no answer token{a_side} at seq_len "
+                        f"{seq_len}: training drops them")
+    same = report.get("same_answers")
+    if same and same["count"]:
+        warnings.append(f"{same['count']} pairs ({same['share']:.1%}) have the same chosen and "
+                        "rejected answer: they compare nothing")
     duplicates = report["duplicates"]
     if duplicates["records"]:
-        warnings.append(f"{duplicates['records']} records repeat an earlier record's prompt and "
-                        f"answer (e.g. records {duplicates['largest_group']['records']})")
+        what = ("pairs repeat an earlier pair's prompt and answers (e.g. pairs" if pairs else
+                "records repeat an earlier record's prompt and answer (e.g. records")
+        warnings.append(f"{duplicates['records']} {what} "
+                        f"{duplicates['largest_group']['records']})")
     return warnings
 
 

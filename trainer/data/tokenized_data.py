@@ -77,8 +77,12 @@ class TokenizedData:
 
 
 def tokenize_once(spec: JobSpec, tokenizer, run: RunFolder, *, context: RankContext,
-                  telemetry=None) -> TokenizedData:
-    """Every rank's data, tokenized by the node's first rank (see the module's docstring)."""
+                  telemetry=None, tokenize_splits: Callable[..., dict] | None = None
+                  ) -> TokenizedData:
+    """Every rank's data, tokenized by the node's first rank (see the module's docstring);
+    `tokenize_splits` is the objective's (trainer/objectives/), supervised examples'
+    by default."""
+    tokenize_splits = tokenize_splits or tokenize_example_splits
     import torch.distributed as dist
 
     folder = run.tokenized_dir(node_rank=context.node_rank)
@@ -118,7 +122,7 @@ def remove_tokenized(run: RunFolder, *, context: RankContext) -> None:
                       ignore_errors=True)
 
 
-def tokenize_splits(spec: JobSpec, tokenizer, *, ranks: int, telemetry=None) -> dict:
+def tokenize_example_splits(spec: JobSpec, tokenizer, *, ranks: int, telemetry=None) -> dict:
     """{split: rows} and the train example count: the one path from records to rows.
     With `telemetry`, a "tokenize" phase counts the records (train and eval) done."""
     examples, eval_examples = load_train_and_eval_examples(spec, ranks=ranks)

@@ -65,8 +65,11 @@ class PairLoss:
 
     @property
     def accuracies(self):
-        """1 where the chosen answer's reward is the higher: the share the live view shows."""
-        return (self.chosen_rewards > self.rejected_rewards).float()
+        """1 where the chosen answer's reward is the higher, ½ for a tie, 0 otherwise: the
+        share the live view shows. (TRL counts a tie as 0, so its accuracy starts at 0 where
+        the policy is still the reference; a tie is a coin toss, and this starts at 0.5.)"""
+        return ((self.chosen_rewards > self.rejected_rewards).float()
+                + 0.5 * (self.chosen_rewards == self.rejected_rewards).float())
 
 
 def answer_logps(logits, labels) -> tuple[Any, Any]:
