@@ -74,14 +74,21 @@ def build_random_llama(folder: Path, shape: LlamaShape) -> None:
 
 
 def write_long_rows(path: Path, *, rows: int, words_per_row: int) -> None:
-    """Prompt/response records long enough that every row fills seq_len (no padding)."""
+    """Prompt/response records long enough that every row fills seq_len (no padding); each
+    also a preference pair (chosen: the response, rejected: another run of words), so one
+    file serves the sft and the dpo cells."""
     generator = random.Random(0)
     words = [f"w{generator.randrange(300)}" for _ in range(words_per_row * 4)]
+
+    def run_of_words() -> str:
+        start = generator.randrange(len(words) - words_per_row)
+        return " ".join(words[start:start + words_per_row])
+
     with path.open("w", encoding="utf-8") as file:
         for index in range(rows):
-            start = generator.randrange(len(words) - words_per_row)
-            text = " ".join(words[start:start + words_per_row])
-            file.write(json.dumps({"prompt": f"row {index}", "response": text}) + "\n")
+            text = run_of_words()
+            file.write(json.dumps({"prompt": f"row {index}", "response": text, "chosen": text,
+                                   "rejected": run_of_words()}) + "\n")
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:

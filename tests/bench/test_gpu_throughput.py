@@ -18,6 +18,7 @@ Cell = gpu_cells.Cell
 GPU_CHECK_CELLS = [
     "1b/lora/zero2/2048/none", "1b/lora/fsdp/2048/none", "1b/full/zero2/2048/none",
     "1b/full/fsdp/2048/none", "1b/lora/zero2/2048/liger", "1b/lora/fsdp/2048/liger",
+    "1b/lora/zero2/2048/dpo",
     "8b/lora/zero2/2048/none", "8b/lora/fsdp/2048/none", "8b/lora/fsdp/4096/liger@2",
     "8b/full/fsdp/4096/liger+ckpt+fused@2", "8b/full/zero2/4096/liger+ckpt+fused@2",
     "8b/full/fsdp/4096/liger+ckpt@2"]

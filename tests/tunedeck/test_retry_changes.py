@@ -99,3 +99,13 @@ def test_an_out_of_memory_retry_never_changes_the_method_or_the_gpus():
                        fsdp={"cpu_offload": True, "activation_checkpointing": True})
         change = memory_retry(spec)
         assert (change.spec.method, change.spec.num_gpus, change.spec.num_nodes) == ("lora", 2, 1)
+
+
+@pytest.mark.parametrize("failure_kind", ["out_of_memory", "nan_loss", "timeout"])
+def test_a_dpo_jobs_retry_keeps_its_objective_and_preference_settings(failure_kind):
+    spec = SPEC.model_copy(update={"objective": "dpo", "dataset": "builtin:arithmetic-preference",
+                                   "dpo": SPEC.dpo.model_copy(update={"beta": 0.3,
+                                                                      "loss": "ipo"})})
+    retried = retried_spec(spec, retry_change(spec, failure_kind))
+    assert retried.objective == "dpo" and retried.dpo == spec.dpo
+    assert retried.dataset == spec.dataset
