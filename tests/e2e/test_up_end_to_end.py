@@ -228,3 +228,48 @@ def test_a_trainer_folder_where_tunedeck_started_was_never_run(server, decoy_pro
     launch = json.loads((server.home / "runs" / f"job-{job_id}" / "launch.json").read_text())
     assert launch["cwd"] == str(decoy_project) and launch["env"]["PYTHONSAFEPATH"] == "1"
     assert not (decoy_project / "decoy-trainer-ran").exists()
+
+
+def test_a_dpo_job_on_the_users_own_chat_pairs_learns_the_chosen_style(server, tmp_path):
+    """Objective DPO through the whole path, on a file laid out as the Hub's binarized
+    feedback sets are (chosen/rejected chats sharing their prompt) under columns of the
+    user's own names: the preference figures arrive with every step, the accuracy climbs from
+    a coin toss, the merged weights download, and Try it answers in the chosen style."""
+    import re
+
+    from trainer.data.builtin_dataset import arithmetic_preference_records
+
+    pairs = tmp_path / "feedback.jsonl"
+    with pairs.open("w") as file:
+        for record in arithmetic_preference_records(400):
+            prompt = [{"role": "user", "content": record["prompt"]}]
+            file.write(json.dumps({
+                "good": [*prompt, {"role": "assistant", "content": record["chosen"]}],
+                "bad": [*prompt, {"role": "assistant", "content": record["rejected"]}]}) + "\n")
+    job_id = server.submit({
+        "name": "e2e-dpo", "objective": "dpo", "dataset": str(pairs), "method": "lora",
+        "backend": "zero2", "num_gpus": 2, "max_steps": 60, "learning_rate": 3e-3,
+        "micro_batch_size": 8, "seq_len": 48, "lr_schedule": "constant",
+        "columns": {"chosen": "good", "rejected": "bad"},
+        # The chosen answers' cross-entropy too (RPO): a random model learns to write them.
+        "dpo": {"beta": 0.1, "sft_weight": 1.0}})
+    job = server.wait_for(job_id, {"succeeded", "failed", "cancelled"})
+    assert job["status"] == "succeeded", job["error"]
+    train = server.http.get(f"/api/jobs/{job_id}/metrics").json()["train"]
+    assert [row["step"] for row in train] == list(range(1, 61))
+    assert train[0]["reward_accuracy"] == 0.5 and abs(train[0]["reward_margin"]) < 1e-4
+    assert min(row["reward_accuracy"] for row in train[-10:]) > 0.9
+    assert train[-1]["reward_margin"] > 1.0 and train[-1]["logps_chosen"] > train[0]["logps_chosen"]
+    merged = _download(server, job_id, "merged", tmp_path)
+    assert (merged / "config.json").is_file() and list(merged.glob("*.safetensors"))
+
+    def try_it(variant: str) -> str:
+        response = server.http.post(f"/api/jobs/{job_id}/generate", json={
+            "messages": [{"role": "user", "content": "What is 12 + 7?"}],
+            "max_new_tokens": 12, "temperature": 0.0, "variant": variant})
+        assert response.status_code == 200 and response.json()["status"] == "done", response.text
+        return response.json()["text"]
+
+    tuned, base = try_it("merged"), try_it("base")
+    assert re.search(r"[+-].*= ?\d+\.$", tuned.strip()), tuned  # "a + b = c."
+    assert not re.search(r"= \d+\.", base), base

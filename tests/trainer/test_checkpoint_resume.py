@@ -64,12 +64,21 @@ def kill_after_first_checkpoint(run, tunedeck_home: Path, *, ranks: int) -> None
         psutil.wait_procs(ranks_alive, timeout=30)
 
 
+# A full fine-tune's DPO with a precomputed reference: the resumed launch computes the
+# reference again before it loads the checkpoint, so it is the base's, not the trained one's.
+DPO_PRECOMPUTED = {"objective": "dpo", "dataset": "builtin:arithmetic-preference",
+                   "method": "full", "dpo": {"reference": "precomputed"}, "seq_len": 48}
+
+
 @pytest.mark.torchrun
-@pytest.mark.parametrize("ranks", [1, 2], ids=["1-rank", "2-ranks"])
-@pytest.mark.parametrize("backend", ["zero2", "fsdp"])
-def test_a_killed_run_resumes_as_if_never_stopped(backend, ranks, tmp_path, tunedeck_home, builtin_model_dir):
+@pytest.mark.parametrize("backend, ranks, options", [
+    ("zero2", 1, {}), ("zero2", 2, {}), ("fsdp", 1, {}), ("fsdp", 2, {}),
+    ("fsdp", 2, DPO_PRECOMPUTED)],
+    ids=["zero2-1-rank", "zero2-2-ranks", "fsdp-1-rank", "fsdp-2-ranks", "fsdp-2-ranks-dpo"])
+def test_a_killed_run_resumes_as_if_never_stopped(backend, ranks, options, tmp_path, tunedeck_home,
+                                                  builtin_model_dir):
     spec = {"backend": backend, "method": "lora", "precision": "bf16", "num_gpus": ranks,
-            "max_steps": STEPS, "warmup_steps": 2}
+            "max_steps": STEPS, "warmup_steps": 2, **options}
     started = time.monotonic()
     # The reference: uninterrupted. Its --resume finds nothing to resume and says so.
     straight = launch_trainer(write_run(tmp_path / "straight", **spec), tunedeck_home, "--resume",
