@@ -1,26 +1,31 @@
 """Checks a job's model, dataset and eval set before any GPU is taken, naming the path (or
-the spec field) at fault."""
+the spec field) at fault. The data is read as the spec's objective trains on it: examples
+(sft), or preference pairs (dpo)."""
 from __future__ import annotations
 
 import functools
 from pathlib import Path
 from typing import Sequence
 
-from trainer.data.builtin_dataset import ARITHMETIC_SIZE
+from trainer.data.builtin_dataset import ARITHMETIC_PREFERENCE_SIZE, ARITHMETIC_SIZE
 from trainer.model.model_source import model_folder
 from trainer.speed.host_support import speed_option_problems
 from trainer.model.target_preview import family_of, model_family_problem
 from tunedeck.backends import backend_of
 from tunedeck.data.input_paths import spec_path_problems
-from tunedeck.data.records import eval_split_problem
-from tunedeck.data.sources import count_source_records, load_source_examples, spec_source
+from tunedeck.data.records import builtin_dataset_problem, eval_split_problem
+from tunedeck.data.sources import (count_source_records, load_source_examples, load_source_pairs,
+                                   spec_source)
 from tunedeck.failure_kinds import offline_cache_advice
 from tunedeck.job_spec import JobSpec
 from tunedeck.settings import Settings
 
 BUILTIN_MODELS = ("builtin:tiny-llama",)
-BUILTIN_DATASETS = ("builtin:arithmetic",)
-BUILTIN_DATASET_SIZES = {"builtin:arithmetic": ARITHMETIC_SIZE}
+BUILTIN_DATASET_SIZES = {"builtin:arithmetic": ARITHMETIC_SIZE,
+                         "builtin:arithmetic-preference": ARITHMETIC_PREFERENCE_SIZE}
+# How each objective reads a dataset's records, and what it calls them.
+LOADERS = {"sft": load_source_examples, "dpo": load_source_pairs}
+RECORD_WORDS = {"sft": "examples", "dpo": "pairs"}
 CHECKED_RECORDS = 1000
 
 
@@ -137,12 +142,11 @@ def _dataset_problem(spec: JobSpec, *, field: str = "dataset",
                      cache_dir: Path | None = None) -> str | None:
     dataset = getattr(spec, field)
     if dataset.startswith("builtin:"):
-        return None if dataset in BUILTIN_DATASETS else (
-            f"{field} {dataset}: unknown built-in dataset; expected one of "
-            f"{', '.join(BUILTIN_DATASETS)}")
+        return builtin_dataset_problem(field, dataset, objective=spec.objective)
     try:
         # The first records show a wrong shape at once; the trainer reads the rest.
-        load_source_examples(spec_source(spec, field, cache_dir=cache_dir), limit=CHECKED_RECORDS)
+        LOADERS[spec.objective](spec_source(spec, field, cache_dir=cache_dir),
+                                limit=CHECKED_RECORDS)
     except (OSError, ValueError) as error:
         return str(error)
     return None
@@ -160,5 +164,6 @@ def _eval_split_problem(spec: JobSpec, *, cache_dir: Path | None = None) -> str 
         except (OSError, ValueError) as error:
             return str(error)
     problem = eval_split_problem(record_count, fraction=spec.eval_split,
-                                 micro_batch_size=spec.micro_batch_size, ranks=spec.world_size)
+                                 micro_batch_size=spec.micro_batch_size, ranks=spec.world_size,
+                                 what=RECORD_WORDS[spec.objective])
     return f"{problem} (dataset {spec.dataset})" if problem else None

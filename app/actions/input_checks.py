@@ -1,8 +1,10 @@
 """A spec's local inputs as the web judges them before a job is stored, one code path for
 submit (by field, a 422) and the New job form (each problem under its field as it is typed):
 a path the principal may not name (app/auth/spec_access.py), a model folder without
-config.json, and a dataset whose columns (read cheaply: tunedeck/data/columns.py) do not map
-to a prompt and a response with the spec's `columns`.
+config.json, and a dataset whose columns (read cheaply: tunedeck/data/columns.py) do not map,
+with the spec's `columns`, to what its objective trains on: a prompt and a response (sft),
+or a chosen and a rejected answer (dpo); a built-in dataset of the other objective's kind,
+or an unknown one.
 
 Only what exists here is judged: a path missing on the web host may exist on the worker's,
 which checks it again before the job takes a GPU."""
@@ -14,7 +16,7 @@ from app.auth.principal import Principal
 from app.auth.spec_access import spec_access_problems
 from tunedeck.data.columns import peek_columns
 from tunedeck.data.input_paths import is_local_reference
-from tunedeck.data.records import columns_problem
+from tunedeck.data.records import builtin_dataset_problem, columns_problem
 from tunedeck.job_spec import JobSpec
 from tunedeck.settings import Settings
 
@@ -49,13 +51,15 @@ def _model_folder_problem(reference: str) -> str | None:
 
 
 def _dataset_columns_problem(field: str, reference: str, split: str, spec: JobSpec) -> str | None:
+    if reference.startswith("builtin:"):
+        return builtin_dataset_problem(field, reference, objective=spec.objective)
     if not is_local_reference(reference):
         return None
     try:
         names = peek_columns(reference, split=split)
     except (OSError, ValueError):
         return None  # unreadable here: the worker's check says why, naming the line
-    problem = columns_problem(names, spec.columns) if names else None
+    problem = columns_problem(names, spec.columns, objective=spec.objective) if names else None
     if problem is None:
         return None
     return f"{field} {reference}: {problem}; {PICK_COLUMNS}"

@@ -79,6 +79,7 @@ def test_the_form_carries_the_dataset_options_into_the_spec():
     assert (spec.dataset_config, spec.dataset_split, spec.eval_dataset_split) == (
         "en", "train", "validation")
     assert spec.columns.model_dump() == {"prompt": "question", "response": "answer",
-                                         "messages": None, "system": None}
+                                         "messages": None, "system": None, "chosen": None,
+                                         "rejected": None}
     _, problems = form_handlers.form_to_spec({**form, "columns_messages": "chat"})
     assert problems.startswith("columns: set columns.messages (a chat) or columns.prompt/response")

@@ -170,3 +170,66 @@ def test_a_local_model_family_liger_does_not_patch_is_refused_by_name(tmp_path, 
                        "(it patches llama, qwen2); set kernels to none")
     (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
     assert find_input_problems(spec(model=str(folder), kernels="liger"), cuda_available=True) == []
+
+
+# --- objective dpo: the data read as preference pairs ----------------------------------
+
+def pairs_file(path, count: int = 1, **changes):
+    path.write_text("".join(json.dumps({"prompt": f"q{i}", "chosen": "good", "rejected": "bad",
+                                        **changes}) + "\n" for i in range(count)))
+    return path
+
+
+def test_dpo_data_is_read_as_pairs_naming_a_missing_side_and_a_records_empty_side(tmp_path):
+    good = pairs_file(tmp_path / "prefs.jsonl")
+    assert find_input_problems(spec(objective="dpo", dataset=str(good))) == []
+    sft_data = tmp_path / "sft.jsonl"
+    sft_data.write_text(json.dumps({"prompt": "a", "response": "b"}) + "\n")
+    (problem,) = find_input_problems(spec(objective="dpo", dataset=str(sft_data)))
+    assert problem.startswith(f"dataset {sft_data}: record 1 has no column 'chosen'; its columns "
+                              "are ['prompt', 'response']")
+    empty = pairs_file(tmp_path / "empty.jsonl", 3, rejected="")
+    assert find_input_problems(spec(objective="dpo", dataset=str(good),
+                                    eval_dataset=str(empty))) == [
+        f"eval_dataset {empty}: record 1: rejected is empty"]
+    # Pairs are not SFT examples.
+    (problem,) = find_input_problems(spec(dataset=str(good)))
+    assert problem.startswith(f"dataset {good}: record 1 has keys ['chosen', 'prompt', 'rejected']")
+
+
+def test_dpo_csv_data_without_chosen_and_rejected_names_the_columns_it_has(tmp_path):
+    data = tmp_path / "train.csv"
+    data.write_text("question,answer\nWhat is 1 + 1?,2\n")
+    (problem,) = find_input_problems(spec(objective="dpo", dataset=str(data)),
+                                     datasets_cache=tmp_path / "hf-datasets")
+    assert problem.startswith(f"dataset {data}: no columns 'chosen' (columns.chosen) and "
+                              "'rejected' (columns.rejected); its columns are ['answer', 'question']")
+    mapped = spec(objective="dpo", dataset=str(data),
+                  columns={"prompt": "question", "chosen": "answer", "rejected": "answer"})
+    assert find_input_problems(mapped, datasets_cache=tmp_path / "hf-datasets") == []
+
+
+def test_each_built_in_dataset_passes_for_its_own_objective_only():
+    assert find_input_problems(spec(objective="dpo", dataset="builtin:arithmetic-preference")) == []
+    (problem,) = find_input_problems(spec(objective="dpo"))
+    assert problem == ("dataset builtin:arithmetic: its records are supervised examples "
+                       "(prompt/response), and objective dpo trains on preference pairs; use "
+                       "builtin:arithmetic-preference")
+    (problem,) = find_input_problems(spec(dataset="builtin:arithmetic-preference"))
+    assert problem.endswith("objective sft trains on supervised examples; use builtin:arithmetic")
+
+
+def test_a_dpo_eval_split_counts_pairs(tmp_path):
+    data = pairs_file(tmp_path / "prefs.jsonl", 12)
+    assert find_input_problems(spec(objective="dpo", dataset=str(data), eval_split=0.25,
+                                    micro_batch_size=4, num_gpus=2)) == []
+    assert find_input_problems(spec(objective="dpo", dataset=str(data), eval_split=0.5,
+                                    micro_batch_size=4, num_gpus=2)) == [
+        f"eval_split 0.5: leaves 6 of 12 pairs to train on; need at least "
+        f"micro_batch_size x ranks = 8 (dataset {data})"]
+    # builtin:arithmetic-preference's 1000 pairs: 100 held out, 900 left for 8 x 64.
+    assert find_input_problems(spec(objective="dpo", dataset="builtin:arithmetic-preference",
+                                    eval_split=0.1, micro_batch_size=64, num_gpus=8)) == []
+    assert "leaves 900 of 1000 pairs" in find_input_problems(
+        spec(objective="dpo", dataset="builtin:arithmetic-preference", eval_split=0.1,
+             micro_batch_size=128, num_gpus=8))[0]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tunedeck.data.columns import BUILTIN_DATASET_COLUMNS
 from tunedeck.data.preference_records import PreferencePair, pairs_from_records
 from tunedeck.data.records import builtin_dataset_problem
 from tunedeck.data.sources import DatasetSource, load_source_pairs, spec_source
@@ -38,8 +37,6 @@ def load_spec_pairs(spec, field: str = "dataset", *, cache_dir: Path | None = No
 def _builtin_pairs(reference: str, field: str) -> list[PreferencePair]:
     from trainer.data.builtin_dataset import arithmetic_preference_records
 
-    if reference != BUILTIN_PREFERENCE_DATASET:
-        problem = builtin_dataset_problem(field, reference, objective="dpo")
-        raise ValueError(problem or f"{field} {reference}: not a preference dataset; "
-                         f"expected one of {', '.join(BUILTIN_DATASET_COLUMNS)}")
+    if reference != BUILTIN_PREFERENCE_DATASET:  # unknown, or builtin:arithmetic's examples
+        raise ValueError(builtin_dataset_problem(field, reference, objective="dpo"))
     return pairs_from_records(arithmetic_preference_records(), source=reference, field=field)

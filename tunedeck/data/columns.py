@@ -26,6 +26,10 @@ LIKELY_PROMPT_COLUMNS = ("prompt", "question", "instruction", "input", "query", 
                          "user", "human", "source", "context", "text")
 LIKELY_RESPONSE_COLUMNS = ("response", "answer", "output", "completion", "solution", "target",
                            "assistant", "gpt", "reply", "label")
+# The built-in datasets (trainer/data/builtin_dataset.py makes their records) and their
+# columns, which say what each trains: examples, or preference pairs (objective dpo).
+BUILTIN_DATASET_COLUMNS = {"builtin:arithmetic": ("prompt", "response"),
+                           "builtin:arithmetic-preference": ("prompt", "chosen", "rejected")}
 
 
 def guess_column_mapping(names: list[str]) -> ColumnMapping | None:

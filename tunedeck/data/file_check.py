@@ -3,9 +3,11 @@
 reads, a .csv file's rows against its header, a .parquet file's schema and row count (where
 pyarrow is installed: the worker extra brings it; without it the worker checks the file).
 
-A file whose columns are not the usual ones (instruction/output, prompt/response, messages)
-passes, with the likely mapping guessed (tunedeck.data.columns) or none: the user chooses
-the columns in the form's pickers, and the worker checks them before the job takes a GPU.
+A file whose columns are not the usual ones (instruction/output, prompt/response, messages,
+or a preference pair's prompt/chosen/rejected) passes, with the likely mapping guessed
+(tunedeck.data.columns) or none: the user chooses the columns in the form's pickers, and the
+worker checks them before the job takes a GPU. A file of preference pairs (for objective
+dpo) has every record read as a pair (tunedeck.data.preference_records).
 
 Pure (csv, json and gzip; pyarrow where installed). Errors (ValueError, OSError) start with
 the field and the file, as tunedeck.data.records's do.
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tunedeck.data.columns import guess_column_mapping
+from tunedeck.data.preference_records import pair_from_record, preference_columns_problem
 from tunedeck.data.records import columns_problem, example_from_record, is_record_file, iter_records
 from tunedeck.job_spec import ColumnMapping
 
@@ -27,6 +30,12 @@ class CheckedFile:
     columns: list[str] | None  # the first record's, the header's or the schema's
     usual_columns: bool = True  # False: the spec's `columns` must name the prompt and response
     guessed: ColumnMapping | None = None  # the likely columns, when not the usual ones
+
+    @property
+    def pairs(self) -> bool:
+        """Preference pairs (chosen/rejected columns), not supervised examples."""
+        return bool(self.columns) and columns_problem(self.columns, None) is not None \
+            and preference_columns_problem(self.columns, None) is None
 
 
 def check_dataset_file(path: Path, *, field: str = "dataset") -> CheckedFile:
@@ -44,13 +53,17 @@ def check_dataset_file(path: Path, *, field: str = "dataset") -> CheckedFile:
 
 def _checked_record_file(path: Path, field: str) -> CheckedFile:
     count, first = 0, None  # first: the first object record's CheckedFile
+    pairs = False  # the first object record is a preference pair's
     for count, record in enumerate(iter_records(path, field=field), 1):
         if first is None and isinstance(record, dict):
             first = _with_columns(count, list(record))
+            pairs = first.pairs
         mapping = first.guessed if first else None
         # Every record in a shape the trainer reads (in the guessed columns, where guessed);
         # records whose columns the user has yet to choose are checked to be objects only.
-        if first is None or first.usual_columns or mapping or not isinstance(record, dict):
+        if pairs and isinstance(record, dict):
+            pair_from_record(record, index=count, where=f"{field} {path}")
+        elif first is None or first.usual_columns or mapping or not isinstance(record, dict):
             example_from_record(record, index=count, source=path, field=field, columns=mapping)
     if count == 0 or first is None:
         raise ValueError(f"{field} {path}: no records")
@@ -93,6 +106,6 @@ def _checked_parquet(path: Path, field: str) -> CheckedFile:
 
 
 def _with_columns(records: int, columns: list[str]) -> CheckedFile:
-    if columns_problem(columns, None) is None:
+    if columns_problem(columns, None) is None or preference_columns_problem(columns, None) is None:
         return CheckedFile(records, columns)
     return CheckedFile(records, columns, usual_columns=False, guessed=guess_column_mapping(columns))

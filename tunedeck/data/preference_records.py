@@ -9,12 +9,16 @@ Two chats share their prompt (every turn before the last assistant turn, as the 
 feedback sets on the Hub lay them out); where they differ before it, the record is refused.
 A side without text is refused by name, with the record's number (from 1), and so is a pair
 whose prompt is empty. Pure (as records.py): the worker's input check, the data preflight
-and the trainer read pairs with it, so all of them say the same thing about a bad record.
+and the trainer read pairs with it, so all of them say the same thing about a bad record;
+`preference_columns_problem` says, of data whose column names are known before its rows (a
+.parquet schema, a .csv header, the web's cheap peek), that it holds no pairs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
+
+from tunedeck.job_spec import ColumnMapping
 
 PREFERENCE_COLUMNS = ("prompt", "chosen", "rejected")
 EXPECTED = "prompt/chosen/rejected, or chosen/rejected chats sharing their prompt"
@@ -42,6 +46,63 @@ class PreferenceColumns:
 
 
 USUAL = PreferenceColumns()
+
+
+def preference_columns(columns: ColumnMapping | None) -> PreferenceColumns:
+    """The spec's columns.prompt/chosen/rejected, each one unset at its usual name."""
+    if columns is None:
+        return USUAL
+    return PreferenceColumns(prompt=columns.prompt or USUAL.prompt,
+                             chosen=columns.chosen or USUAL.chosen,
+                             rejected=columns.rejected or USUAL.rejected)
+
+
+def preference_columns_problem(column_names: Iterable[str],
+                               columns: ColumnMapping | None) -> str | None:
+    """Why rows with these columns cannot become pairs (no chosen or rejected column after
+    the spec's mapping, or a mapped prompt or system column missing), naming the columns they
+    do have; None when they may. An unmapped prompt column may be missing: chats carry it."""
+    names = set(column_names)
+    mapped = preference_columns(columns)
+    wanted = [("chosen", mapped.chosen), ("rejected", mapped.rejected)]
+    if columns is not None:
+        wanted += [(role, getattr(columns, role)) for role in ("prompt", "system")
+                   if getattr(columns, role)]
+    missing = [(role, name) for role, name in wanted if name not in names]
+    if not missing:
+        return None
+    said = [f"{name!r} (columns.{role})" for role, name in missing]
+    said = f" {said[0]}" if len(said) == 1 else f"s {', '.join(said[:-1])} and {said[-1]}"
+    unmapped = columns is None or not (columns.chosen or columns.rejected)
+    fix = ("; name yours with columns (e.g. columns: {prompt: question, chosen: better, "
+           "rejected: worse})" if unmapped else "")
+    return (f"no column{said}; its columns are {sorted(names)}: objective dpo reads "
+            f"preference pairs, {EXPECTED}{fix}")
+
+
+def mapped_pairs(records: list[Any], *, source: str, field: str = "dataset",
+                 columns: ColumnMapping | None = None) -> list[PreferencePair]:
+    """The records as pairs in the spec's columns (`preference_columns`), with the text of
+    columns.system, where mapped, as each pair's system prompt (as an example's: unless
+    empty or the prompt opens with its own)."""
+    pairs = pairs_from_records(records, source=source, field=field,
+                               columns=preference_columns(columns))
+    if columns is None or not columns.system:
+        return pairs
+    where = f"{field} {source}"
+    for index, record in enumerate(records, 1):
+        if columns.system not in record:
+            raise ValueError(f"{where}: record {index} has no column {columns.system!r} "
+                             f"(columns.system); its columns are {sorted(record)}")
+    return [_with_system(pair, record[columns.system]) for pair, record in zip(pairs, records)]
+
+
+def _with_system(pair: PreferencePair, system: Any) -> PreferencePair:
+    opens_with_system = pair.prompt_messages and pair.prompt_messages[0]["role"] == "system"
+    if not system or opens_with_system:
+        return pair
+    return replace(pair, prompt_messages=({"role": "system", "content": str(system)},
+                                          *pair.prompt_messages))
 
 
 def pairs_from_records(records: Iterable[Any], *, source: str, field: str = "dataset",

@@ -15,8 +15,8 @@ from pydantic import create_model, field_validator
 
 from tunedeck.job_spec import JobSpec, StrictModel, _no_nul
 
-PREFLIGHT_FIELDS = ("model", "dataset", "dataset_config", "dataset_split", "columns", "seq_len",
-                    "packing", "eval_split", "trust_remote_code", "queue", "host")
+PREFLIGHT_FIELDS = ("model", "objective", "dataset", "dataset_config", "dataset_split", "columns",
+                    "seq_len", "packing", "eval_split", "trust_remote_code", "queue", "host")
 
 
 def _spec_fields(names: tuple[str, ...]) -> dict[str, Any]:
@@ -29,8 +29,9 @@ _PreflightFields = create_model("_PreflightFields", __base__=StrictModel,
 
 
 class PreflightRequest(_PreflightFields):
-    """What to check: the dataset (with its config, split and columns), the model whose
-    tokenizer and chat template render it, and the seq_len and packing it is trained at."""
+    """What to check: the dataset (with its config, split and columns), read as the
+    objective trains on it (examples, or preference pairs), the model whose tokenizer and
+    chat template render it, and the seq_len and packing it is trained at."""
 
     @field_validator("model", "dataset", "dataset_config")
     @classmethod

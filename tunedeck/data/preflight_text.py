@@ -1,5 +1,6 @@
 """A data preflight's answer in words: summary lines (the CLI and the form both show them),
-and the whole report as terminal text for `tunedeck preflight`."""
+and the whole report as terminal text for `tunedeck preflight`; a report of preference pairs
+(objective dpo) in the same lines, said of pairs and of their two answers."""
 from __future__ import annotations
 
 from typing import Any
@@ -8,31 +9,50 @@ HISTOGRAM_WIDTH = 40  # characters of the longest bar
 # How a marked example shows in a terminal: the trained answer and what seq_len cuts.
 TRAINED_MARKS = ("[[", "]]")
 CUT_MARKS = ("<<cut: ", ">>")
+# What a report counts, in words: records and examples (sft), or pairs and their sides (dpo).
+WORDS = {
+    "sft": {"records": "records", "tokens": "prompt + answer tokens",
+            "over_seq_len": "are longer than seq_len",
+            "lose_answer_tokens": "lose answer tokens to truncation",
+            "dropped_empty": "are dropped as empty (no answer token left)",
+            "answer_tokens": "answer tokens cut",
+            "duplicates": "duplicate records (identical prompt and answer)"},
+    "dpo": {"records": "preference pairs", "tokens": "prompt + answer tokens of each side",
+            "over_seq_len": "have a side longer than seq_len",
+            "lose_answer_tokens": "lose answer tokens of a side to truncation",
+            "dropped_empty": "are dropped (a side keeps no answer token)",
+            "answer_tokens": "answer tokens cut (both sides)",
+            "duplicates": "duplicate pairs (identical prompt and answers)"},
+}
 
 
 def summary_lines(report: dict[str, Any]) -> list[str]:
     sample = report["sample"]
     seq_len = report["seq_len"]
-    lines = [f"{report['records']} records"
+    words = WORDS[report.get("objective", "sft")]
+    lines = [f"{report['records']} {words['records']}"
              + (f"; a seeded sample of {sample['tokenized']} tokenized (seed {sample['seed']}): "
                 "the shares below are the sample's" if sample["sampled"] else "; all tokenized")]
     lengths = report["lengths"]
-    lines.append(f"prompt + answer tokens: median {lengths['p50']}, p90 {lengths['p90']}, "
+    lines.append(f"{words['tokens']}: median {lengths['p50']}, p90 {lengths['p90']}, "
                  f"p99 {lengths['p99']}, max {lengths['max']} (seq_len {seq_len})")
-    for key, what in (("over_seq_len", "are longer than seq_len"),
-                      ("lose_answer_tokens", "lose answer tokens to truncation"),
-                      ("dropped_empty", "are dropped as empty (no answer token left)")):
-        lines.append(f"{report[key]['count']} ({report[key]['share']:.1%}) {what}")
+    if "same_answers" in report:
+        same = report["same_answers"]
+        lines.append(f"{same['count']} ({same['share']:.1%}) have the same chosen and rejected "
+                     "answer")
+    for key in ("over_seq_len", "lose_answer_tokens", "dropped_empty"):
+        lines.append(f"{report[key]['count']} ({report[key]['share']:.1%}) {words[key]}")
     answer = report["answer_tokens"]
-    lines.append(f"answer tokens cut: {answer['cut']} of {answer['total']}")
+    lines.append(f"{words['answer_tokens']}: {answer['cut']} of {answer['total']}")
     duplicates = report["duplicates"]
-    lines.append(f"{duplicates['records']} duplicate records (identical prompt and answer) in "
+    lines.append(f"{duplicates['records']} {words['duplicates']} in "
                  f"{duplicates['groups']} groups")
     if report.get("packing"):
         lines.append(f"packing: {report['packing']['rows']} rows, "
                      f"{report['packing']['fill']:.0%} full")
     if report.get("eval_held_out"):
-        lines.append(f"eval_split holds out {report['eval_held_out']} records")
+        held_out = "pairs" if report.get("objective") == "dpo" else "records"
+        lines.append(f"eval_split holds out {report['eval_held_out']} {held_out}")
     return lines
 
 

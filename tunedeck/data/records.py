@@ -18,8 +18,9 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from tunedeck.data.columns import guess_column_mapping
+from tunedeck.data.columns import BUILTIN_DATASET_COLUMNS, guess_column_mapping
 from tunedeck.data.file_formats import RECORD_FILE_SUFFIXES  # what this module reads itself
+from tunedeck.data.preference_records import PREFERENCE_COLUMNS, preference_columns_problem
 from tunedeck.job_spec import ColumnMapping
 
 EXPECTED_COLUMNS = "instruction/output, prompt/response or messages"
@@ -36,9 +37,16 @@ def load_file_examples(source: str | Path, *, limit: int | None = None,
                        field: str = "dataset", columns: ColumnMapping | None = None) -> list[Example]:
     """The examples of a local file (the first `limit` records when given); every error
     names the spec field, the file and what was expected."""
-    path = _existing_file(source, field)
-    records = list(islice(iter_records(path, field=field), limit))
+    path, records = read_file_records(source, limit=limit, field=field)
     return examples_from_records(records, source=path, field=field, columns=columns)
+
+
+def read_file_records(source: str | Path, *, limit: int | None = None,
+                      field: str = "dataset") -> tuple[Path, list[Any]]:
+    """(the file's path, its first `limit` (or all) records, unchecked): the rows that
+    examples, or preference pairs (tunedeck.data.preference_records), are read from."""
+    path = _existing_file(source, field)
+    return path, list(islice(iter_records(path, field=field), limit))
 
 
 def examples_from_records(records: Iterable[Any], *, source: str | Path, field: str = "dataset",
@@ -158,9 +166,13 @@ def _with_system(example: Example, system: Any) -> Example:
                                     *example.prompt_messages), response=example.response)
 
 
-def columns_problem(column_names: Iterable[str], columns: ColumnMapping | None) -> str | None:
-    """Why rows with these columns cannot become examples (a mapped column is missing, or
-    no accepted shape fits), or None; for data whose columns are known before its rows."""
+def columns_problem(column_names: Iterable[str], columns: ColumnMapping | None, *,
+                    objective: str = "sft") -> str | None:
+    """Why rows with these columns cannot become what `objective` trains on (sft: examples,
+    when a mapped column is missing or no accepted shape fits; dpo: preference pairs,
+    `preference_columns_problem`), or None; for data whose columns are known before its rows."""
+    if objective == "dpo":
+        return preference_columns_problem(column_names, columns)
     names = set(column_names)
     columns = columns or NO_COLUMNS
     mapped = {f"columns.{role}": name for role, name in columns.model_dump().items() if name}
@@ -174,10 +186,39 @@ def columns_problem(column_names: Iterable[str], columns: ColumnMapping | None) 
               or {"prompt", "response"} <= names)
     if columns.messages or columns.prompt or columns.response or shaped:
         return None
+    if set(PREFERENCE_COLUMNS[1:]) <= names:
+        return (f"its columns are {sorted(names)}: preference pairs (chosen/rejected), not "
+                f"supervised examples ({EXPECTED_COLUMNS}); train on them with objective dpo")
     likely = guess_column_mapping(sorted(names))
     example = (f"likely columns: {{prompt: {likely.prompt}, response: {likely.response}}}"
                if likely else "e.g. columns: {prompt: question, response: answer}")
     return f"its columns are {sorted(names)}: none of {EXPECTED_COLUMNS}; name yours with columns ({example})"
+
+
+def builtin_dataset_problem(field: str, reference: str, *, objective: str = "sft") -> str | None:
+    """An unknown built-in dataset, or one whose records are not what `objective` trains on
+    (its columns judged as a file's are, the spec's `columns` aside: a built-in's are its
+    own), naming the built-in that is; None for one that fits."""
+    names = BUILTIN_DATASET_COLUMNS.get(reference)
+    if names is None:
+        return (f"{field} {reference}: unknown built-in dataset; expected one of "
+                f"{', '.join(BUILTIN_DATASET_COLUMNS)}")
+    if columns_problem(names, None, objective=objective) is None:
+        return None
+    fitting = [name for name, its_columns in BUILTIN_DATASET_COLUMNS.items()
+               if columns_problem(its_columns, None, objective=objective) is None]
+    return (f"{field} {reference}: its records are {_kind_of_records(names)}, and objective "
+            f"{objective} trains on {BUILTIN_RECORD_KINDS[objective]}; use "
+            f"{' or '.join(fitting)}")
+
+
+BUILTIN_RECORD_KINDS = {"sft": "supervised examples", "dpo": "preference pairs"}
+
+
+def _kind_of_records(names: Iterable[str]) -> str:
+    kind = next(kind for objective, kind in BUILTIN_RECORD_KINDS.items()
+                if columns_problem(names, None, objective=objective) is None)
+    return f"{kind} ({'/'.join(names)})"
 
 
 def single_turn(prompt: str, response: str) -> Example:
@@ -220,17 +261,18 @@ def split_eval_examples(examples: list[Example], *, fraction: float,
 
 
 def eval_split_problem(example_count: int, *, fraction: float, micro_batch_size: int,
-                       ranks: int) -> str | None:
-    """Why an eval split of `fraction` cannot work on `example_count` examples, or None:
-    it must hold out at least one and leave a micro-batch for every rank."""
+                       ranks: int, what: str = "examples") -> str | None:
+    """Why an eval split of `fraction` cannot work on `example_count` examples (`what`:
+    "pairs" for objective dpo, one a record as an example is), or None: it must hold out
+    at least one and leave a micro-batch for every rank."""
     if fraction <= 0:
         return None
     held_out = held_out_count(example_count, fraction)
     if held_out == 0:
-        return (f"eval_split {fraction}: holds out none of the {example_count} examples; "
+        return (f"eval_split {fraction}: holds out none of the {example_count} {what}; "
                 "raise eval_split or set eval_dataset")
     needed = micro_batch_size * ranks
     if example_count - held_out < needed:
         return (f"eval_split {fraction}: leaves {example_count - held_out} of {example_count} "
-                f"examples to train on; need at least micro_batch_size x ranks = {needed}")
+                f"{what} to train on; need at least micro_batch_size x ranks = {needed}")
     return None

@@ -1,6 +1,7 @@
 """Where a dataset's records come from: the spec's `dataset` or `eval_dataset`, read into
-Examples by one function (`load_source_examples`) that the trainer and the worker's input
-check both call, so both say the same thing about a bad dataset.
+Examples by one function (`load_source_examples`), or into preference pairs (objective dpo)
+by its twin (`load_source_pairs`), that the trainer and the worker's input check both call,
+so both say the same thing about a bad dataset. Both read the same rows the same way.
 
 A local .jsonl, .json or .jsonl.gz file is read by tunedeck.data.records itself. Through
 the `datasets` library, on the worker host only: a .parquet or .csv file, a folder (written
@@ -22,8 +23,11 @@ from typing import Any
 
 from tunedeck.data.file_formats import LIBRARY_FILE_FORMATS
 from tunedeck.data.input_paths import HUB_ID_PATTERN, is_local_reference
+from tunedeck.data.preference_records import (PREFERENCE_COLUMNS, PreferencePair, mapped_pairs,
+                                              preference_columns_problem)
 from tunedeck.data.records import (NO_COLUMNS, Example, columns_problem, count_file_records,
-                                   examples_from_records, is_record_file, load_file_examples)
+                                   examples_from_records, is_record_file, load_file_examples,
+                                   read_file_records)
 from tunedeck.failure_kinds import offline_cache_advice
 from tunedeck.job_spec import ColumnMapping
 
@@ -33,6 +37,8 @@ ACCEPTED = ("a .jsonl, .json, .jsonl.gz, .parquet or .csv file, a dataset folder
             "Hugging Face dataset id (org/name)")
 # The columns an unmapped record is read from (tunedeck.data.records); others stay unread.
 SHAPE_COLUMNS = ("messages", "instruction", "input", "output", "prompt", "response")
+# ... and an unmapped preference pair (tunedeck.data.preference_records).
+PAIR_COLUMNS = PREFERENCE_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -65,15 +71,35 @@ def load_source_examples(source: DatasetSource, *, limit: int | None = None) -> 
     if is_record_file(source.reference):
         return load_file_examples(source.reference, limit=limit, field=source.field,
                                   columns=source.columns)
+    rows = _library_rows(source, limit=limit, problem=columns_problem, shape=SHAPE_COLUMNS)
+    return examples_from_records(rows, source=source.reference, field=source.field,
+                                 columns=source.columns)
+
+
+def load_source_pairs(source: DatasetSource, *, limit: int | None = None) -> list[PreferencePair]:
+    """The first `limit` (or all) preference pairs, read as `load_source_examples` reads
+    examples, in the ColumnMapping's prompt/chosen/rejected (and system); ValueError or
+    OSError naming the field otherwise: data whose columns are known before its rows and
+    hold no chosen/rejected is refused naming the columns it has."""
+    if is_record_file(source.reference):
+        path, records = read_file_records(source.reference, limit=limit, field=source.field)
+        return mapped_pairs(records, source=str(path), field=source.field, columns=source.columns)
+    rows = _library_rows(source, limit=limit, problem=preference_columns_problem,
+                         shape=PAIR_COLUMNS)
+    return mapped_pairs(rows, source=source.reference, field=source.field, columns=source.columns)
+
+
+def _library_rows(source: DatasetSource, *, limit: int | None, problem, shape) -> list[dict]:
+    """The first `limit` rows the `datasets` library reads, with only the columns the spec
+    maps and those of an unmapped record's `shape`; `problem(column_names, columns)` first."""
     dataset = open_library_dataset(source)
-    problem = columns_problem(dataset.column_names, source.columns)
-    if problem:
-        raise ValueError(f"{source.where}: {problem}")
+    refused = problem(dataset.column_names, source.columns)
+    if refused:
+        raise ValueError(f"{source.where}: {refused}")
     if limit is not None and limit < len(dataset):
         dataset = dataset.select(range(limit))
-    dataset = dataset.select_columns(_read_columns(dataset.column_names, source.columns))
-    return examples_from_records(dataset.to_list(), source=source.reference, field=source.field,
-                                 columns=source.columns)
+    dataset = dataset.select_columns(_read_columns(dataset.column_names, source.columns, shape))
+    return dataset.to_list()
 
 
 def count_source_records(source: DatasetSource) -> int:
@@ -82,9 +108,10 @@ def count_source_records(source: DatasetSource) -> int:
     return len(open_library_dataset(source))
 
 
-def _read_columns(names: list[str], columns: ColumnMapping | None) -> list[str]:
+def _read_columns(names: list[str], columns: ColumnMapping | None,
+                  shape: tuple[str, ...] = SHAPE_COLUMNS) -> list[str]:
     mapped = [name for name in (columns or NO_COLUMNS).model_dump().values() if name]
-    return [name for name in names if name in mapped or name in SHAPE_COLUMNS]
+    return [name for name in names if name in mapped or name in shape]
 
 
 def open_library_dataset(source: DatasetSource):
