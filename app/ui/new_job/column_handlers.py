@@ -11,10 +11,12 @@ from tunedeck.data.records import columns_problem
 from tunedeck.settings import Settings
 
 # What an empty picker means, as its empty choice reads (an empty label drew as a bare tick):
-# the usual names are looked for (instruction/output, prompt/response, messages; TYPE_THEM),
-# and no system prompt is added. Short: the pickers are narrow.
+# the usual names are looked for (instruction/output, prompt/response, messages; TYPE_THEM;
+# for DPO, prompt/chosen/rejected), and no system prompt is added. Short: the pickers are
+# narrow.
 UNSET_COLUMN = {"prompt": "(usual names)", "response": "(usual names)",
-                "messages": "(usual names)", "system": "(none)"}
+                "messages": "(usual names)", "system": "(none)", "chosen": "(usual names)",
+                "rejected": "(usual names)"}
 TYPE_THEM = ("type the column names where they are not the usual ones (instruction/output, "
              "prompt/response or messages); the worker checks them before the job starts")
 

@@ -16,8 +16,9 @@ from app.actions import submit
 from app.actions.errors import Invalid
 from app.actions.input_checks import input_problems
 from app.auth.principal import Principal
-from app.ui.new_job.form_labels import (COLUMN_ROLES, FORM_FIELDS, TYPED_FIELDS, field_errors,
-                                        label_fields, problem_fields, problems_markdown)
+from app.ui.new_job.form_labels import (COLUMN_ROLES, FORM_FIELDS, OBJECTIVE_COLUMN_ROLES,
+                                        TYPED_FIELDS, field_errors, label_fields,
+                                        problem_fields, problems_markdown)
 from app.ui.new_job.plan_handlers import DEFAULT_GPU_MEMORY_GB, PlanView, plan_view
 from app.ui.new_job.typed_fields import number_or_none
 from app.views.cluster import slurm_site_for
@@ -117,7 +118,7 @@ def spec_to_form(spec: JobSpec) -> dict[str, Any]:
     hand are mapped here one by one; the rest (TYPED_FIELDS) by their types."""
     return {
         "name": spec.name or "", "model": spec.model, "dataset": spec.dataset,
-        "method": spec.method,
+        "objective": spec.objective, "method": spec.method,
         "dataset_config": spec.dataset_config or "", "dataset_split": spec.dataset_split,
         "eval_dataset_split": spec.eval_dataset_split,
         **{f"columns_{role}": getattr(spec.columns, role) or "" for role in COLUMN_ROLES},
@@ -139,6 +140,11 @@ def spec_to_form(spec: JobSpec) -> dict[str, Any]:
         "lora_r": spec.lora.r, "lora_alpha": spec.lora.alpha,
         "lora_dropout": spec.lora.dropout, "lora_experts": spec.lora.experts,
         "lora_train_router": spec.lora.train_router,
+        "dpo_beta": spec.dpo.beta, "dpo_loss": spec.dpo.loss,
+        "dpo_label_smoothing": spec.dpo.label_smoothing, "dpo_reference": spec.dpo.reference,
+        # A text box, as epochs: "" is unset (1 for orpo, 0 otherwise).
+        "dpo_sft_weight": "" if spec.dpo.sft_weight is None else f"{spec.dpo.sft_weight:g}",
+        "dpo_simpo_gamma": spec.dpo.simpo_gamma,
         "zero2_offload_optimizer": spec.zero2.offload_optimizer,
         "zero2_overlap_comm": spec.zero2.overlap_comm,
         "zero2_contiguous_gradients": spec.zero2.contiguous_gradients,
@@ -161,7 +167,11 @@ def spec_to_form(spec: JobSpec) -> dict[str, Any]:
 
 def form_to_spec_data(form: dict[str, Any]) -> dict[str, Any]:
     """The spec's JSON shape of the form. LoRA settings go in only for adapter methods, so a
-    hidden LoRA field never blocks a full fine-tune."""
+    hidden LoRA field never blocks a full fine-tune; the preference settings (and the chosen
+    and rejected columns) only for objective dpo, and the response and chat columns only for
+    sft, so switching the objective back and forth leaves no hidden field behind."""
+    objective = form["objective"]
+    columns = OBJECTIVE_COLUMN_ROLES.get(objective, COLUMN_ROLES)
     data: dict[str, Any] = {
         "name": _text_or_none(form["name"]),
         "model": _text(form["model"]),
@@ -169,7 +179,8 @@ def form_to_spec_data(form: dict[str, Any]) -> dict[str, Any]:
         "dataset_config": _text_or_none(form["dataset_config"]),
         # An emptied split box is the default split, not an invalid empty name.
         "dataset_split": _text(form["dataset_split"]) or "train",
-        "columns": {role: _text_or_none(form[f"columns_{role}"]) for role in COLUMN_ROLES},
+        "columns": {role: _text_or_none(form[f"columns_{role}"]) for role in columns},
+        "objective": objective,
         "method": form["method"],
         "backend": form["backend"],
         "precision": form["precision"],
@@ -223,6 +234,12 @@ def form_to_spec_data(form: dict[str, Any]) -> dict[str, Any]:
         data["lora"] = {"r": form["lora_r"], "alpha": form["lora_alpha"],
                         "dropout": form["lora_dropout"], "experts": bool(form["lora_experts"]),
                         "train_router": bool(form["lora_train_router"])}
+    if objective == "dpo":
+        data["dpo"] = {"beta": form["dpo_beta"], "loss": form["dpo_loss"],
+                       "label_smoothing": form["dpo_label_smoothing"] or 0,
+                       "reference": form["dpo_reference"],
+                       "sft_weight": number_or_none(form["dpo_sft_weight"], integer=False),
+                       "simpo_gamma": form["dpo_simpo_gamma"]}
     return data
 
 
@@ -261,7 +278,7 @@ def preview_form(form: dict[str, Any], *, principal: Principal, settings: Settin
                            valid=False, field_errors=field_errors(raw_problems))
     title = backend_of(spec).preview_title
     config_json = json.dumps(backend_config(spec), indent=2)
-    trainer_json = json.dumps(trainer_settings(spec), indent=2)
+    trainer_json = json.dumps(trainer_preview(spec), indent=2)
     command_line = shlex.join(build_torchrun_argv(spec, PREVIEW_RUN_DIR))
     site = (None if database is None else slurm_site_for(
         spec, database=database, worker_lost_seconds=settings.worker_lost_seconds))
@@ -300,6 +317,54 @@ def submit_form(form: dict[str, Any], *, database, celery_app, principal: Princi
                         workers=submit.live_workers(database=database, settings=settings)).warning
     return job.id, (f"Submitted job **{job.id}** ({job.name}): status `{job.status}`."
                     + (f"\n\n{warning}" if warning else ""))
+
+
+# Each objective's built-in dataset: a newcomer's first DPO click must find pairs to read.
+BUILTIN_DATASET_OF = {"sft": "builtin:arithmetic", "dpo": "builtin:arithmetic-preference"}
+
+
+@dataclass(frozen=True)
+class ObjectiveSwitch:
+    """What picking an objective changes in the form beyond what it shows (None: leave it)."""
+
+    dataset: str | None = None
+    packing: bool | None = None
+    padding_free: bool | None = None
+
+
+def objective_picked(objective: str, dataset: str | None, packing: bool,
+                     padding_free: bool) -> ObjectiveSwitch:
+    """The other objective's built-in dataset becomes this one's (a dataset the user named
+    stays); dpo turns packing and padding-free off (a pair's answers are rows of their own)."""
+    others = {name for key, name in BUILTIN_DATASET_OF.items() if key != objective}
+    wanted = BUILTIN_DATASET_OF.get(objective)
+    dataset = wanted if wanted and (dataset or "").strip() in others else None
+    if objective != "dpo":
+        return ObjectiveSwitch(dataset)
+    return ObjectiveSwitch(dataset, False if packing else None,
+                           False if padding_free else None)
+
+
+def objective_options_visible(objective: str) -> tuple[bool, ...]:
+    """Show the preference settings; then each column picker, in COLUMN_ROLES' order."""
+    shown = OBJECTIVE_COLUMN_ROLES.get(objective, COLUMN_ROLES)
+    return objective == "dpo", *(role in shown for role in COLUMN_ROLES)
+
+
+def trainer_preview(spec: JobSpec) -> dict[str, Any]:
+    """The trainer settings the preview shows, led by the objective: for dpo, its loss and
+    reference as the trainer reads them (the SFT term's weight resolved)."""
+    settings = trainer_settings(spec)
+    if spec.objective != "dpo":
+        return {"objective": spec.objective, **settings}
+    preference = {**spec.dpo.model_dump(mode="json"), "sft_weight": spec.dpo.sft_term_weight}
+    if not spec.dpo.uses_reference:
+        preference.pop("reference")
+    if spec.dpo.loss != "sigmoid":
+        preference.pop("label_smoothing")
+    if spec.dpo.loss != "simpo":
+        preference.pop("simpo_gamma")
+    return {"objective": "dpo", "dpo": preference, **settings}
 
 
 def backend_options_visible(backend: str) -> tuple[bool, ...]:

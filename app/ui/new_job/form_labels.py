@@ -8,7 +8,11 @@ import html
 from app.ui.new_job.typed_fields import TypedField, typed_field
 from tunedeck.job_spec import JobSpec, spec_field
 
-COLUMN_ROLES = ("prompt", "response", "messages", "system")  # the spec's `columns` fields
+# The spec's `columns` fields. An objective reads some of them: sft a prompt and its response
+# (or a chat), dpo a prompt with a chosen and a rejected answer; the prompt (and system) both.
+COLUMN_ROLES = ("prompt", "response", "messages", "system", "chosen", "rejected")
+OBJECTIVE_COLUMN_ROLES = {"sft": ("prompt", "response", "messages", "system"),
+                          "dpo": ("prompt", "system", "chosen", "rejected")}
 
 # The fields the form lays out by hand (app/ui/tabs/new_job_fields.py), in the order of the
 # tab's inputs: a spec field's name, or a section's field as SECTION_FIELD (`lora_r`,
@@ -16,18 +20,20 @@ COLUMN_ROLES = ("prompt", "response", "messages", "system")  # the spec's `colum
 # from its type (TYPED_FIELDS), unless LEFT_OUT names it.
 LAID_OUT_FIELDS = (
     "name", "model", "dataset", "dataset_config", "dataset_split", "columns_prompt",
-    "columns_response", "columns_messages", "columns_system", "method", "backend", "precision",
+    "columns_response", "columns_messages", "columns_system", "columns_chosen",
+    "columns_rejected", "objective", "method", "backend", "precision",
     "num_gpus", "gpu_memory_gb", "max_steps", "epochs", "learning_rate", "micro_batch_size",
     "grad_accum", "seq_len", "lr_schedule", "warmup_steps", "weight_decay", "max_grad_norm",
     "seed", "packing", "kernels", "attention", "padding_free", "fused_optimizer", "eval_split",
     "eval_dataset", "eval_dataset_split", "eval_every_steps", "checkpoint_every_steps",
     "keep_checkpoints", "export_dtype", "report_to", "lora_r", "lora_alpha", "lora_dropout",
-    "lora_experts", "lora_train_router", "zero2_offload_optimizer", "zero2_overlap_comm",
-    "zero2_contiguous_gradients", "zero2_reduce_bucket_size", "zero2_allgather_bucket_size",
-    "zero2_activation_checkpointing", "fsdp_sharding_strategy", "fsdp_cpu_offload",
-    "fsdp_activation_checkpointing", "fsdp_param_dtype", "fsdp_reduce_dtype",
+    "lora_experts", "lora_train_router", "dpo_beta", "dpo_loss", "dpo_label_smoothing",
+    "dpo_reference", "dpo_sft_weight", "dpo_simpo_gamma", "zero2_offload_optimizer",
+    "zero2_overlap_comm", "zero2_contiguous_gradients", "zero2_reduce_bucket_size",
+    "zero2_allgather_bucket_size", "zero2_activation_checkpointing", "fsdp_sharding_strategy",
+    "fsdp_cpu_offload", "fsdp_activation_checkpointing", "fsdp_param_dtype", "fsdp_reduce_dtype",
     "fsdp_buffer_dtype", "fsdp_backward_prefetch", "fsdp_forward_prefetch", "fsdp_compile")
-SECTIONS = ("lora_", "zero2_", "fsdp_", "columns_")
+SECTIONS = ("lora_", "zero2_", "fsdp_", "columns_", "dpo_")
 # The spec fields the form has no input for, and why (a preset with one says so on Load).
 # Deleting a top-level field's line gives it an input made from its type.
 LEFT_OUT = {
@@ -66,7 +72,7 @@ FORM_FIELDS: tuple[str, ...] = tuple(FORM_LABELS)
 # A spec's error location (as format_validation_error spells it) -> the form label.
 SPEC_FIELD_LABELS: dict[str, str] = {
     **{field: label for field, label in FORM_LABELS.items()
-       if not field.startswith(("lora_", "zero2_", "fsdp_", "columns_"))},
+       if not field.startswith(SECTIONS)},
     **{f"columns.{role}": FORM_LABELS[f"columns_{role}"] for role in COLUMN_ROLES},
     "lora.r": FORM_LABELS["lora_r"],
     "lora.alpha": FORM_LABELS["lora_alpha"],
@@ -76,6 +82,10 @@ SPEC_FIELD_LABELS: dict[str, str] = {
     "fsdp": FORM_LABELS["fsdp_sharding_strategy"],
     **{f"fsdp.{name}": FORM_LABELS[f"fsdp_{name}"]
        for name in ("param_dtype", "reduce_dtype", "buffer_dtype")},
+    # The preference settings: each field, and the section's own rules between them.
+    "dpo": spec_field("dpo").title,
+    **{spec_location(name): FORM_LABELS[name] for name in FORM_LABELS
+       if name.startswith("dpo_")},
 }
 
 
@@ -90,10 +100,27 @@ def field_errors(problems: str) -> dict[str, str]:
     errors: dict[str, str] = {}
     for line in problems.splitlines():
         location, separator, message = line.partition(": ")
-        name = _FORM_FIELD_AT.get(location) if separator else None
+        if not separator:
+            continue
+        name = _FORM_FIELD_AT.get(location)
+        if name is None:
+            name, message = _field_a_rule_names(location, message)
         if name is not None:
             errors[name] = f"{errors[name]}; {message}" if name in errors else message
     return errors
+
+
+def _field_a_rule_names(location: str, message: str) -> tuple[str | None, str]:
+    """(the form field a rule between fields is about, its message), where the message
+    starts by naming it: "spec: packing: objective dpo ..." -> packing; "dpo: label_smoothing
+    applies ..." -> dpo_label_smoothing. Other spec-wide lines stay the form message's alone."""
+    if location == "spec":
+        head, separator, rest = message.partition(": ")
+        if separator and head in ("packing", "padding_free"):  # objective dpo's rule
+            return _FORM_FIELD_AT[head], rest
+    if location == "dpo":
+        return _FORM_FIELD_AT.get(f"dpo.{message.split(' ', 1)[0]}"), message
+    return None, message
 
 
 def label_fields(problems: str) -> str:

@@ -12,7 +12,8 @@ from app.ui.new_job import (column_handlers, form_handlers, preflight_handlers, 
 from app.ui.new_job.form_handlers import form_values
 from app.ui.new_job.form_labels import COLUMN_ROLES, FORM_FIELDS
 from app.ui.request_polling import build_request_polling, still_waiting
-from app.ui.tabs.new_job_fields import _backend_groups, _lora_group, form_fields
+from app.ui.tabs.new_job_fields import (_backend_groups, _lora_group, _objective_options,
+                                       form_fields)
 from app.ui.tabs.preset_row import preset_row, wire_presets
 from app.ui.tabs.plan_panel import build_plan_panel, plan_updates, wire_apply_buttons
 from app.views.input_suggestions import input_suggestions
@@ -165,6 +166,23 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
     fields["backend"].change(_backend_groups, fields["backend"],
                              [groups[name] for name in BACKENDS], show_progress="hidden")
     fields["method"].change(_lora_group, fields["method"], groups["lora"], show_progress="hidden")
+    # The objective shows its settings and its columns as it changes (a preset's Load too);
+    # a user's pick also swaps the built-in dataset for the objective's and turns off what
+    # DPO refuses.
+    fields["objective"].change(_objective_options, fields["objective"],
+                               [groups["dpo"], *(fields[f"columns_{role}"]
+                                                 for role in COLUMN_ROLES)],
+                               show_progress="hidden")
+
+    def objective_picked(objective, dataset, packing, padding_free):
+        switch = form_handlers.objective_picked(objective, dataset, packing, padding_free)
+        return tuple(gr.skip() if value is None else value
+                     for value in (switch.dataset, switch.packing, switch.padding_free))
+
+    objective_switched = [fields[name] for name in ("dataset", "packing", "padding_free")]
+    fields["objective"].input(objective_picked, [fields["objective"], *objective_switched],
+                              objective_switched, show_progress="hidden")
+
     def show_lora_targets(request: gr.Request, *values):
         return target_handlers.lora_targets_view(form_values(values),
                                                  principal=principal_of(request), settings=settings)

@@ -9,13 +9,15 @@ import gradio as gr
 from app.ui.new_job import form_handlers
 from app.ui.new_job.column_handlers import column_choices
 from app.ui.new_job.form_handlers import SAME_AS_PRECISION
-from app.ui.new_job.form_labels import COLUMN_ROLES, FORM_LABELS as LABELS, TYPED_FIELDS
+from app.ui.new_job.form_labels import (COLUMN_ROLES, FORM_LABELS as LABELS,
+                                        OBJECTIVE_COLUMN_ROLES, TYPED_FIELDS, spec_location)
 from app.ui.new_job.typed_fields import (CHECKBOX, CHOICE, CHOICES, INTEGER, NUMBER,
                                          OPTIONAL_NUMBER, TEXT_LIST, TypedField)
 from tunedeck.data.file_formats import DATASET_FILE_SUFFIXES
 from tunedeck.job_spec import (ATTENTIONS, BACKENDS, DTYPES, EXPORT_DTYPES, KERNELS,
-                               LEARNING_RATE_SCHEDULES, METHODS, PRECISIONS, SHARDING_STRATEGIES,
-                               TRACKERS, spec_field)
+                               LEARNING_RATE_SCHEDULES, METHODS, OBJECTIVES, PRECISIONS,
+                               PREFERENCE_LOSSES, REFERENCES, SHARDING_STRATEGIES, TRACKERS,
+                               spec_field)
 from tunedeck.planner.shape_source import has_experts
 
 
@@ -44,6 +46,17 @@ def _lora_group(method: str):
     return gr.Group(visible=form_handlers.lora_options_visible(method))
 
 
+def _objective_options(objective: str):
+    """The preference settings' group, then each column picker (COLUMN_ROLES' order)."""
+    dpo, *columns = form_handlers.objective_options_visible(objective)
+    return gr.Group(visible=dpo), *(gr.Dropdown(visible=shown) for shown in columns)
+
+
+def _spec_words(name: str) -> dict[str, str]:
+    """A field's label and help, both the spec's own (its title and description)."""
+    return {"label": LABELS[name], "info": spec_field(spec_location(name)).description}
+
+
 def form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The form's inputs by FORM_FIELDS name, and the option groups shown per choice (and
     the column pickers' hint, "columns_hint", and accordion, "dataset_options"; the upload
@@ -56,8 +69,9 @@ def form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
         with gr.Column():
             fields["dataset"] = gr.Textbox(defaults["dataset"], label=LABELS["dataset"],
                                            info=f"local {'/'.join(DATASET_FILE_SUFFIXES)} file, "
-                                                "save_to_disk folder, Hugging Face id (org/name) "
-                                                "or builtin:arithmetic",
+                                                "save_to_disk folder, Hugging Face id (org/name), "
+                                                "builtin:arithmetic or (DPO) "
+                                                "builtin:arithmetic-preference",
                                            elem_id="new-job-dataset")
             upload = _upload_button()
     # Filled when opened (the user's own recent values, what the allowed folders hold); a
@@ -77,13 +91,24 @@ def form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
                            suggestions=suggestions, **upload)
     fields["name"] = gr.Textbox(defaults["name"], label=LABELS["name"], placeholder="optional",
                                 elem_id="new-job-name")
-    with gr.Row():
-        fields["method"] = gr.Radio(list(METHODS), value=defaults["method"],
-                                    label=LABELS["method"], elem_id="new-job-method")
-        fields["backend"] = gr.Radio(list(BACKENDS), value=defaults["backend"],
-                                     label=LABELS["backend"], elem_id="new-job-backend")
-        fields["precision"] = gr.Radio(list(PRECISIONS), value=defaults["precision"],
-                                       label=LABELS["precision"], elem_id="new-job-precision")
+    # What is learnt, right above how: SFT from examples, DPO from preference pairs (its
+    # settings and the pairs' columns show once picked). One box, two rows: a fourth radio
+    # does not fit the row of three at 1440 px (page_chrome's CSS keeps their options on one
+    # line), and the objective's help would push its options below theirs.
+    with gr.Group(elem_id="new-job-objective-and-method"):
+        with gr.Row():
+            fields["objective"] = gr.Radio([(name.upper(), name) for name in OBJECTIVES],
+                                           value=defaults["objective"],
+                                           elem_id="new-job-objective",
+                                           **_spec_words("objective"))
+        with gr.Row():
+            fields["method"] = gr.Radio(list(METHODS), value=defaults["method"],
+                                        label=LABELS["method"], elem_id="new-job-method")
+            fields["backend"] = gr.Radio(list(BACKENDS), value=defaults["backend"],
+                                         label=LABELS["backend"], elem_id="new-job-backend")
+            fields["precision"] = gr.Radio(list(PRECISIONS), value=defaults["precision"],
+                                           label=LABELS["precision"],
+                                           elem_id="new-job-precision")
     with gr.Row():
         fields["num_gpus"] = _integer("num_gpus", defaults, info="ranks on this host")
         fields["gpu_memory_gb"] = gr.Number(defaults["gpu_memory_gb"], label=LABELS["gpu_memory_gb"],
@@ -225,14 +250,47 @@ def _dataset_options(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[s
                                                  info="e.g. train or train[:10%]; a file is read whole",
                                                  elem_id="new-job-dataset-split")
         with gr.Row():
+            # The objective's columns only: sft's response and chat, or dpo's chosen and
+            # rejected answers (the prompt and system prompt are both's).
+            shown = OBJECTIVE_COLUMN_ROLES[defaults["objective"]]
             for role in COLUMN_ROLES:
                 name = f"columns_{role}"
                 fields[name] = gr.Dropdown(column_choices(role, []), value=defaults[name],
-                                           label=LABELS[name],
+                                           label=LABELS[name], visible=role in shown,
                                            allow_custom_value=True,
                                            elem_id=f"new-job-columns-{role}")
         hint = gr.Markdown(elem_id="new-job-columns-hint")
     return {"columns_hint": hint, "dataset_options": accordion}
+
+
+def _preference_options(fields: dict[str, Any], defaults: dict[str, Any]) -> gr.Group:
+    """Objective dpo's settings (the spec's `dpo` section), shown once DPO is picked; each
+    labelled and helped in the spec's words, as they say which loss reads them."""
+    with gr.Group(visible=defaults["objective"] == "dpo",
+                  elem_id="new-job-dpo-options") as group:
+        gr.Markdown(f"**{spec_field('dpo').title} (DPO) options**", padding=True)
+        with gr.Row():
+            fields["dpo_loss"] = gr.Dropdown(list(PREFERENCE_LOSSES), value=defaults["dpo_loss"],
+                                             elem_id="new-job-dpo-loss",
+                                             **_spec_words("dpo_loss"))
+            fields["dpo_beta"] = gr.Number(defaults["dpo_beta"], step=0.05,
+                                           elem_id="new-job-dpo-beta", **_spec_words("dpo_beta"))
+            fields["dpo_reference"] = gr.Dropdown(list(REFERENCES),
+                                                  value=defaults["dpo_reference"],
+                                                  elem_id="new-job-dpo-reference",
+                                                  **_spec_words("dpo_reference"))
+        with gr.Row():
+            fields["dpo_label_smoothing"] = gr.Number(
+                defaults["dpo_label_smoothing"], step=0.05, elem_id="new-job-dpo-label-smoothing",
+                **_spec_words("dpo_label_smoothing"))
+            # A text box: empty is unset (its weight then follows the loss), not 0.
+            fields["dpo_sft_weight"] = gr.Textbox(
+                defaults["dpo_sft_weight"], placeholder="empty: 1 for orpo, 0 otherwise",
+                elem_id="new-job-dpo-sft-weight", **_spec_words("dpo_sft_weight"))
+            fields["dpo_simpo_gamma"] = gr.Number(defaults["dpo_simpo_gamma"], step=0.1,
+                                                  elem_id="new-job-dpo-simpo-gamma",
+                                                  **_spec_words("dpo_simpo_gamma"))
+    return group
 
 
 def _option_groups(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -256,6 +314,7 @@ def _option_groups(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str
             groups["lora_targets_button"] = gr.Button(
                 "What LoRA adapts", size="sm", elem_id="new-job-lora-targets-button")
         groups["lora_targets"] = gr.Markdown(elem_id="new-job-lora-targets")
+    groups["dpo"] = _preference_options(fields, defaults)
     with gr.Group(visible=zero2_visible, elem_id="new-job-zero2-options") as groups["zero2"]:
         gr.Markdown("**DeepSpeed ZeRO-2 options**", padding=True)
         with gr.Row():
