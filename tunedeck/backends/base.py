@@ -69,6 +69,9 @@ class Backend:
     offloaded_state_words: str
     offloaded_words: str
     collective_words: str
+    # How it holds a frozen copy of the weights (DPO's reference model of a full fine-tune),
+    # for the planner's reasons: "sharded over the ranks like the weights".
+    reference_words: str
     # Its settings section sets the compute dtype itself (checked with that section).
     sets_compute_dtype: bool = False
     # The trainer wraps each decoder layer on its own (the LoRA preview names the class).
@@ -104,6 +107,20 @@ class Backend:
         over `ranks` (and, `offloaded`, into host memory): one rank's bytes, by the
         planner's convention (tunedeck/planner/memory_plan.py)."""
         raise NotImplementedError
+
+    def reference_bytes_per_rank(self, spec: JobSpec, parameters: float, ranks: int, *,
+                                 offloaded: bool) -> tuple[float, float]:
+        """(bytes on the GPU, bytes in host memory) one rank holds of a frozen copy of
+        `parameters` weights in the compute dtype, held as this backend holds the model's
+        weights: the reference model of a DPO full fine-tune with reference auto. Frozen,
+        it has no gradients and no optimizer state."""
+        raise NotImplementedError
+
+    def forward_gather_bytes(self, spec: JobSpec, parameters: float) -> float:
+        """Bytes each rank gathers for one more forward, without backward, of a model of
+        `parameters` held as this backend holds the weights (DPO's reference forward, every
+        micro-batch); 0 where every rank holds the weights whole."""
+        return 0.0
 
     def unsupported_method_note(self, method: str | None) -> str | None:
         """The planner's note on a method this backend cannot train (`method_problem`

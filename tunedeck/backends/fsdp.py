@@ -83,6 +83,7 @@ class Fsdp(Backend):
     offloaded_state_words = "weights and optimizer"
     offloaded_words = "weights and optimizer"
     collective_words = "all-gathers"
+    reference_words = "shards it over the ranks as it shards the weights"
     engine = "trainer.backends.fsdp:FsdpBackend"
     sets_compute_dtype = True  # fsdp.param_dtype, else the spec's precision
     shards_decoder_layers = True
@@ -105,6 +106,18 @@ class Fsdp(Backend):
             FP32_BYTES * states.parameters / ranks, FP32_BYTES * states.trainable / ranks,
             ADAM_STATE_BYTES * states.trainable / ranks, gathered,
             step=adam_step_bytes(spec, states.trainable / ranks))
+
+    def reference_bytes_per_rank(self, spec: JobSpec, parameters: float, ranks: int, *,
+                                 offloaded: bool) -> tuple[float, float]:
+        """A frozen copy sharded as `fully_shard` shards the model, in its compute dtype
+        (param_dtype), 1/N of it a rank; with CPU offload its shards sit in host memory
+        with the model's. Each layer is gathered while the copy's no_grad forward runs and
+        freed before the policy's forward."""
+        shard = compute_bytes(spec.fsdp.param_dtype or spec.precision) * parameters / ranks
+        return (0.0, shard) if offloaded else (shard, 0.0)
+
+    def forward_gather_bytes(self, spec: JobSpec, parameters: float) -> float:
+        return compute_bytes(spec.fsdp.param_dtype or spec.precision) * parameters
 
     def unsupported_method_note(self, method: str | None) -> str | None:
         return ("QLoRA runs under ZeRO-2 only: FSDP2 cannot shard the packed 4-bit weights"

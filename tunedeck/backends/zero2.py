@@ -117,6 +117,7 @@ class Zero2(Backend):
     offloaded_state_words = "optimizer"
     offloaded_words = "optimizer step"
     collective_words = "gradient reduction"
+    reference_words = "keeps it whole on every rank, as it keeps the weights"
     engine = "trainer.backends.zero2:Zero2Backend"
 
     def config(self, spec: JobSpec) -> dict[str, Any]:
@@ -142,6 +143,12 @@ class Zero2(Backend):
             (FP32_BYTES + ADAM_STATE_BYTES) * trainable / ranks, buckets,
             # ZeRO-2 steps an fp32 copy of its compute-dtype gradient partition.
             step=FP32_BYTES * shard + adam_step_bytes(spec, shard))
+
+    def reference_bytes_per_rank(self, spec: JobSpec, parameters: float, ranks: int, *,
+                                 offloaded: bool) -> tuple[float, float]:
+        """ZeRO-2 shards no parameters: a whole frozen copy in the compute dtype on every
+        rank, whether or not the optimizer is offloaded (the copy has no optimizer)."""
+        return compute_bytes(spec.precision) * parameters, 0.0
 
     def communication_bytes(self, spec: JobSpec, parameters: float,
                             trainable: float) -> tuple[float, float]:

@@ -39,6 +39,17 @@ sdpa carry a boolean mask, which PyTorch's memory-efficient kernel (the one that
 mask) converts to an additive bias in the compute dtype on every layer's call and keeps for
 backward. Flash attention's kernels need none of it. A micro-batch of rows that are all
 exactly seq_len long has no mask at all; the plan cannot know that and counts one.
+
+Objective dpo: two sequences per pair. Each micro-batch of micro_batch_size pairs is one
+forward of 2 x micro_batch_size rows (the chosen answers, then the rejected ones), so every
+term above is counted for twice the rows (`rows_per_micro_batch`), and the two rows of even
+one pair are padded to each other (a mask). The answers' log-probabilities come from a
+log-softmax over the vocabulary in fp32 of whole logits, counted as the loss's share above
+(three fp32 copies of the rows' tokens x vocabulary): Liger's fused cross-entropy is not
+used under dpo, so its "no whole logits" saving does not apply there (its norms and SwiGLU
+still do, and the head's input is kept when the head trains). The reference model's forward
+(the adapter off, or the frozen copy) runs under no_grad before the policy's and frees what
+it made, so it adds nothing to this peak.
 """
 from __future__ import annotations
 
@@ -56,6 +67,23 @@ _MLP_INPUT = ("gate_proj", "up_proj")
 
 def _compute_bytes(spec: JobSpec) -> int:
     return compute_bytes(spec.precision)
+
+
+def rows_per_micro_batch(spec: JobSpec) -> int:
+    """The rows one forward carries: the micro-batch's examples, or under objective dpo two
+    sequences per pair (its chosen and its rejected answer)."""
+    return spec.micro_batch_size * (2 if spec.objective == "dpo" else 1)
+
+
+def micro_batch_tokens(spec: JobSpec) -> int:
+    """The tokens of one forward: its rows at seq_len."""
+    return rows_per_micro_batch(spec) * spec.seq_len
+
+
+def uses_fused_loss(spec: JobSpec, shape: ModelShape) -> bool:
+    """Whether the loss is Liger's fused linear cross-entropy (no whole logits): with Liger's
+    kernels, except under objective dpo, whose log-probs need the whole logits."""
+    return uses_liger(spec, shape) and spec.objective != "dpo"
 
 
 def uses_liger(spec: JobSpec, shape: ModelShape) -> bool:
@@ -86,7 +114,7 @@ def layer_activation_bytes(spec: JobSpec, shape: ModelShape, *, sparse: bool | N
                  + _attention_bytes(spec, shape, full_rows=full_rows)
                  + _mlp_bytes(shape, c, sparse=sparse, liger=liger)
                  + _linear_input_bytes(spec, shape, sparse=sparse))
-    return spec.micro_batch_size * spec.seq_len * per_token
+    return micro_batch_tokens(spec) * per_token
 
 
 def _norm_bytes(spec: JobSpec, shape: ModelShape) -> int:
@@ -109,8 +137,9 @@ def repeats_kv(spec: JobSpec, shape: ModelShape, *, full_rows: bool = False) -> 
 def has_attention_mask(spec: JobSpec, *, full_rows: bool = False) -> bool:
     """Whether the micro-batches carry an attention mask: examples packed into one row, or
     padding between rows of different lengths. `full_rows`: every row is exactly seq_len
-    long (the GPU benches' data), so a micro-batch of several rows has no padding."""
-    padded = spec.micro_batch_size > 1 and not full_rows
+    long (the GPU benches' data), so a micro-batch of several rows has no padding. Under
+    objective dpo a pair's chosen and rejected rows are padded to each other."""
+    padded = rows_per_micro_batch(spec) > 1 and not full_rows
     return spec.padding_free or spec.packing or padded
 
 
@@ -182,7 +211,7 @@ def activation_bytes(spec: JobSpec, shape: ModelShape, *, full_rows: bool = Fals
         layers = sum(count * per_layer for count, per_layer in kinds.values())
         return (layers + final + logits_bytes(spec, shape)
                 + attention_mask_bytes(spec, shape, full_rows=full_rows))
-    layer_input = _compute_bytes(spec) * spec.micro_batch_size * spec.seq_len * shape.hidden_size
+    layer_input = _compute_bytes(spec) * micro_batch_tokens(spec) * shape.hidden_size
     recomputed = (max(per_layer for _count, per_layer in kinds.values())
                   + attention_mask_bytes(spec, shape, full_rows=full_rows))
     return shape.num_layers * layer_input + final + max(logits_bytes(spec, shape), recomputed)
@@ -191,9 +220,9 @@ def activation_bytes(spec: JobSpec, shape: ModelShape, *, full_rows: bool = Fals
 def final_norm_bytes(spec: JobSpec, shape: ModelShape) -> float:
     """The norm after the last layer, and its output when the output head trains (the
     head's input, for the head's gradient; Liger's fused loss takes that in forward)."""
-    tokens = spec.micro_batch_size * spec.seq_len
-    head_input = (_compute_bytes(spec) if _weights_train(spec) and not uses_liger(spec, shape)
-                  else 0)
+    tokens = micro_batch_tokens(spec)
+    head_input = (_compute_bytes(spec)
+                  if _weights_train(spec) and not uses_fused_loss(spec, shape) else 0)
     return tokens * shape.hidden_size * (_norm_bytes(spec, shape) + head_input)
 
 
@@ -201,11 +230,11 @@ def logits_bytes(spec: JobSpec, shape: ModelShape) -> float:
     """The loss's share at its peak, the start of backward: the fp32 log-softmax the loss
     kept, the gradient that reaches it and the one it hands back (three fp32 copies of the
     logits); or with Liger's fused linear cross-entropy what it keeps instead
-    (`fused_loss_bytes`)."""
-    if uses_liger(spec, shape):
+    (`fused_loss_bytes`). Objective dpo counts the same three fp32 copies for its answers'
+    log-softmax, of its two rows a pair (Liger's fused loss is not used there)."""
+    if uses_fused_loss(spec, shape):
         return fused_loss_bytes(spec, shape)
-    tokens = spec.micro_batch_size * spec.seq_len
-    return tokens * shape.vocab_size * 3 * FP32_BYTES
+    return micro_batch_tokens(spec) * shape.vocab_size * 3 * FP32_BYTES
 
 
 def fused_loss_bytes(spec: JobSpec, shape: ModelShape) -> float:
@@ -214,7 +243,7 @@ def fused_loss_bytes(spec: JobSpec, shape: ModelShape) -> float:
     about tokens x hidden entries: the tokens over ceil(vocab / hidden), rounded up to a
     power of two) and, when the head trains, the head's gradient, all in the compute dtype."""
     c = _compute_bytes(spec)
-    tokens = spec.micro_batch_size * spec.seq_len
+    tokens = micro_batch_tokens(spec)
     hidden, vocab = shape.hidden_size, shape.vocab_size
     chunks = -(-vocab // hidden)
     chunk_tokens = min(_next_power_of_two(-(-tokens // chunks)), tokens)
@@ -227,15 +256,15 @@ def _next_power_of_two(number: int) -> int:
 
 
 def attention_mask_bytes(spec: JobSpec, shape: ModelShape, *, full_rows: bool = False) -> float:
-    """The boolean mask of a micro-batch (its rows' s x s, or for padding-free rows one row of
-    micro_batch_size x seq_len tokens), and the bias in the compute dtype sdpa's
-    memory-efficient kernel makes of it and keeps on every layer (the one recomputed
-    layer's with checkpointing). Flash attention's kernels need none of it."""
+    """The boolean mask of a micro-batch (its rows' s x s, two rows a pair under dpo, or for
+    padding-free rows one row of micro_batch_size x seq_len tokens), and the bias in the
+    compute dtype sdpa's memory-efficient kernel makes of it and keeps on every layer (the
+    one recomputed layer's with checkpointing). Flash attention's kernels need none of it."""
     if spec.attention != "sdpa" or not has_attention_mask(spec, full_rows=full_rows):
         return 0.0
     if spec.padding_free:
         rows, length = 1, spec.micro_batch_size * spec.seq_len
     else:
-        rows, length = spec.micro_batch_size, spec.seq_len
+        rows, length = rows_per_micro_batch(spec), spec.seq_len
     layers_keeping_a_bias = 1 if spec.activation_checkpointing else shape.num_layers
     return (MASK_BYTES + layers_keeping_a_bias * _compute_bytes(spec)) * rows * length * length

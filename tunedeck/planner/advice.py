@@ -8,7 +8,11 @@ never recommended over a set-up that fits. Within a group, the step cost model
 (tunedeck.planner.step_cost) picks the fastest;
 set-ups within TIE_SHARE of the fastest are a tie, which the selection guide breaks (LoRA
 and QLoRA under ~13B: ZeRO-2; 13B and up in full: FSDP with activation checkpointing;
-16-32 GB cards: ZeRO-2, offloaded when nothing else fits; several nodes: FSDP).
+16-32 GB cards: ZeRO-2, offloaded when nothing else fits; several nodes: FSDP). A DPO
+reference precomputed costs a forward pass over the pairs before step 1, as much compute as
+auto's reference forwards: among tied set-ups, one that keeps reference auto comes first, so
+precomputed is recommended where the frozen copy does not fit (or it is faster by more than
+a tie).
 """
 from __future__ import annotations
 
@@ -17,9 +21,10 @@ from dataclasses import dataclass, field
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.gpu_cards import GpuSet
 from tunedeck.planner.memory_plan import (STRATEGIES, StrategyPlan, model_states, napkin_ddp_bytes,
-                                          plan_strategies)
+                                          plan_strategies, reference_kind)
 from tunedeck.planner.model_shapes import ModelShape
-from tunedeck.planner.reasons import advice_reasons, cost_words, setup_reason
+from tunedeck.planner.activation_memory import rows_per_micro_batch
+from tunedeck.planner.reasons import advice_reasons, cost_words, objective_reasons, setup_reason
 from tunedeck.planner.setups import ON_GPUS, OTHER_JOB, Setup, all_setups
 from tunedeck.units import GB, format_count
 
@@ -48,9 +53,12 @@ class MemoryPlan:
     reasons: list[str]
     alternatives: list[dict] = field(default_factory=list)
     parameter_count: dict = field(default_factory=dict)
+    # Objective dpo: {"rows_per_micro_batch", "loss", "reference"}; None for sft, whose
+    # JSON is as it was before dpo (its readers see no new key).
+    dpo: dict | None = None
 
     def to_json(self) -> dict:
-        return {
+        answer = {
             "model": self.model,
             "parameters": self.parameters,
             "trainable_parameters": self.trainable_parameters,
@@ -65,6 +73,13 @@ class MemoryPlan:
             "alternatives": self.alternatives,
             "reasons": self.reasons,
         }
+        if self.dpo is not None:
+            # Added keys only: `dpo`, and each strategy's `reference_gb`, the part of its
+            # per_gpu_gb params that is the frozen reference copy.
+            answer["dpo"] = self.dpo
+            for name, plan in self.strategies.items():
+                answer[name]["reference_gb"] = float(f"{plan.reference_bytes / GB:.4g}")
+        return answer
 
 
 def gpus_json(gpus: GpuSet) -> dict:
@@ -88,15 +103,21 @@ def plan_memory(spec: JobSpec, gpus: GpuSet, shape: ModelShape) -> MemoryPlan:
     alternatives = [setup_json(setup, reference, spec, gpus) for setup in pick_alternatives(ranked)]
     states = model_states(spec, shape)
     ddp_states = strategies["ddp"].breakdown
+    # The model's own states: a DPO reference copy is not the napkin sum's business.
+    ddp_reference = strategies["ddp"].reference_bytes
     reasons = advice_reasons(
         best, gpus, order=order, why=why, recommended_reason=recommended and recommended["reason"],
-        ddp_bytes=ddp_states.params + ddp_states.grads + ddp_states.optimizer,
+        ddp_bytes=ddp_states.params - ddp_reference + ddp_states.grads + ddp_states.optimizer,
         napkin_bytes=napkin_ddp_bytes(spec, shape), precision=spec.precision,
-        full_in_16_bit=spec.method == "full" and spec.precision != "fp32")
+        full_in_16_bit=spec.method == "full" and spec.precision != "fp32",
+        objective_lines=objective_reasons(spec, shape, strategies, gpus))
+    dpo = ({"rows_per_micro_batch": rows_per_micro_batch(spec), "loss": spec.dpo.loss,
+            "reference": reference_kind(spec)} if spec.objective == "dpo" else None)
     return MemoryPlan(model=shape.name, parameters=states.parameters,
                       trainable_parameters=states.trainable, gpus=gpus, strategies=strategies,
                       verdicts=verdicts, recommended=recommended, reasons=reasons,
-                      alternatives=alternatives, parameter_count=parameter_count(shape))
+                      alternatives=alternatives, parameter_count=parameter_count(shape),
+                      dpo=dpo)
 
 
 def ranked_setups(spec: JobSpec, gpus: GpuSet, shape: ModelShape) -> list[Setup]:
@@ -133,8 +154,9 @@ def _group(setup: Setup) -> int:
 
 
 def rank_setups(setups: list[Setup], order: list[str]) -> list[Setup]:
-    """Best first: the best group, the fastest within it, ties broken by the guide's order
-    (and then by fewer changes)."""
+    """Best first: the best group, the fastest within it, ties broken by keeping a DPO
+    reference auto (a precomputed one costs a pass over the pairs before step 1), then by
+    the guide's order, then by fewer changes."""
     def guide_index(setup: Setup) -> int:
         return order.index(setup.strategy) if setup.strategy in order else len(order)
 
@@ -144,7 +166,8 @@ def rank_setups(setups: list[Setup], order: list[str]) -> list[Setup]:
     group = _group(by_group[0])
     fastest = by_group[0].cost.seconds
     tied = [s for s in by_group if _group(s) == group and s.cost.seconds <= TIE_SHARE * fastest]
-    best = min(tied, key=lambda s: (guide_index(s), len(s.changes), s.cost.seconds))
+    best = min(tied, key=lambda s: (s.precomputes_reference, guide_index(s), len(s.changes),
+                                    s.cost.seconds))
     return [best, *(s for s in by_group if s is not best)]
 
 

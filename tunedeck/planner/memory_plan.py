@@ -28,6 +28,15 @@ step's copies count only where they need more than backward held (with checkpoin
 for a model whose states dwarf its activations: 32 GB for an 8B full fine-tune on one GPU).
 Without expandable segments the allocator kept the activations' blocks cached beside the
 step's flat partitions, and the H200 measured the sum of both.
+
+Objective dpo: two sequences per pair, so the activations are a forward of twice the rows
+(activation_memory). A loss that compares with a reference model (not simpo or orpo) with
+reference auto holds one for a full fine-tune: a frozen second copy of the weights in the
+compute dtype, held as the backend holds the model's (`Backend.reference_bytes_per_rank`:
+sharded under fsdp, whole on each rank under zero2), no gradients, no optimizer state; it is
+counted with the weights ("params"), and `StrategyPlan.reference_bytes` says how much of them
+it is. LoRA/QLoRA's reference is the same model with the adapter off, and reference
+precomputed keeps only a few bytes a pair: neither holds reference weights.
 """
 from __future__ import annotations
 
@@ -36,7 +45,7 @@ from dataclasses import dataclass, replace
 from tunedeck.backends import BACKENDS, backend_of
 from tunedeck.backends.base import ADAM_STATE_BYTES, Backend, ModelStates
 from tunedeck.job_spec import JobSpec
-from tunedeck.planner.activation_memory import activation_bytes, uses_liger
+from tunedeck.planner.activation_memory import activation_bytes, rows_per_micro_batch, uses_liger
 from tunedeck.planner.gpu_cards import GpuSet
 from tunedeck.planner.model_shapes import ModelShape
 from tunedeck.units import FP32_BYTES, GB, compute_bytes, format_size
@@ -78,6 +87,8 @@ class StrategyPlan:
     host_bytes_per_node: float = 0.0
     supported: bool = True
     notes: tuple[str, ...] = ()
+    # Of breakdown.params, a DPO reference model's frozen copy on the GPU (0 without one).
+    reference_bytes: float = 0.0
 
 
 def model_states(spec: JobSpec, shape: ModelShape) -> ModelStates:
@@ -94,6 +105,29 @@ def model_states(spec: JobSpec, shape: ModelShape) -> ModelStates:
     unquantized = parameters - quantized
     return ModelStates(parameters, trainable,
                        NF4_BYTES_PER_WEIGHT * quantized + compute * unquantized)
+
+
+def holds_reference_copy(spec: JobSpec) -> bool:
+    """Whether the job trains beside a frozen copy of the weights: objective dpo with a loss
+    that compares with a reference (not simpo, orpo), reference auto, a full fine-tune
+    (LoRA's and QLoRA's reference is their own base with the adapter off)."""
+    return spec.uses_reference_model and spec.dpo.reference == "auto" and spec.method == "full"
+
+
+def reference_parameters(spec: JobSpec, shape: ModelShape) -> int:
+    """The parameters of the frozen reference copy the job holds while it trains; 0 without."""
+    return shape.total_parameters if holds_reference_copy(spec) else 0
+
+
+def reference_kind(spec: JobSpec) -> str | None:
+    """What a DPO job's reference model is, in the plan's words; None for sft."""
+    if spec.objective != "dpo":
+        return None
+    if not spec.uses_reference_model:
+        return "none"  # simpo, orpo
+    if spec.dpo.reference == "precomputed":
+        return "precomputed"
+    return "frozen copy" if holds_reference_copy(spec) else "adapter off"
 
 
 def spec_strategy(spec: JobSpec) -> str:
@@ -127,13 +161,17 @@ def plan_strategies(spec: JobSpec, gpus: GpuSet, shape: ModelShape, *,
     states = model_states(spec, shape)
     activations = activation_bytes(spec, shape, full_rows=full_rows)
     compute, trainable = compute_bytes(spec.precision), states.trainable
+    reference = compute * reference_parameters(spec, shape)  # every DDP rank holds it whole
     plans = {DDP: StrategyPlan(DDP, Breakdown(
-        states.weight_bytes_compute, compute * trainable,
-        optimizer_bytes_per_parameter(spec.precision) * trainable, activations, 0.0))}
+        states.weight_bytes_compute + reference, compute * trainable,
+        optimizer_bytes_per_parameter(spec.precision) * trainable, activations, 0.0),
+        reference_bytes=reference)}
     for backend in BACKENDS.values():
         for offloaded in (False, True):
             plan = _backend_plan(backend, offloaded, spec, gpus, shape, states, activations)
             plans[plan.name] = plan
+    if spec.objective == "dpo":
+        plans = _with_objective_noted(plans, spec)
     if spec.kernels == "auto" and uses_liger(spec, shape):
         plans = _with_plain_kernels_noted(plans, spec, gpus, shape, full_rows=full_rows)
     return plans
@@ -142,20 +180,51 @@ def plan_strategies(spec: JobSpec, gpus: GpuSet, shape: ModelShape, *,
 def _backend_plan(backend: Backend, offloaded: bool, spec: JobSpec, gpus: GpuSet,
                   shape: ModelShape, states: ModelStates, activations: float) -> StrategyPlan:
     """One backend's set-up: the model states a rank holds under it (the backend counts
-    them), the activations, and the backend's buffers with the optimizer step's copies."""
+    them), a DPO reference copy's frozen weights (the backend holds them as it holds the
+    model's), the activations, and the backend's buffers with the optimizer step's copies."""
     name = backend.strategy(offloaded)
     held = backend.state_bytes_per_rank(spec, states, shape, gpus.world_size,
                                         offloaded=offloaded)
+    copied = reference_parameters(spec, shape)
+    reference, reference_host = (backend.reference_bytes_per_rank(
+        spec, copied, gpus.world_size, offloaded=offloaded) if copied else (0.0, 0.0))
     other = (held.buffers if held.step is None
              else with_optimizer_step(held.buffers, activations, held.step))
-    breakdown = Breakdown(held.params, held.grads, held.optimizer, activations, other)
+    breakdown = Breakdown(held.params + reference, held.grads, held.optimizer, activations,
+                          other)
     if offloaded and gpus.on_cpu:
-        return StrategyPlan(name, breakdown, supported=False, notes=(CPU_OFFLOAD_NOTE,))
+        return StrategyPlan(name, breakdown, supported=False, notes=(CPU_OFFLOAD_NOTE,),
+                            reference_bytes=reference)
     note = backend.unsupported_method_note(spec.method)  # QLoRA under FSDP
     if note:
-        return StrategyPlan(name, breakdown, supported=False, notes=(note,))
+        return StrategyPlan(name, breakdown, supported=False, notes=(note,),
+                            reference_bytes=reference)
     # The rank's offloaded state, for each local rank.
-    return StrategyPlan(name, breakdown, host_bytes_per_node=held.host * gpus.count)
+    return StrategyPlan(name, breakdown,
+                        host_bytes_per_node=(held.host + reference_host) * gpus.count,
+                        reference_bytes=reference)
+
+
+def _with_objective_noted(plans: dict[str, StrategyPlan],
+                          spec: JobSpec) -> dict[str, StrategyPlan]:
+    """Objective dpo, on each strategy that can run it: its forward's rows, and the
+    reference copy counted with its weights."""
+    rows = rows_per_micro_batch(spec)
+    doubled = (f"objective dpo: two sequences per pair: activations doubled (a micro-batch of "
+               f"{spec.micro_batch_size} pair{'s' if spec.micro_batch_size > 1 else ''} is one "
+               f"forward of {rows} rows, chosen then rejected, with whole logits and their "
+               "fp32 log-softmax)")
+    noted = {}
+    for name, plan in plans.items():
+        notes = (doubled,)
+        if plan.reference_bytes:
+            notes += (f"the weights include the frozen reference copy (reference auto): "
+                      f"{format_size(plan.reference_bytes / GB)} of them",)
+        elif holds_reference_copy(spec) and plan.host_bytes_per_node:
+            notes += ("the frozen reference copy (reference auto) is offloaded with the "
+                      "weights: counted in host memory",)
+        noted[name] = replace(plan, notes=(*plan.notes, *notes)) if plan.supported else plan
+    return noted
 
 
 def _with_plain_kernels_noted(plans: dict[str, StrategyPlan], spec: JobSpec, gpus: GpuSet,

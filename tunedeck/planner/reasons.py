@@ -2,9 +2,12 @@
 (the napkin sum, DeepSpeed's own estimator, the cost model's standing)."""
 from __future__ import annotations
 
-from tunedeck.backends import backend_of_strategy
+from tunedeck.backends import BACKENDS, backend_of_strategy
 from tunedeck.job_spec import JobSpec
+from tunedeck.planner.activation_memory import rows_per_micro_batch, uses_liger
 from tunedeck.planner.gpu_cards import GpuSet
+from tunedeck.planner.memory_plan import DDP, StrategyPlan, holds_reference_copy
+from tunedeck.planner.model_shapes import ModelShape
 from tunedeck.planner.setups import OFFLOADED, ON_GPUS, Setup
 from tunedeck.planner.step_cost import REFERENCE_MFU
 from tunedeck.units import GB, format_seconds, format_size
@@ -63,6 +66,9 @@ def cost_words(setup: Setup, reference_seconds: float, spec: JobSpec) -> str:
                      f"on {collective}")
     if setup.spec.method != spec.method:
         words.append(f"trains a LoRA adapter on a 4-bit base instead of {spec.method}")
+    if setup.precomputes_reference and spec.dpo.reference != "precomputed":
+        words.append("a forward pass over the pairs before step 1 (the reference "
+                     "log-probabilities), no frozen copy held")
     if any(word.endswith(("GPUs per node", " nodes")) for word in setup.changes):
         words.append(f"needs {setup.gpus.nodes} x {setup.gpus.count} GPUs")
     if reference_seconds and cost.seconds > reference_seconds * 1.005:
@@ -72,7 +78,8 @@ def cost_words(setup: Setup, reference_seconds: float, spec: JobSpec) -> str:
 
 def advice_reasons(best: Setup | None, gpus: GpuSet, *, order: list[str], why: str,
                    recommended_reason: str | None, ddp_bytes: float, napkin_bytes: float,
-                   precision: str, full_in_16_bit: bool) -> list[str]:
+                   precision: str, full_in_16_bit: bool,
+                   objective_lines: list[str] | None = None) -> list[str]:
     reasons = []
     if best is None:
         reasons.append(_nothing_fits(gpus))
@@ -91,6 +98,7 @@ def advice_reasons(best: Setup | None, gpus: GpuSet, *, order: list[str], why: s
         else:
             reasons.append(f"The selection guide would start from {order[0]} ({why}); "
                            f"{best.strategy} is what fits, or is faster, here.")
+    reasons += objective_lines or []
     if napkin_bytes < ddp_bytes * (1 - NAPKIN_GAP_SHARE) and precision != "fp32":
         reasons.append(
             f"DDP's model states are {format_size(ddp_bytes / GB)} per {gpus.rank_word}, counted as ZeRO-2 "
@@ -108,6 +116,50 @@ def advice_reasons(best: Setup | None, gpus: GpuSet, *, order: list[str], why: s
                        "save memory only through offload.")
     reasons.append(_cost_model_standing(gpus))
     return reasons
+
+
+def objective_reasons(spec: JobSpec, shape: ModelShape, plans: dict[str, StrategyPlan],
+                      gpus: GpuSet) -> list[str]:
+    """How objective dpo is counted, in words: its rows, and its reference model."""
+    if spec.objective != "dpo":
+        return []
+    pairs = spec.micro_batch_size
+    liger = (" (Liger's fused cross-entropy is not used for it; its other kernels are)"
+             if uses_liger(spec, shape) else "")
+    lines = [f"Objective dpo: two sequences per pair: activations doubled. A micro-batch of "
+             f"{pairs} pair{'s' if pairs > 1 else ''} is one forward of "
+             f"{rows_per_micro_batch(spec)} rows (the chosen answers, then the rejected), and "
+             f"the answers' log-probabilities take an fp32 log-softmax of whole logits{liger}."]
+    per = gpus.rank_word
+    if holds_reference_copy(spec):
+        held = "; ".join(
+            f"{backend.title} {backend.reference_words}: "
+            f"{format_size(plans[backend.strategy(False)].reference_bytes / GB)} per {per}"
+            for backend in BACKENDS.values())
+        whole = plans[DDP].reference_bytes  # the reference row holds the copy whole
+        lines.append(f"Reference auto on a full fine-tune: a frozen copy of the weights in the "
+                     f"compute dtype ({format_size(whole / GB)}), with no gradients or "
+                     f"optimizer state, counted with the weights. {held}. Reference "
+                     f"precomputed holds none: {_precomputed_pass_words(spec)}.")
+    elif spec.uses_reference_model and spec.dpo.reference == "precomputed":
+        lines.append("Reference precomputed: no reference weights while training; "
+                     f"{_precomputed_pass_words(spec)}.")
+    elif spec.uses_reference_model:
+        lines.append(f"Reference auto on a {spec.method} job: the same model with the adapter "
+                     "off, forwarded without gradients before the policy's forward: no second "
+                     "copy of the weights.")
+    else:
+        lines.append(f"Loss {spec.dpo.loss} has no reference model: nothing to hold or "
+                     "precompute.")
+    return lines
+
+
+def _precomputed_pass_words(spec: JobSpec) -> str:
+    # A forward is 2M FLOPs a token; training adds 4M backward (full) or 2M (a frozen base).
+    share = "a third" if spec.method == "full" else "half"
+    return ("one forward pass over the pairs before step 1 computes the reference "
+            f"log-probabilities (about {share} of a training step's compute per pair), kept "
+            "at a few bytes a pair")
 
 
 def _memory_words(gpus: GpuSet) -> str:

@@ -4,7 +4,10 @@ its bytes per GPU and its step cost, for the advice to rank.
 Changes come in three tiers, searched together and ranked tier by tier:
 - on the GPUs, the same job: the backend, activation checkpointing, a smaller micro-batch
   with more gradient accumulation (the same examples per step), smaller DeepSpeed buckets,
-  the fused AdamW (no temporary copy of the optimizer state in its step);
+  the fused AdamW (no temporary copy of the optimizer state in its step), and for a DPO full
+  fine-tune with reference auto the reference precomputed (the same loss against the same
+  reference log-probabilities, computed in one forward pass over the pairs before step 1,
+  so no frozen copy of the weights is held);
 - the same, with the optimizer (ZeRO-2) or everything (FSDP) offloaded to host memory;
 - a different job or more hardware: QLoRA, more GPUs per node, more nodes.
 """
@@ -16,7 +19,7 @@ from itertools import product
 from tunedeck.backends import BACKENDS, backend_of_strategy
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.gpu_cards import GpuSet
-from tunedeck.planner.memory_plan import plan_strategies
+from tunedeck.planner.memory_plan import holds_reference_copy, plan_strategies
 from tunedeck.planner.model_shapes import ModelShape
 from tunedeck.planner.step_cost import StepCost, step_cost
 from tunedeck.units import GB
@@ -27,6 +30,8 @@ RUNNABLE = tuple(backend.strategy(offloaded) for offloaded in (False, True)
                  for backend in BACKENDS.values())
 MAX_GPUS_PER_NODE = 8
 MAX_NODES = 8
+PRECOMPUTED_REFERENCE = {"dpo.reference": "precomputed"}
+PRECOMPUTED_REFERENCE_WORDS = "reference precomputed"
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,11 @@ class Setup:
     host_bytes: float  # per node, offloaded state
     verdict: str
     cost: StepCost
+
+    @property
+    def precomputes_reference(self) -> bool:
+        """Its job runs a DPO reference pass over the pairs before step 1."""
+        return self.spec.uses_reference_model and self.spec.dpo.reference == "precomputed"
 
     @property
     def label(self) -> str:
@@ -162,7 +172,8 @@ def _job_variants(spec: JobSpec, gpus: GpuSet):
 def _free_changes(spec: JobSpec, strategy: str):
     """(changes, words) that keep the job the same: checkpointing on or off, a smaller
     micro-batch, smaller DeepSpeed buckets (ZeRO-2's knob only), the fused AdamW where the
-    step runs on the GPU (an offloaded optimizer steps on the host)."""
+    step runs on the GPU (an offloaded optimizer steps on the host), a DPO reference
+    precomputed instead of a frozen copy held (a full fine-tune with reference auto)."""
     backend = backend_of_strategy(strategy)
     micro = spec.micro_batch_size
     sizes = sorted((size for size in range(1, micro + 1) if micro % size == 0), reverse=True)
@@ -170,7 +181,9 @@ def _free_changes(spec: JobSpec, strategy: str):
     buckets = [False, True] if smaller_buckets else [False]
     fused = [False, True] if not spec.fused_optimizer and not strategy.endswith("_offload") \
         else [False]
-    for checkpointing, size, small_buckets, fuse in product((False, True), sizes, buckets, fused):
+    precompute = [False, True] if holds_reference_copy(spec) else [False]
+    for checkpointing, size, small_buckets, fuse, precomputed in product(
+            (False, True), sizes, buckets, fused, precompute):
         changes, words = {f"{backend.name}.activation_checkpointing": checkpointing}, []
         if checkpointing != spec.activation_checkpointing:
             words.append("activation checkpointing" if checkpointing
@@ -185,4 +198,7 @@ def _free_changes(spec: JobSpec, strategy: str):
         if fuse:
             changes["fused_optimizer"] = True
             words.append("fused AdamW")
+        if precomputed:
+            changes.update(PRECOMPUTED_REFERENCE)
+            words.append(PRECOMPUTED_REFERENCE_WORDS)
         yield changes, words

@@ -20,6 +20,15 @@ Per micro-batch of t = micro_batch_size x seq_len tokens on each rank:
   micro-batch and the updated weights back once a step, and DeepSpeed's CPU Adam updates
   the partition; FSDP's CPU offload copies the fp32 weight shards up for forward and for
   backward and the gradients down every micro-batch, and torch's Adam runs on the CPU.
+
+Objective dpo: a micro-batch is one forward of two rows a pair (t doubles). A loss with a
+reference model adds its forward (2M a token, no backward) of those rows, and the weights a
+backend that shards them gathers for it (`Backend.forward_gather_bytes`): with reference
+auto every micro-batch (the adapter off, or the frozen copy); with reference precomputed
+once, before step 1, one forward per pair. The cost model knows no dataset size, so it
+charges that pass to each step as the same forward auto runs (as over one epoch): the two
+cost the same, and the advice keeps auto wherever it fits as fast (precomputed wins where
+the frozen copy does not fit, or fits only through a slower change).
 """
 from __future__ import annotations
 
@@ -27,6 +36,7 @@ from dataclasses import dataclass
 
 from tunedeck.backends import backend_of_strategy
 from tunedeck.job_spec import JobSpec
+from tunedeck.planner.activation_memory import micro_batch_tokens
 from tunedeck.planner.gpu_cards import INTER_NODE_BYTES_PER_S, PCIE_BYTES_PER_S, GpuSet
 from tunedeck.planner.memory_plan import model_states
 from tunedeck.planner.model_shapes import ModelShape
@@ -45,6 +55,9 @@ class StepCost:
     communication_s: float  # the collectives, overlapped or not
     exposed_communication_s: float  # what compute does not hide
     offload_s: float  # PCIe copies and the CPU optimizer step
+    # Of compute_s, a DPO reference model's forward (reference precomputed: its one pass
+    # before step 1, charged per step as the same forward).
+    reference_s: float = 0.0
 
     @property
     def seconds(self) -> float:
@@ -61,6 +74,15 @@ def flops_per_token(spec: JobSpec, shape: ModelShape, *, checkpointing: bool) ->
     return forward + backward + recompute, recompute
 
 
+def reference_flops_per_token(spec: JobSpec, shape: ModelShape) -> float:
+    """A DPO reference model's forward, per token of the policy's rows: none for sft or a
+    reference-free loss (simpo, orpo)."""
+    if not spec.uses_reference_model:
+        return 0.0
+    attention_forward = 2 * spec.seq_len * shape.q_width * shape.num_layers
+    return 2 * shape.active_matmul_parameters + attention_forward
+
+
 def utilisation(micro_tokens: int) -> float:
     """The share of REFERENCE_MFU a micro-batch of this many tokens reaches."""
     saturated = SATURATING_TOKENS / (SATURATING_TOKENS + HALF_SPEED_TOKENS)
@@ -70,11 +92,12 @@ def utilisation(micro_tokens: int) -> float:
 def step_cost(spec: JobSpec, gpus: GpuSet, shape: ModelShape, strategy: str) -> StepCost:
     card = gpus.card_spec
     ranks = gpus.world_size
-    micro_tokens = spec.micro_batch_size * spec.seq_len
+    micro_tokens = micro_batch_tokens(spec)
     flops, recompute = flops_per_token(spec, shape, checkpointing=spec.activation_checkpointing)
+    reference = reference_flops_per_token(spec, shape)
     speed = (card.bf16_flops * REFERENCE_MFU * utilisation(micro_tokens)
              / (QLORA_SLOWDOWN if spec.method == "qlora" else 1))
-    micro_compute = micro_tokens * flops / speed
+    micro_compute = micro_tokens * (flops + reference) / speed
     micro_comm, step_comm = _communication_bytes(spec, shape, strategy, ranks)
     bandwidth = card.link_bytes_per_s if gpus.nodes == 1 else min(card.link_bytes_per_s,
                                                                  INTER_NODE_BYTES_PER_S)
@@ -86,7 +109,8 @@ def step_cost(spec: JobSpec, gpus: GpuSet, shape: ModelShape, strategy: str) -> 
                     recompute_s=spec.grad_accum * micro_tokens * recompute / speed,
                     communication_s=spec.grad_accum * micro_comm_s + step_comm_s,
                     exposed_communication_s=exposed,
-                    offload_s=_offload_seconds(spec, shape, strategy, ranks))
+                    offload_s=_offload_seconds(spec, shape, strategy, ranks),
+                    reference_s=spec.grad_accum * micro_tokens * reference / speed)
 
 
 def _communication_bytes(spec: JobSpec, shape: ModelShape, strategy: str,
@@ -97,7 +121,12 @@ def _communication_bytes(spec: JobSpec, shape: ModelShape, strategy: str,
     states = model_states(spec, shape)
     backend = backend_of_strategy(strategy)
     if backend is not None:
-        return backend.communication_bytes(spec, states.parameters, states.trainable)
+        micro, step = backend.communication_bytes(spec, states.parameters, states.trainable)
+        if spec.uses_reference_model:
+            # The reference's forward (the frozen copy, as many weights as the model, or the
+            # model itself with the adapter off; precomputed: its pass before step 1).
+            micro += backend.forward_gather_bytes(spec, states.parameters)
+        return micro, step
     # DDP: an all-reduce of the gradients, twice a reduce-scatter's bytes.
     return 2 * compute_bytes(spec.precision) * states.trainable, 0.0
 

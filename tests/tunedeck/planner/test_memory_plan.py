@@ -107,6 +107,15 @@ PLAN_GOLDENS = {
     # A host without GPUs: two CPU ranks sharing 8 GB of RAM, no card, no step times.
     "plan_tiny_llama_lora_cpu_2_ranks": (JobSpec(max_steps=1, num_gpus=2, seq_len=64),
                                          GpuSet(2, 4, device="cpu")),
+    # Objective dpo: two rows a pair. A full fine-tune with reference auto holds a frozen
+    # copy (whole on each ZeRO-2 rank, sharded under FSDP), precomputed none; LoRA's
+    # reference is its base with the adapter off either way.
+    **{f"plan_llama31_8b_dpo_{method}_{reference}_{gpus.count}x80": (
+        JobSpec(max_steps=1, model="meta-llama/Llama-3.1-8B", objective="dpo", method=method,
+                backend="zero2", num_gpus=gpus.count, seq_len=2048, micro_batch_size=2,
+                dpo={"reference": reference}), gpus)
+       for method, gpus in (("full", GpuSet(8, 80)), ("lora", GpuSet(2, 80)))
+       for reference in ("auto", "precomputed")},
 }
 
 
