@@ -169,7 +169,8 @@ def get_job_checkpoints(job_id: JobId, request: Request) -> list[dict[str, Any]]
 def compare(request: Request, ids: str = Query(..., description="job ids, e.g. 1,2,3"),
             max_points: int = Query(DEFAULT_MAX_POINTS, ge=10, le=100_000)) -> Response:
     """Two or more jobs overlaid: their rows, the spec fields that differ, and the loss,
-    throughput and memory series, each row naming its `job_id`."""
+    throughput and memory series (and a preference job's `rewards_chosen`, `reward_margin`,
+    ... by step; empty for SFT jobs), each row naming its `job_id`."""
     try:
         job_ids = parse_job_ids(ids)
     except BadJobIds as error:

@@ -19,10 +19,12 @@ from tunedeck import job_queries
 from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import FINISHED_STATUSES
 from tunedeck.metrics.eta import format_duration
+from tunedeck.metrics.figures import PREFERENCE_CHARTS, FigureChart
 
 LOSS_COLUMNS = ["step", "loss", "job"]
 THROUGHPUT_COLUMNS = ["step", "tokens_per_second", "job"]
 MEMORY_COLUMNS = ["seconds", "memory_mb", "job"]
+PREFERENCE_COLUMNS = ["step", "value", "job"]  # a preference chart's (FigureChart's) lines
 DIFF_COLUMNS = ["field"]
 COMPARE_CHART_POINTS = 1000  # per line; several jobs share one chart
 NO_COMPARISON = ("Pick two or more jobs in **Jobs to compare** (or type their ids, e.g. "
@@ -32,15 +34,28 @@ SUMMARY_COLUMNS = ["figure"]
 # One colour a job on every chart (Vega's category10); a job's eval line and ranks take it.
 JOB_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939"]
-EVAL_TINT = 0.45  # an eval line is its job's colour, this much lighter
+EVAL_TINT = 0.45  # an eval line (and a rejected answers' one) is its job's colour, this much lighter
+TINTED_LINES = (" eval", " rejected")
 # And one dash pattern a job (the first solid): two jobs whose curves coincide still show
 # both, the dashed one's gaps letting the other's colour through.
 JOB_DASHES = ["none", "9 5", "3 4", "12 4 3 4"]
-COMPARE_CHARTS = ("#compare-loss-plot", "#compare-throughput-plot", "#compare-memory-plot")
+
+
+def compare_elem_id(chart: FigureChart) -> str:
+    """The Compare tab's chart of a preference figure: "compare-rewards-plot", ..."""
+    return f"compare-{chart.name.replace('_', '-')}-plot"
+
+
+COMPARE_CHARTS = ("#compare-loss-plot", "#compare-throughput-plot", "#compare-memory-plot",
+                  *(f"#{compare_elem_id(chart)}" for chart in PREFERENCE_CHARTS))
 FIGURE_ROWS = [("final loss", "final_loss", "{:.4f}"), ("best loss", "best_loss", "{:.4f}"),
                ("final eval loss", "final_eval_loss", "{:.4f}"),
                ("tokens/s (last 20 steps)", "tokens_per_second", "{:,.0f}"),
                ("peak memory (MB)", "peak_mb", "{:,.0f}"),
+               # A preference job's (job_compare.RECENT_PREFERENCE_FIGURES); rows of None
+               # for every job (SFT jobs) are left out.
+               ("reward margin (last 20 steps)", "reward_margin", "{:.4f}"),
+               ("preference accuracy (last 20 steps)", "reward_accuracy", "{:.1%}"),
                # Start-up apart: a one-time op build must not count against a backend.
                ("wall time from the first loss", "training_seconds", None),
                ("start-up (to the first loss)", "startup_seconds", None)]
@@ -54,10 +69,15 @@ class Comparison:
     loss: pd.DataFrame = field(default_factory=lambda: _frame([], LOSS_COLUMNS))
     throughput: pd.DataFrame = field(default_factory=lambda: _frame([], THROUGHPUT_COLUMNS))
     memory: pd.DataFrame = field(default_factory=lambda: _frame([], MEMORY_COLUMNS))
+    # A preference job's charts, by name (PREFERENCE_CHARTS); drawn while `lines` has any.
+    preference: dict[str, pd.DataFrame] = field(default_factory=lambda: {
+        chart.name: _frame([], PREFERENCE_COLUMNS) for chart in PREFERENCE_CHARTS})
     diff: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=DIFF_COLUMNS))
     summary: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SUMMARY_COLUMNS))
     running: bool = False
-    # Each chart's lines, by job, before they have points: {"loss" | "throughput" | "memory": names}
+    # Each chart's lines, by job, before they have points: {"loss" | "throughput" | "memory"
+    # | a preference chart's name: names}; a preference chart has lines only for a
+    # preference job.
     lines: dict[str, list[str]] = field(default_factory=dict)
     colours: dict[str, str] = field(default_factory=dict)  # every line's colour, by its name
 
@@ -78,7 +98,7 @@ def load_comparison(ids_text: str | None, *, database, principal: Principal) -> 
         return Comparison(f"Cannot compare: {problem}.")
     labels = {job["id"]: job_label(job) for job in compared["jobs"]}
     series = compared["series"]
-    lines = _every_line(labels, specs)
+    lines = _every_line(labels, specs, series)
     loss = _frame([(row["step"], row["loss"], _loss_line(labels[row["job_id"]], row["kind"]))
                    for row in series["loss"]], LOSS_COLUMNS)
     return Comparison(
@@ -89,6 +109,8 @@ def load_comparison(ids_text: str | None, *, database, principal: Principal) -> 
         memory=_frame([(row["seconds"], row["memory_mb"],
                         f"{labels[row['job_id']]} rank {row['rank']}")
                        for row in series["memory"]], MEMORY_COLUMNS),
+        preference={chart.name: preference_frame(chart, series, labels)
+                    for chart in PREFERENCE_CHARTS},
         diff=diff_frame(compared["diff"], list(labels.values())),
         summary=summary_frame(compared["jobs"], list(labels.values())),
         running=any(job["status"] not in FINISHED_STATUSES for job in compared["jobs"]),
@@ -121,7 +143,7 @@ def line_colours(labels: dict[int, str], lines: dict[str, list[str]]) -> dict[st
         colour = JOB_COLOURS[index % len(JOB_COLOURS)]
         for line in {line for chart in lines.values() for line in chart}:
             if line == label or line.startswith(f"{label} "):
-                colours[line] = _tint(colour) if line.endswith(" eval") else colour
+                colours[line] = _tint(colour) if line.endswith(TINTED_LINES) else colour
     return colours
 
 
@@ -168,16 +190,41 @@ def _visible_specs(database, principal: Principal, job_ids: list[int]) -> dict[i
                                          job_id=job_id).spec_model for job_id in job_ids}
 
 
-def _every_line(labels: dict[int, str], specs: dict[int, JobSpec]) -> dict[str, list[str]]:
+def _every_line(labels: dict[int, str], specs: dict[int, JobSpec],
+                series: dict[str, list[dict[str, Any]]]) -> dict[str, list[str]]:
     """The lines each chart draws once every job reports: a loss line a job (and its eval
-    line when it has an eval set), a throughput line a job, and a memory line a rank."""
+    line when it has an eval set), a throughput line a job, a memory line a rank, and on
+    each preference chart a line a figure of each preference job (objective dpo, or one
+    whose steps carry the chart's figures)."""
     loss, memory = [], []
     for job_id, label in labels.items():
         loss.append(label)
         if specs[job_id].has_eval:
             loss.append(_loss_line(label, "eval"))
         memory += [f"{label} rank {rank}" for rank in range(specs[job_id].world_size)]
-    return {"loss": loss, "throughput": list(labels.values()), "memory": memory}
+    lines = {"loss": loss, "throughput": list(labels.values()), "memory": memory}
+    for chart in PREFERENCE_CHARTS:
+        reporting = {row["job_id"] for figure in chart.figures for row in series[figure.field]}
+        lines[chart.name] = [_preference_line(chart, label, name)
+                             for job_id, label in labels.items()
+                             if specs[job_id].objective == "dpo" or job_id in reporting
+                             for name, _figure in chart.lines]
+    return lines
+
+
+def preference_frame(chart: FigureChart, series: dict[str, list[dict[str, Any]]],
+                     labels: dict[int, str]) -> pd.DataFrame:
+    """A preference chart's points, every job's: a line a job and figure ("job 3 (fsdp)
+    chosen", "job 3 (fsdp) rejected"; a one-figure chart's line is the job's label), by
+    step, not smoothed (as the loss here)."""
+    return _frame([(row["step"], row[figure.field],
+                    _preference_line(chart, labels[row["job_id"]], name))
+                   for name, figure in chart.lines for row in series[figure.field]],
+                  PREFERENCE_COLUMNS)
+
+
+def _preference_line(chart: FigureChart, label: str, name: str) -> str:
+    return label if len(chart.lines) == 1 else f"{label} {name}"
 
 
 def pickable_jobs(*, database, principal: Principal, limit: int = 100) -> list[tuple[str, int]]:

@@ -1,5 +1,6 @@
 """Comparing jobs: their loss, throughput and memory lines overlaid (each row names its job),
-and the spec fields whose values differ between them. The API and the Compare tab share it."""
+a preference job's reward figures too, and the spec fields whose values differ between
+them. The API and the Compare tab share it."""
 from __future__ import annotations
 
 from typing import Any
@@ -10,7 +11,8 @@ from tunedeck.db.models import Job, as_utc, utc_now
 from tunedeck.job_queries import MAX_JOB_ID
 from tunedeck.metrics import store as metric_store
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
-from tunedeck.metrics.figures import EVAL_LOSS, LOSS, TOKENS_PER_SECOND, rank_memory_mb
+from tunedeck.metrics.figures import (EVAL_LOSS, LOSS, PREFERENCE_CHARTS, REWARD_ACCURACY,
+                                      REWARD_MARGIN, TOKENS_PER_SECOND, rank_memory_mb)
 from tunedeck.metrics.store import read_chart_metrics
 
 MAX_COMPARED_JOBS = 12  # more lines than that is no longer a comparison anyone can read
@@ -56,24 +58,33 @@ def compare_jobs(*, database: Database, job_ids: list[int],
 
 
 RECENT_STEPS = 20  # tokens/s is the mean of the newest steps: the warm-up's first is slow
+# A preference job's figures, each the mean of its newest steps (one step's is noisy).
+RECENT_PREFERENCE_FIGURES = (REWARD_MARGIN, REWARD_ACCURACY)
+PREFERENCE_FIGURES = tuple(figure for chart in PREFERENCE_CHARTS for figure in chart.figures)
 
 
 def job_figures(job: Job, metrics: dict[str, list[dict[str, Any]]],
                 table_summary: dict[str, Any] | None) -> dict[str, float | None]:
     """What a comparison sets side by side: final and best train loss, final eval loss,
     recent tokens/s, peak memory (MB: the largest allocator peak of any rank, else RSS) and
-    the wall time, split at the first loss point (`wall_time_split`). None: not measured."""
+    the wall time, split at the first loss point (`wall_time_split`); a preference job's
+    recent reward margin and preference accuracy. None: not measured."""
     losses = [row[LOSS.field] for row in metrics["train"] if row.get(LOSS.field) is not None]
     evals = [row[EVAL_LOSS.field] for row in metrics["eval"]
              if row.get(EVAL_LOSS.field) is not None]
-    rates = [row[TOKENS_PER_SECOND.field] for row in metrics["train"][-RECENT_STEPS:]
-             if row.get(TOKENS_PER_SECOND.field) is not None]
     return {"final_loss": losses[-1] if losses else None,
             "best_loss": min(losses) if losses else None,
             "final_eval_loss": evals[-1] if evals else None,
-            "tokens_per_second": sum(rates) / len(rates) if rates else None,
+            "tokens_per_second": _recent_mean(metrics["train"], TOKENS_PER_SECOND.field),
             "peak_mb": (table_summary or {}).get("peak_mb"),
-            **wall_time_split(job, metrics["train"])}
+            **wall_time_split(job, metrics["train"]),
+            **{figure.field: _recent_mean(metrics["train"], figure.field)
+               for figure in RECENT_PREFERENCE_FIGURES}}
+
+
+def _recent_mean(train: list[dict[str, Any]], key: str) -> float | None:
+    values = [row[key] for row in train[-RECENT_STEPS:] if row.get(key) is not None]
+    return sum(values) / len(values) if values else None
 
 
 def wall_time_split(job: Job, train: list[dict[str, Any]]) -> dict[str, float | None]:
@@ -133,15 +144,18 @@ def flatten_spec(spec: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def overlaid_series(metrics: dict[int, dict[str, list[dict[str, Any]]]]) -> dict[str, list]:
     """Every job's rows in one list a chart, each row carrying its `job_id`. Memory is the
     accelerator's allocated MB (a CPU rank's RSS where there is none) over seconds since the
-    job's first reading, so runs that started at different times line up."""
+    job's first reading, so runs that started at different times line up. A preference
+    job's figures (rewards_chosen, reward_margin, ...) a list each, by step, as throughput;
+    empty for SFT jobs."""
     loss, throughput = LOSS.field, TOKENS_PER_SECOND.field
-    series: dict[str, list] = {loss: [], throughput: [], "memory": []}
+    series: dict[str, list] = {loss: [], throughput: [], "memory": [],
+                               **{figure.field: [] for figure in PREFERENCE_FIGURES}}
     for job_id, job_metrics in metrics.items():
         series[loss] += _loss_rows(job_id, job_metrics["train"], LOSS.field, "train")
         series[loss] += _loss_rows(job_id, job_metrics["eval"], EVAL_LOSS.field, "eval")
-        series[throughput] += [
-            {"job_id": job_id, "step": row["step"], throughput: row[throughput]}
-            for row in job_metrics["train"] if row.get(throughput) is not None]
+        for key in (throughput, *(figure.field for figure in PREFERENCE_FIGURES)):
+            series[key] += [{"job_id": job_id, "step": row["step"], key: row[key]}
+                            for row in job_metrics["train"] if row.get(key) is not None]
         series["memory"] += _memory_rows(job_id, job_metrics["memory"])
     return series
 

@@ -28,12 +28,21 @@ def create_job(database: Database, **spec_fields) -> int:
         return job_store.create_job(session=session, spec=spec).id
 
 
-def seed_points(database: Database, job_id: int, *, steps: int, start_time: float) -> None:
+def preference_figures(step: int) -> dict[str, float]:
+    """A DPO step's own figures (tunedeck.metrics.events.PREFERENCE_FIELDS)."""
+    return {"rewards_chosen": 0.1 * step, "rewards_rejected": -0.1 * step,
+            "reward_margin": 0.2 * step, "reward_accuracy": 0.25 * step,
+            "logps_chosen": -40.0 + step, "logps_rejected": -50.0 - step}
+
+
+def seed_points(database: Database, job_id: int, *, steps: int, start_time: float,
+                preference: bool = False) -> None:
     events = []
     for step in range(1, steps + 1):
         time = start_time + step
         events.append({"kind": "step", "rank": 0, "time": time, "step": step,
-                       "loss": 3.0 / step, "tokens_per_second": 100.0 * job_id})
+                       "loss": 3.0 / step, "tokens_per_second": 100.0 * job_id,
+                       **(preference_figures(step) if preference else {})})
         events += [{"kind": "memory", "rank": rank, "time": time, "rss_mb": 500.0 + rank}
                    for rank in (0, 1)]
     events.append({"kind": "eval", "rank": 0, "time": start_time + steps, "step": steps,
@@ -241,11 +250,55 @@ def test_identical_curves_are_named_above_the_charts(database):
     assert "Identical" not in other.message
 
 
+def test_a_dpo_jobs_preference_figures_are_overlaid_and_an_sft_comparison_has_none(database):
+    from tunedeck.metrics.figures import PREFERENCE_CHARTS
+
+    dpo = create_job(database, objective="dpo", dataset="builtin:arithmetic-preference")
+    sft, other_sft = create_job(database, backend="fsdp"), create_job(database)
+    seed_points(database, dpo, steps=4, start_time=0.0, preference=True)
+    seed_points(database, sft, steps=4, start_time=0.0)
+    compared = compare_jobs(database=database, job_ids=[dpo, sft])
+    # The API's series: a list a figure, each row naming its job; none of the SFT job's.
+    assert compared["series"]["reward_margin"] == [
+        {"job_id": dpo, "step": step, "reward_margin": pytest.approx(0.2 * step)}
+        for step in range(1, 5)]
+    assert {row["job_id"] for row in compared["series"]["logps_rejected"]} == {dpo}
+    comparison = compare_handlers.load_comparison(f"{dpo}, {sft}", database=database,
+                                                  principal=OPEN_PRINCIPAL)
+    label = f"job {dpo} (zero2)"
+    assert comparison.lines["rewards"] == [f"{label} chosen", f"{label} rejected"]
+    assert comparison.lines["reward_margin"] == comparison.lines["reward_accuracy"] == [label]
+    rewards = comparison.preference["rewards"]
+    assert list(rewards.columns) == ["step", "value", "job"]
+    assert rewards[rewards["job"] == f"{label} rejected"]["value"].tolist() == pytest.approx(
+        [-0.1, -0.2, -0.3, -0.4])
+    # Chosen in the job's colour (as its loss line), rejected a lighter tint of it.
+    colours = comparison.colours
+    assert colours[f"{label} chosen"] == colours[label]
+    assert colours[f"{label} rejected"] not in (colours[label], colours[f"job {sft} (fsdp)"])
+    rows = {row[0]: row[1:] for row in comparison.summary.values.tolist()}
+    assert rows["reward margin (last 20 steps)"] == ["0.5000", ""]  # mean of 0.2 .. 0.8
+    assert rows["preference accuracy (last 20 steps)"] == ["62.5%", ""]
+    # Two SFT jobs: no preference chart, no preference row.
+    plain = compare_handlers.load_comparison(f"{sft}, {other_sft}", database=database,
+                                             principal=OPEN_PRINCIPAL)
+    assert not any(plain.lines[chart.name] for chart in PREFERENCE_CHARTS)
+    assert not any(row[0].startswith(("reward", "preference"))
+                   for row in plain.summary.values.tolist())
+    # A DPO job before its first step already has its lines (coloured, in the legend).
+    queued = create_job(database, objective="dpo", dataset="builtin:arithmetic-preference")
+    early = compare_handlers.load_comparison(f"{sft}, {queued}", database=database,
+                                             principal=OPEN_PRINCIPAL)
+    assert early.lines["logps"] == [f"job {queued} (zero2) chosen", f"job {queued} (zero2) rejected"]
+
+
 def test_each_jobs_lines_have_its_dash_pattern_on_every_compare_chart():
     css = compare_handlers.line_dash_css()
     first, second = compare_handlers.JOB_COLOURS[:2]
     assert f'#compare-loss-plot g.mark-line path[stroke="{first}"]' in css
     assert f'#compare-memory-plot g.mark-line path[stroke="{second}"]' in css
+    assert f'#compare-rewards-plot g.mark-line path[stroke="{second}"]' in css
+    assert f'#compare-reward-accuracy-plot g.mark-line path[stroke="{first}"]' in css
     rules = css.splitlines()
     assert rules[0].endswith("{ stroke-dasharray: none; }")  # the first job solid
     assert rules[1].endswith("{ stroke-dasharray: 9 5; }")

@@ -2,6 +2,7 @@
 (and, for the table, a real SQLite database)."""
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -121,6 +122,108 @@ def test_mfu_is_charted_when_the_steps_carry_it():
     assert charts.has_mfu and list(charts.mfu["mfu"]) == [0.41, 0.41]
     assert charts.sampled_memory_title == "Memory per GPU (NVML)"
 
+
+
+def _preference_steps(count):
+    """A DPO job's steps: the six preference figures besides the usual ones."""
+    return [{**row, "rewards_chosen": 0.1 * row["step"], "rewards_rejected": -0.05 * row["step"],
+             "reward_margin": 0.15 * row["step"], "reward_accuracy": 0.5 + row["step"] / 10,
+             "logps_chosen": -40.0 + row["step"], "logps_rejected": -45.0 - row["step"]}
+            for row in _steps(count)]
+
+
+def test_a_preference_jobs_rewards_margin_accuracy_and_log_probs_are_charted():
+    from tunedeck.metrics.figures import (LOGPS_CHART, PREFERENCE_CHARTS, REWARD_ACCURACY_CHART,
+                                          REWARD_MARGIN_CHART, REWARDS_CHART)
+
+    charts = live_charts.live_charts(spec=SPEC, series={"train": _preference_steps(3)},
+                                     status="running", started_at=START, finished_at=None)
+    assert all(charts.has_chart(chart) for chart in PREFERENCE_CHARTS)
+
+    def lines(chart):
+        frame = charts.preference[chart.name]
+        return {name: (rows["step"].tolist(), pytest.approx(rows["value"].tolist()))
+                for name, rows in frame.groupby("series")}
+
+    # Chosen and rejected share a chart, a line each; unsmoothed by default.
+    steps = [1, 2, 3]
+    assert lines(REWARDS_CHART) == {"chosen": (steps, [0.1, 0.2, 0.3]),
+                                    "rejected": (steps, [-0.05, -0.1, -0.15])}
+    assert lines(LOGPS_CHART) == {"chosen": (steps, [-39.0, -38.0, -37.0]),
+                                  "rejected": (steps, [-46.0, -47.0, -48.0])}
+    assert lines(REWARD_MARGIN_CHART) == {"margin": (steps, [0.15, 0.3, 0.45])}
+    assert lines(REWARD_ACCURACY_CHART) == {"accuracy": (steps, [0.6, 0.7, 0.8])}
+
+
+def test_the_preference_charts_are_smoothed_as_the_loss_is():
+    from app.ui.job_page import step_charts
+    from tunedeck.metrics.figures import REWARD_MARGIN_CHART, REWARDS_CHART
+
+    train = [{"step": step, "reward_margin": margin, "rewards_chosen": margin,
+              "rewards_rejected": -margin}
+             for step, margin in enumerate([4.0, 2.0, 4.0, 2.0], start=1)]
+    view = step_charts.ChartView(smoothing=0.5)
+    charts = live_charts.live_charts(spec=SPEC, series={"train": train}, status="running",
+                                     started_at=START, finished_at=None, view=view)
+    margin = {name: rows["value"].tolist()
+              for name, rows in charts.preference[REWARD_MARGIN_CHART.name].groupby("series")}
+    loss = step_charts.loss_frame([{"step": row["step"], "loss": row["reward_margin"]}
+                                   for row in train], view=view)
+    # The same debiased EMA as the loss, its raw line kept faint behind it.
+    assert margin["margin (raw)"] == [4.0, 2.0, 4.0, 2.0]
+    assert margin["margin"] == pytest.approx(loss[loss["series"] == "train"]["loss"].tolist())
+    rewards = charts.preference[REWARDS_CHART.name]
+    assert list(dict.fromkeys(rewards["series"])) == ["chosen (raw)", "chosen", "rejected (raw)",
+                                                      "rejected"]
+    drawn = step_charts.figure_chart_html(REWARDS_CHART, rewards)
+    assert 'class="td-series td-faint" data-series="chosen (raw)"' in drawn
+    assert 'class="td-series td-line" data-series="rejected" stroke="#d62728"' in drawn
+    assert ">Rewards<" in drawn
+
+
+def test_an_sft_jobs_page_has_no_preference_charts():
+    from app.ui.tabs.live_panel import show_preference
+    from tunedeck.metrics.figures import PREFERENCE_CHARTS
+
+    sft = live_charts.live_charts(spec=SPEC, series={"train": _steps(3)}, status="succeeded",
+                                  started_at=START, finished_at=START)
+    assert not any(sft.has_chart(chart) for chart in PREFERENCE_CHARTS)
+    hidden = show_preference(sft)
+    assert hidden.visible is False and "td-chart" not in hidden.value
+    dpo = live_charts.live_charts(spec=SPEC, series={"train": _preference_steps(2)},
+                                  status="running", started_at=START, finished_at=None)
+    shown = show_preference(dpo)
+    assert shown.visible is True
+    assert re.findall(r'<div id="(job-[a-z-]+-plot)"', shown.value) == [
+        "job-rewards-plot", "job-reward-margin-plot", "job-reward-accuracy-plot",
+        "job-logps-plot"]
+    assert not any(live_charts.LiveCharts().has_chart(chart) for chart in PREFERENCE_CHARTS)
+
+
+def test_the_job_page_of_a_dpo_job_draws_its_preference_charts_from_the_store(database):
+    """Through the store on SQLite and the page's handler: the points' figures reach the
+    charts, smoothed as the page's view says; an SFT job's page has none."""
+    from app.ui.job_page import job_handlers, step_charts
+    from tunedeck.metrics.figures import PREFERENCE_CHARTS, REWARD_ACCURACY_CHART
+
+    with database.transaction() as session:
+        dpo_job = job_store.create_job(session=session, spec=JobSpec(
+            max_steps=10, objective="dpo", dataset="builtin:arithmetic-preference")).id
+        sft_job = job_store.create_job(session=session, spec=JobSpec(max_steps=10)).id
+        for job_id, rows in ((dpo_job, _preference_steps(4)), (sft_job, _steps(4))):
+            metric_store.add_metric_points(session=session, job_id=job_id, events=[
+                (seq, {"kind": "step", "rank": 0, **row}) for seq, row in enumerate(rows)])
+    raw = step_charts.ChartView(smoothing=0.0)
+    page = job_handlers.load_job_page(dpo_job, database=database, principal=OPEN_PRINCIPAL,
+                                      view=raw)
+    assert all(page.live.has_chart(chart) for chart in PREFERENCE_CHARTS)
+    accuracy = page.live.preference[REWARD_ACCURACY_CHART.name]
+    assert accuracy["value"].tolist() == pytest.approx([0.6, 0.7, 0.8, 0.9])
+    smoothed = job_handlers.load_job_page(dpo_job, database=database, principal=OPEN_PRINCIPAL,
+                                          view=step_charts.ChartView(smoothing=0.6))
+    assert "accuracy (raw)" in set(smoothed.live.preference[REWARD_ACCURACY_CHART.name]["series"])
+    sft = job_handlers.load_job_page(sft_job, database=database, principal=OPEN_PRINCIPAL)
+    assert not any(sft.live.has_chart(chart) for chart in PREFERENCE_CHARTS)
 
 
 def test_jobs_table_shows_progress_loss_throughput_and_peak_memory(database):

@@ -37,6 +37,37 @@ def test_metrics_carry_gpu_and_process_samples_by_line(client):
         {"time": 1.0, "host": "node-a", "rank": 1, "pid": 101, "rss_mb": None, "cpu_percent": 99.0}]
 
 
+PREFERENCE = {"rewards_chosen": 0.42, "rewards_rejected": -0.31, "reward_margin": 0.73,
+              "reward_accuracy": 0.875, "logps_chosen": -41.5, "logps_rejected": -58.25}
+
+
+def test_a_preference_steps_figures_come_back_in_the_train_rows_and_an_sft_steps_do_not(client):
+    """Through the real store on SQLite: the DPO figures have no columns of their own (no
+    migration); they come back from each kept row's JSON, as MFU does."""
+    from tunedeck.metrics.events import PREFERENCE_FIELDS, decode_event, encode_event
+
+    dpo = client.post("/api/jobs", json={**SPEC, "objective": "dpo",
+                                         "dataset": "builtin:arithmetic-preference"})
+    assert dpo.status_code == 201, dpo.text
+    dpo_job, sft_job = dpo.json()["id"], client.post("/api/jobs", json=SPEC).json()["id"]
+    step = {"loss": 0.69, "learning_rate": 1e-4, "grad_norm": 1.0, "tokens_per_second": 900.0,
+            "step_seconds": 0.5, "tokens": 450}
+    with client.app.state.database.transaction() as session:
+        for job_id, figures in ((dpo_job, PREFERENCE), (sft_job, {})):
+            metric_store.add_metric_points(session=session, job_id=job_id, events=[
+                (seq, decode_event(encode_event("step", rank=0, time=float(seq), step=seq + 1,
+                                                **step, **figures)))
+                for seq in range(30)])
+    for max_points in (100_000, 10):  # every row, and a downsampled series
+        train = client.get(f"/api/jobs/{dpo_job}/metrics?max_points={max_points}").json()["train"]
+        assert train and all({key: row[key] for key in PREFERENCE_FIELDS} == PREFERENCE
+                             for row in train), train[0]
+        assert train[0]["loss"] == 0.69
+        sft = client.get(f"/api/jobs/{sft_job}/metrics?max_points={max_points}").json()["train"]
+        assert sft and not any(key in row for row in sft for key in PREFERENCE_FIELDS), sft[0]
+        assert sft[0]["loss"] == 0.69 and "mfu" in sft[0]  # the rest as before
+
+
 def test_max_points_is_checked(client):
     job_id = client.post("/api/jobs", json=SPEC).json()["id"]
     assert client.get(f"/api/jobs/{job_id}/metrics?max_points=1").status_code == 422

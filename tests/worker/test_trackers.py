@@ -15,18 +15,38 @@ from tunedeck.settings import Settings
 from worker.trackers.export import TrackerExport
 
 STEPS = 12
+# What a preference (DPO) job's step adds, by step; and each figure's tag (TRL's names).
+PREFERENCE_FIGURES = {
+    "rewards_chosen": ("train/rewards/chosen", lambda step: 0.1 * step),
+    "rewards_rejected": ("train/rewards/rejected", lambda step: -0.05 * step),
+    "reward_margin": ("train/rewards/margins", lambda step: 0.15 * step),
+    "reward_accuracy": ("train/rewards/accuracies", lambda step: step / STEPS),
+    "logps_chosen": ("train/logps/chosen", lambda step: -40.0 + step),
+    "logps_rejected": ("train/logps/rejected", lambda step: -45.0 - step),
+}
+PREFERENCE_TAGS = {tag for tag, _value in PREFERENCE_FIGURES.values()}
 
 
-def _job_with_rows(database, tmp_path, report_to):
-    spec = JobSpec(max_steps=STEPS, report_to=report_to, name="tracked")
+def _preference_values(tag):
+    """A preference tag's value at each step, as `_job_with_rows` stored them."""
+    value = next(value for name, value in PREFERENCE_FIGURES.values() if name == tag)
+    return {step: value(step) for step in range(1, STEPS + 1)}
+
+
+def _job_with_rows(database, tmp_path, report_to, objective="sft"):
+    spec = JobSpec(max_steps=STEPS, report_to=report_to, name="tracked", objective=objective,
+                   **({"dataset": "builtin:arithmetic-preference"} if objective == "dpo" else {}))
     with database.transaction() as session:
         job_id = job_store.create_job(session=session, spec=spec).id
     now = time.time()
     events = []
     for step in range(1, STEPS + 1):
+        preference = ({field: value(step) for field, (_tag, value) in PREFERENCE_FIGURES.items()}
+                      if objective == "dpo" else {})
         events.append((len(events), decode_event(encode_event(
             "step", rank=0, time=now + step, step=step, loss=10.0 / step, learning_rate=1e-4,
-            grad_norm=1.5, tokens_per_second=900.0, step_seconds=0.1, tokens=90))))
+            grad_norm=1.5, tokens_per_second=900.0, step_seconds=0.1, tokens=90,
+            **preference))))
         events.append((len(events), decode_event(encode_event(
             "memory", rank=0, time=now + step, step=step, allocated_mb=100.0 + step,
             reserved_mb=200.0, peak_mb=150.0, rss_mb=500.0))))
@@ -43,8 +63,8 @@ def _settings(tmp_path):
                     wandb_dir=tmp_path / "wandb-runs", wandb_mode="offline")
 
 
-def _export(database, tmp_path, report_to):
-    job_id, spec, run = _job_with_rows(database, tmp_path, report_to)
+def _export(database, tmp_path, report_to, objective="sft"):
+    job_id, spec, run = _job_with_rows(database, tmp_path, report_to, objective)
     export = TrackerExport.for_job(job_id, spec, run, settings=_settings(tmp_path),
                                    database=database).start()
     export.finish("succeeded")
@@ -58,10 +78,11 @@ def _events(database, job_id):
 
 
 @pytest.mark.parametrize("database", ["sqlite"], indirect=True)
-def test_tensorboard_event_files_hold_every_train_steps_loss(database, tmp_path):
+@pytest.mark.parametrize("objective", ["sft", "dpo"])
+def test_tensorboard_event_files_hold_every_train_steps_loss(database, tmp_path, objective):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    job_id, run = _export(database, tmp_path, ["tensorboard"])
+    job_id, run = _export(database, tmp_path, ["tensorboard"], objective)
     accumulator = EventAccumulator(str(run.tensorboard_dir), size_guidance={"scalars": 0})
     accumulator.Reload()
     losses = {event.step: event.value for event in accumulator.Scalars("train/loss")}
@@ -69,6 +90,14 @@ def test_tensorboard_event_files_hold_every_train_steps_loss(database, tmp_path)
     tags = set(accumulator.Tags()["scalars"])
     assert {"train/learning_rate", "train/grad_norm", "train/tokens_per_second",
             "memory/rank-0/allocated_mb", "gpu/h/0/used_mb"} <= tags
+    # A preference job's figures under TRL's names; an SFT job has none of them.
+    if objective == "dpo":
+        assert PREFERENCE_TAGS <= tags
+        for tag in PREFERENCE_TAGS:
+            assert {event.step: event.value for event in accumulator.Scalars(tag)} == \
+                pytest.approx(_preference_values(tag)), tag
+    else:
+        assert not PREFERENCE_TAGS & tags
     assert [event.step for event in accumulator.Scalars("gpu/h/0/used_mb")] == [3]
     from tensorboard.plugins.hparams import metadata, plugin_data_pb2
 
@@ -84,10 +113,12 @@ def test_tensorboard_event_files_hold_every_train_steps_loss(database, tmp_path)
 
 
 @pytest.mark.parametrize("database", ["sqlite"], indirect=True)
-def test_an_mlflow_file_store_run_has_the_params_and_the_loss_history(database, tmp_path):
+@pytest.mark.parametrize("objective", ["sft", "dpo"])
+def test_an_mlflow_file_store_run_has_the_params_and_the_loss_history(database, tmp_path,
+                                                                      objective):
     from mlflow.tracking import MlflowClient
 
-    job_id, run = _export(database, tmp_path, ["mlflow"])
+    job_id, run = _export(database, tmp_path, ["mlflow"], objective)
     client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
     run_id = read_json(run.tracker_cursor_file("mlflow"))["tracker"]["run_id"]
     found = client.get_run(run_id)
@@ -98,6 +129,14 @@ def test_an_mlflow_file_store_run_has_the_params_and_the_loss_history(database, 
     history = client.get_metric_history(run_id, "train/loss")
     assert {metric.step: metric.value for metric in history} == pytest.approx(
         {step: 10.0 / step for step in range(1, STEPS + 1)})
+    logged = set(found.data.metrics)
+    if objective == "dpo":
+        assert PREFERENCE_TAGS <= logged
+        for tag in PREFERENCE_TAGS:
+            assert {metric.step: metric.value for metric in client.get_metric_history(
+                run_id, tag)} == pytest.approx(_preference_values(tag)), tag
+    else:
+        assert "train/loss" in logged and not PREFERENCE_TAGS & logged
 
 
 try:
@@ -147,10 +186,11 @@ def _wandb_file_records(path):
 
 
 @pytest.mark.parametrize("database", ["sqlite"], indirect=True)
-def test_a_wandb_offline_run_folder_holds_the_history(database, tmp_path):
+@pytest.mark.parametrize("objective", ["sft", "dpo"])
+def test_a_wandb_offline_run_folder_holds_the_history(database, tmp_path, objective):
     import json
 
-    job_id, run = _export(database, tmp_path, ["wandb"])
+    job_id, run = _export(database, tmp_path, ["wandb"], objective)
     run_id = read_json(run.tracker_cursor_file("wandb"))["tracker"]["run_id"]
     folders = list((tmp_path / "wandb-runs" / "wandb").glob(f"offline-run-*-{run_id}"))
     assert len(folders) == 1, folders
@@ -161,6 +201,13 @@ def test_a_wandb_offline_run_folder_holds_the_history(database, tmp_path):
     losses = {row["train/step"]: row["train/loss"] for row in history if "train/loss" in row}
     assert history, [record.WhichOneof("record_type") for record in records]
     assert losses == pytest.approx({step: 10.0 / step for step in range(1, STEPS + 1)})
+    logged = {key for row in history for key in row}
+    if objective == "dpo":
+        for tag in PREFERENCE_TAGS:
+            assert {row["train/step"]: row[tag] for row in history if tag in row} == \
+                pytest.approx(_preference_values(tag)), tag
+    else:
+        assert not PREFERENCE_TAGS & logged
     config = {item.key: json.loads(item.value_json) for record in records
               if record.WhichOneof("record_type") == "run" for item in record.run.config.update}
     assert (config["name"], config["max_steps"]) == ("tracked", STEPS)

@@ -3,7 +3,13 @@
 Each line is a JSON object with `kind` and `time` (Unix seconds) and `rank`:
 - kind "step":   step, loss, learning_rate, grad_norm, tokens_per_second, step_seconds,
                  tokens (this step, all ranks), mfu and mfu_6n (on a GPU only: model FLOPs
-                 utilisation with the method's FLOPs and with plain 6N; trainer/mfu.py)
+                 utilisation with the method's FLOPs and with plain 6N; trainer/mfu.py);
+                 under objective "dpo" only (PREFERENCE_FIELDS), each the mean over the
+                 step's pairs on all ranks: rewards_chosen and rewards_rejected (beta times
+                 how far the policy moved each answer's log-prob from the reference's),
+                 reward_margin (chosen minus rejected), reward_accuracy (the share of pairs
+                 whose chosen reward is the higher, 0..1), logps_chosen and logps_rejected
+                 (the policy's summed log-probability of each answer)
 - kind "memory": step, host, device, allocated_mb, reserved_mb, peak_mb (allocated),
                  peak_reserved_mb, rss_mb
 - kind "eval":   step, eval_loss (mean over every answer token of the eval set, all
@@ -33,8 +39,11 @@ FOOTPRINT = "footprint"
 PHASE = "phase"
 KINDS = (STEP, MEMORY, NOTICE, EVAL, FOOTPRINT, PHASE)
 
+# A preference-tuning (DPO) step's own figures; an SFT step never carries them.
+PREFERENCE_FIELDS = ("rewards_chosen", "rewards_rejected", "reward_margin", "reward_accuracy",
+                     "logps_chosen", "logps_rejected")
 STEP_FIELDS = ("step", "loss", "learning_rate", "grad_norm", "tokens_per_second",
-               "step_seconds", "tokens", "mfu", "mfu_6n")
+               "step_seconds", "tokens", "mfu", "mfu_6n", *PREFERENCE_FIELDS)
 MEMORY_FIELDS = ("step", "host", "device", "allocated_mb", "reserved_mb", "peak_mb",
                  "peak_reserved_mb", "rss_mb")
 NOTICE_FIELDS = ("level", "message")

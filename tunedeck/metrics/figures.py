@@ -42,6 +42,18 @@ STEP_SECONDS = Figure("step_seconds", STEP, "Step time (s)", unit="s", column="s
                       live_chart=True)
 MFU = Figure("mfu", STEP, "MFU (model FLOPs utilisation)", unit="fraction of peak",
              live_chart=True)
+# A preference-tuning (DPO) step's figures (events.PREFERENCE_FIELDS): no columns, so no
+# migration; charted by `PREFERENCE_CHARTS`, and only for a job whose steps carry them.
+REWARD_UNIT = "β × log-ratio to the reference"
+REWARDS_CHOSEN = Figure("rewards_chosen", STEP, "Reward of the chosen answers", unit=REWARD_UNIT)
+REWARDS_REJECTED = Figure("rewards_rejected", STEP, "Reward of the rejected answers",
+                          unit=REWARD_UNIT)
+REWARD_MARGIN = Figure("reward_margin", STEP, "Reward margin", unit="chosen − rejected reward")
+REWARD_ACCURACY = Figure("reward_accuracy", STEP, "Preference accuracy",
+                         unit="share of pairs ranked right")
+LOGPS_CHOSEN = Figure("logps_chosen", STEP, "Log-prob of the chosen answers", unit="log-prob")
+LOGPS_REJECTED = Figure("logps_rejected", STEP, "Log-prob of the rejected answers",
+                        unit="log-prob")
 EVAL_LOSS = Figure("eval_loss", EVAL, "Eval loss", column="eval_loss")
 ALLOCATED_MB = Figure("allocated_mb", MEMORY, "Accelerator memory allocated", unit="MiB",
                       column="allocated_mb")
@@ -55,11 +67,42 @@ PROCESS_CPU_PERCENT = Figure("cpu_percent", PROCESS_SAMPLE, "CPU per rank proces
 
 # In this order: the columns of each kind are read (and indexed) in it.
 FIGURES: tuple[Figure, ...] = (
-    LOSS, TOKENS_PER_SECOND, LEARNING_RATE, GRAD_NORM, STEP_SECONDS, MFU, EVAL_LOSS,
+    LOSS, TOKENS_PER_SECOND, LEARNING_RATE, GRAD_NORM, STEP_SECONDS, MFU,
+    REWARDS_CHOSEN, REWARDS_REJECTED, REWARD_MARGIN, REWARD_ACCURACY, LOGPS_CHOSEN,
+    LOGPS_REJECTED, EVAL_LOSS,
     ALLOCATED_MB, RSS_MB, PEAK_RESERVED_MB,
     GPU_USED_MB, GPU_UTILIZATION_PERCENT, PROCESS_RSS_MB, PROCESS_CPU_PERCENT,
 )
 LIVE_STEP_FIGURES: tuple[Figure, ...] = tuple(figure for figure in FIGURES if figure.live_chart)
+
+
+@dataclass(frozen=True)
+class FigureChart:
+    """A chart of several figures of one event kind by step, a named line each (the chosen
+    and the rejected answers' rewards on one chart)."""
+
+    name: str  # its key: the page's element ids ("job-rewards-plot"), the Compare series
+    title: str
+    y_title: str
+    lines: tuple[tuple[str, Figure], ...]  # (the line's name, the figure it draws)
+
+    @property
+    def figures(self) -> tuple[Figure, ...]:
+        return tuple(figure for _name, figure in self.lines)
+
+
+# The standard preference-tuning charts (TRL's rewards/chosen, rewards/rejected,
+# rewards/margins, rewards/accuracies, logps/chosen, logps/rejected), in the page's order.
+REWARDS_CHART = FigureChart("rewards", "Rewards", REWARD_UNIT,
+                            (("chosen", REWARDS_CHOSEN), ("rejected", REWARDS_REJECTED)))
+REWARD_MARGIN_CHART = FigureChart("reward_margin", REWARD_MARGIN.title, REWARD_MARGIN.unit,
+                                  (("margin", REWARD_MARGIN),))
+REWARD_ACCURACY_CHART = FigureChart("reward_accuracy", REWARD_ACCURACY.title,
+                                    REWARD_ACCURACY.unit, (("accuracy", REWARD_ACCURACY),))
+LOGPS_CHART = FigureChart("logps", "Log-probs", "summed log-prob of the answer",
+                          (("chosen", LOGPS_CHOSEN), ("rejected", LOGPS_REJECTED)))
+PREFERENCE_CHARTS: tuple[FigureChart, ...] = (REWARDS_CHART, REWARD_MARGIN_CHART,
+                                              REWARD_ACCURACY_CHART, LOGPS_CHART)
 
 
 def figures_of(kind: str) -> tuple[Figure, ...]:

@@ -118,7 +118,8 @@ def _downsampled_step_series(session: Session, job_id: int, kind: str, columns: 
     latest = _last_row_of_each_step(line[:, 2])  # a resumed run's rows win
     kept = latest[keep_positions(np.ascontiguousarray(line[latest, 4:].T), max_points)]
     return _answer_rows(session, line_set, _ids(line, kept),
-                        lambda time, _rank, values: {"time": time, **_pick(values, fields)})
+                        lambda time, _rank, values: {"time": time, **_pick(
+                            values, fields, optional=metrics_event.PREFERENCE_FIELDS)})
 
 
 def _last_row_of_each_step(steps: np.ndarray) -> np.ndarray:
@@ -222,8 +223,12 @@ def latest_phase(*, session: Session, job_id: int) -> list[dict[str, Any]]:
     return [{"rank": rank, "time": time, **_pick(values, metrics_event.PHASE_FIELDS)}]
 
 
-def _pick(values: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
-    return {field: _finite_or_none(values.get(field)) for field in fields}
+def _pick(values: dict[str, Any], fields: tuple[str, ...],
+          optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`fields` of a point (None where it has no such value); an `optional` field only
+    where the point carries it (an SFT step's row has no preference figures, not six nulls)."""
+    return {field: _finite_or_none(values.get(field)) for field in fields
+            if field in values or field not in optional}
 
 
 def _finite_or_none(value: Any) -> Any:

@@ -57,7 +57,14 @@ def import_or_refuse(module: str, package: str):
 TRAIN_TAGS = {"loss": "train/loss", "learning_rate": "train/learning_rate",
               "grad_norm": "train/grad_norm", "tokens_per_second": "train/tokens_per_second",
               "step_seconds": "train/step_seconds", "mfu": "train/mfu",
-              "mfu_6n": "train/mfu_6n"}
+              "mfu_6n": "train/mfu_6n",
+              # A preference (DPO) job's steps only: TRL's names, under train/, so its runs
+              # chart beside TRL's.
+              "rewards_chosen": "train/rewards/chosen",
+              "rewards_rejected": "train/rewards/rejected",
+              "reward_margin": "train/rewards/margins",
+              "reward_accuracy": "train/rewards/accuracies",
+              "logps_chosen": "train/logps/chosen", "logps_rejected": "train/logps/rejected"}
 EVAL_TAGS = {"eval_loss": "eval/loss"}
 MEMORY_TAGS = ("allocated_mb", "reserved_mb", "peak_mb", "peak_reserved_mb", "rss_mb")
 SAMPLE_TAGS = {sample_source.GPU: ("used_mb", "utilization_percent", "power_w", "temperature_c"),

@@ -118,7 +118,7 @@ def load_job_page(job_id: Any, *, database, principal: Principal,
         memory_comparison=memory_comparison_markdown(spec, metrics),
         failure=failure_view(job),
         live=live_charts(spec=spec, series=metrics, status=job.status,
-                         started_at=job.started_at, finished_at=job.finished_at),
+                         started_at=job.started_at, finished_at=job.finished_at, view=view),
     )
 
 

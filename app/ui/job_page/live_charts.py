@@ -1,6 +1,7 @@
 """The job page's live signals: memory per GPU over time (with the card's capacity and the
 planner's predicted peak as reference lines), per-rank RSS on CPU hosts, learning rate,
-grad norm, step time, MFU, and the progress line with its ETA.
+grad norm, step time, MFU, a preference job's rewards, reward margin, preference accuracy
+and log-probs (smoothed as the loss), and the progress line with its ETA.
 
 Frames are built from the already downsampled series of `tunedeck.metrics.series`; the
 handlers here take plain values, and tests call them directly.
@@ -15,13 +16,15 @@ from typing import Any
 import pandas as pd
 
 from app.ui.charts.line_chart import typed_frame
+from app.ui.job_page.step_charts import ChartView, figure_chart_frame
 from tunedeck.db.models import as_utc
 from tunedeck.job_spec import JobSpec
 from tunedeck.metrics import events as metrics_event
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
 from tunedeck.metrics.eta import eta_seconds, format_duration
 from tunedeck.metrics.figures import (GPU_USED_MB, GRAD_NORM, LEARNING_RATE, LIVE_STEP_FIGURES, MFU,
-                                      PROCESS_RSS_MB, STEP_SECONDS)
+                                      PREFERENCE_CHARTS, PROCESS_RSS_MB, STEP_SECONDS,
+                                      FigureChart)
 from tunedeck.planner.memory_plan import GpuSet, spec_plan
 from tunedeck.planner.shape_source import resolve_model_shape
 from tunedeck.units import GB, MIB
@@ -37,6 +40,13 @@ def step_frames(train: list[dict[str, Any]]) -> dict[str, pd.DataFrame]:
     return {figure.field: step_frame(train, figure.field) for figure in LIVE_STEP_FIGURES}
 
 
+def preference_frames(train: list[dict[str, Any]], *,
+                      view: ChartView = ChartView(smoothing=0.0)) -> dict[str, pd.DataFrame]:
+    """One frame a preference chart (`PREFERENCE_CHARTS`), by its name, its lines smoothed
+    as `view` says."""
+    return {chart.name: figure_chart_frame(train, chart, view=view) for chart in PREFERENCE_CHARTS}
+
+
 @dataclass(frozen=True)
 class LiveCharts:
     sampled_memory: pd.DataFrame = field(
@@ -44,6 +54,8 @@ class LiveCharts:
     sampled_memory_title: str = GPU_USED_MB.title
     step_charts: dict[str, pd.DataFrame] = field(default_factory=lambda: step_frames([]))
     progress_html: str = ""
+    # A preference (DPO) job's charts, by name; an SFT job's have no point.
+    preference: dict[str, pd.DataFrame] = field(default_factory=lambda: preference_frames([]))
 
     # The live panel's plots, by name (app/ui/tabs/live_panel.py).
     @property
@@ -66,10 +78,17 @@ class LiveCharts:
     def has_mfu(self) -> bool:
         return not self.mfu.empty
 
+    def has_chart(self, chart: FigureChart) -> bool:
+        """Whether the job's steps carry a figure of `chart` (only a preference job's do):
+        its chart is drawn only then, as MFU's."""
+        return not self.preference[chart.name].dropna().empty
+
 
 def live_charts(*, spec: JobSpec, series: dict[str, list[dict[str, Any]]],
                 status: str, started_at: datetime | None, finished_at: datetime | None,
-                now: datetime | None = None) -> LiveCharts:
+                now: datetime | None = None,
+                view: ChartView = ChartView(smoothing=0.0)) -> LiveCharts:
+    """`view`: the smoothing of the preference charts (the loss chart's)."""
     train = series.get("train") or []
     gpus = series.get("gpus") or []
     # One memory chart, for the kind of device the job ran on, from the job's start: a line
@@ -94,6 +113,7 @@ def live_charts(*, spec: JobSpec, series: dict[str, list[dict[str, Any]]],
         progress_html=progress_html(train, max_steps=spec.max_steps, status=status,
                                     started_at=started_at, finished_at=finished_at, now=now,
                                     phase=next(iter(series.get("phase") or []), None)),
+        preference=preference_frames(train, view=view),
     )
 
 

@@ -1,6 +1,7 @@
 """The job page's step charts: loss and throughput by step as frames (smoothed, each raw
 line kept faint behind its smoothed one, eval losses as points) and as the charts drawn
-from them."""
+from them; and, smoothed the same way, charts of several figures a line each (a preference
+job's rewards, margin, accuracy and log-probs: `tunedeck.metrics.figures.PREFERENCE_CHARTS`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -9,12 +10,13 @@ from typing import Any
 import pandas as pd
 
 from app.ui.charts.line_chart import Axes, Line, chart_html, frame_lines, typed_frame
-from tunedeck.metrics.figures import EVAL_LOSS, LOSS, TOKENS_PER_SECOND
+from tunedeck.metrics.figures import EVAL_LOSS, LOSS, TOKENS_PER_SECOND, FigureChart
 
 LOSS_COLUMNS = ["step", LOSS.field, "series"]
 TRAIN_SERIES, EVAL_SERIES = "train", "eval"
 TOKENS_SERIES = "tokens/s"
 THROUGHPUT_COLUMNS = ["step", TOKENS_PER_SECOND.field, "series"]
+FIGURE_CHART_COLUMNS = ["step", "value", "series"]  # a FigureChart's lines, by their names
 # A chart is about 650 px wide at 1440 px: more points than every other pixel only cost the browser
 # its redraw each second, and a week-long job must not ship 10^5 points a tick.
 MAX_POINTS_PER_LINE = 400
@@ -44,6 +46,11 @@ RAW_SUFFIX = " (raw)"
 LINE_COLOURS = {TRAIN_SERIES: "#1f77b4", TRAIN_SERIES + RAW_SUFFIX: "#c6dbef",
                 EVAL_SERIES: "#ff7f0e",
                 TOKENS_SERIES: "#2ca02c", TOKENS_SERIES + RAW_SUFFIX: "#c7e9c0"}
+# A preference chart's lines (`FigureChart` line names): chosen green, rejected red.
+FIGURE_LINE_COLOURS = {"chosen": "#2ca02c", "chosen" + RAW_SUFFIX: "#c7e9c0",
+                       "rejected": "#d62728", "rejected" + RAW_SUFFIX: "#f7c4c4",
+                       "margin": "#9467bd", "margin" + RAW_SUFFIX: "#dadaeb",
+                       "accuracy": "#1f77b4", "accuracy" + RAW_SUFFIX: "#c6dbef"}
 
 
 def smoothed(values: list[float], weight: float) -> list[float]:
@@ -75,6 +82,21 @@ def throughput_frame(train: list[dict[str, Any]], *,
     return typed_frame(_with_smoothing(lines, view.smoothing), THROUGHPUT_COLUMNS)
 
 
+def figure_chart_frame(train: list[dict[str, Any]], chart: FigureChart, *,
+                       view: ChartView = ChartView(smoothing=0.0)) -> pd.DataFrame:
+    """A line a figure of `chart` by step, each smoothed as the loss is (its raw line kept
+    as "NAME (raw)"); a line with no point is one empty row, as in `loss_frame`."""
+    lines = {name: _step_points(train, figure.field) for name, figure in chart.lines}
+    return typed_frame(_with_smoothing(lines, view.smoothing), FIGURE_CHART_COLUMNS)
+
+
+def figure_chart_html(chart: FigureChart, frame: pd.DataFrame, *,
+                      height: int = CHART_HEIGHT) -> str:
+    """The chart of a `figure_chart_frame`: each smoothed line over its faint raw one."""
+    return chart_html(_step_lines(frame, "value", FIGURE_LINE_COLOURS),
+                      Axes(chart.title, x_title="step", y_title=chart.y_title, height=height))
+
+
 LOSS_AXES = Axes("Loss (train and eval)", x_title="step", y_title="loss",
                  height=CHART_HEIGHT)
 THROUGHPUT_AXES = Axes("Throughput", x_title="step", y_title=TOKENS_PER_SECOND.unit,
@@ -91,11 +113,12 @@ def throughput_chart_html(frame: pd.DataFrame) -> str:
     return chart_html(_step_lines(frame, TOKENS_PER_SECOND.field), THROUGHPUT_AXES)
 
 
-def _step_lines(frame: pd.DataFrame, field_name: str) -> list[Line]:
+def _step_lines(frame: pd.DataFrame, field_name: str,
+                colours: dict[str, str] = LINE_COLOURS) -> list[Line]:
     kinds = {name: ("faint" if name.endswith(RAW_SUFFIX) else
                     "points" if name == EVAL_SERIES else "line")
              for name in frame["series"].dropna().unique()}
-    return frame_lines(frame, x="step", y=field_name, series="series", colours=LINE_COLOURS,
+    return frame_lines(frame, x="step", y=field_name, series="series", colours=colours,
                        kinds=kinds)
 
 

@@ -1,5 +1,7 @@
 """The "Compare" tab: two or more jobs' loss, throughput and memory overlaid, coloured by
-job, and the spec fields that differ between them; it refreshes while any of them runs."""
+job (and, when a compared job is a preference job, its rewards, reward margin, preference
+accuracy and log-probs), and the spec fields that differ between them; it refreshes while
+any of them runs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,7 +11,8 @@ import gradio as gr
 
 from app.auth.principal import principal_of
 from app.ui import compare_handlers
-from app.ui.compare_handlers import Comparison
+from app.ui.compare_handlers import PREFERENCE_COLUMNS, Comparison, compare_elem_id
+from tunedeck.metrics.figures import PREFERENCE_CHARTS, FigureChart
 
 REFRESH_SECONDS = 2.0
 PLOT_HEIGHT = 300
@@ -47,6 +50,12 @@ def build_compare_tab(*, database) -> CompareTab:
                               title="Memory per rank (accelerator allocated, else process RSS)",
                               x_title="seconds since the job's first reading", y_title="MB",
                               height=PLOT_HEIGHT, visible=False, elem_id="compare-memory-plot")
+    # A preference job's figures, two charts a row; hidden unless a compared job has them.
+    preference_plots = []
+    for start in range(0, len(PREFERENCE_CHARTS), 2):
+        with gr.Row():
+            preference_plots += [_preference_plot(chart)
+                                 for chart in PREFERENCE_CHARTS[start:start + 2]]
     summary_table = gr.Dataframe(label="Figures", interactive=False, wrap=True, visible=False,
                                  elem_id="compare-summary")
     diff_table = gr.Dataframe(label="Spec fields that differ", interactive=False, wrap=True,
@@ -54,8 +63,8 @@ def build_compare_tab(*, database) -> CompareTab:
     # On while a compared job runs (the comparison says so) and the tab is shown; build_ui
     # renders it outside the tabs and switches it off while another tab is shown.
     refresh_timer = gr.Timer(REFRESH_SECONDS, active=False, render=False)
-    outputs = [message, loss_plot, throughput_plot, memory_plot, summary_table, diff_table,
-               refresh_timer]
+    outputs = [message, loss_plot, throughput_plot, memory_plot, *preference_plots,
+               summary_table, diff_table, refresh_timer]
 
     def offer_jobs(request: gr.Request):
         return gr.Dropdown(choices=compare_handlers.pickable_jobs(
@@ -78,6 +87,15 @@ def build_compare_tab(*, database) -> CompareTab:
                       refresh_timer=refresh_timer)
 
 
+def _preference_plot(chart: FigureChart) -> gr.LinePlot:
+    title = f"{chart.title} by step"
+    if len(chart.lines) > 1:  # chosen and rejected: one colour a job, the second lighter
+        title += f" ({chart.lines[-1][0]}: the lighter line)"
+    x, y, job = PREFERENCE_COLUMNS
+    return gr.LinePlot(x=x, y=y, color=job, title=title, x_title="step", y_title=chart.y_title,
+                       height=PLOT_HEIGHT, visible=False, elem_id=compare_elem_id(chart))
+
+
 def _show(comparison: Comparison) -> tuple:
     """The comparison as updates, in the order of the tab's outputs."""
     lines = comparison.lines
@@ -89,8 +107,14 @@ def _show(comparison: Comparison) -> tuple:
               for frame, name in ((comparison.loss, "loss"),
                                   (comparison.throughput, "throughput"),
                                   (comparison.memory, "memory"))]
+    # Shown when a compared job is a preference job (its lines are listed), else hidden.
+    preference = [gr.LinePlot(compare_handlers.with_every_line(comparison.preference[chart.name],
+                                                               lines[chart.name]),
+                              color_map=comparison.colours, visible=True)
+                  if lines.get(chart.name) else gr.LinePlot(visible=False)
+                  for chart in PREFERENCE_CHARTS]
     # Before there is anything to compare, only the message says what to do.
-    return (comparison.message, *charts,
+    return (comparison.message, *charts, *preference,
             gr.Dataframe(comparison.summary, visible=comparison.shown),
             gr.Dataframe(comparison.diff, visible=comparison.shown),
             gr.Timer(active=comparison.running))

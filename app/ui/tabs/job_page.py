@@ -14,7 +14,8 @@ from app.ui.job_page import job_actions, job_handlers, step_charts
 from app.ui.job_page.job_handlers import JobPage
 from app.ui.charts.page_assets import HOVER_JS
 from app.ui.tabs.failure_panel import build_failure_panel, show_failure
-from app.ui.tabs.live_panel import build_live_panel, build_progress, show_live
+from app.ui.tabs.live_panel import (build_live_panel, build_preference_panel, build_progress,
+                                    show_live, show_preference)
 from app.ui.tabs.try_it_panel import build_try_it_panel
 from tunedeck.job_states import SUCCEEDED
 from app.ui.unchanged_updates import only_changed
@@ -73,11 +74,14 @@ def build_job_page_tab(*, database, celery_app, settings, tab: gr.Tab) -> JobPag
         with gr.Row():
             smoothing = gr.Slider(0.0, step_charts.MAX_SMOOTHING,
                                   value=step_charts.ChartView.smoothing, step=0.01,
-                                  label="Smoothing (EMA of loss and throughput)",
+                                  label="Smoothing (EMA of loss, throughput and a "
+                                  "preference job's rewards)",
                                   info="0: the raw line only", scale=3, elem_id="job-smoothing")
             log_scale = gr.Checkbox(False, label="Loss on a log scale", scale=1,
                                     elem_id="job-log-scale")
         charts = _charts()
+        # A preference job's rewards, margin, accuracy, log-probs: read with the loss.
+        preference = build_preference_panel()
         # Under the loss and throughput: a page still opens on its status and first charts.
         try_it = build_try_it_panel(job_id=job_id, database=database, celery_app=celery_app,
                                     settings=settings)
@@ -95,11 +99,14 @@ def build_job_page_tab(*, database, celery_app, settings, tab: gr.Tab) -> JobPag
     ticks = gr.State(0)
 
     outputs = [headline, compare_button, error, downloads, *charts, *details, cancel_button,
-               resume_button, resume_hint, refresh_timer, *failure.outputs, *live.outputs]
+               resume_button, resume_hint, refresh_timer, *failure.outputs, *live.outputs,
+               preference]
     folded = frozenset(outputs.index(chart) for chart in live.folded_outputs)
+    # The first group is drawn on a page's first refresh (tick 0): a preference job's charts
+    # come with its loss.
     slow_groups = [frozenset(outputs.index(chart) for chart in group) for group in (
-        (live.sampled_memory, live.memory_comparison), (live.learning_rate, live.grad_norm),
-        (live.step_time, live.mfu))]
+        (preference, live.sampled_memory, live.memory_comparison),
+        (live.learning_rate, live.grad_norm), (live.step_time, live.mfu))]
 
     # Each handler acts for the signed-in user (gr.Request carries the access middleware's
     # principal): another user's job is "no such job" here as in the API.
@@ -254,4 +261,5 @@ def _show(page: JobPage) -> tuple:
         gr.Timer(active=not page.finished),
         *show_failure(page.failure),
         *show_live(page.live, page.memory_comparison, shown=page.charts_shown),
+        show_preference(page.live),
     )

@@ -1,5 +1,6 @@
-"""The job page's live signals: the progress line (under the headline) and the charts of the
-worker's samples and the step figures (under the loss and memory charts)."""
+"""The job page's live signals: the progress line (under the headline), a preference job's
+charts (under the loss and throughput) and the charts of the worker's samples and the step
+figures (under the memory chart)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,9 +10,11 @@ import gradio as gr
 import pandas as pd
 
 from app.ui.job_page.live_charts import CAPACITY_SERIES, PLANNED_SERIES, LiveCharts
+from app.ui.job_page.step_charts import figure_chart_html
 from app.ui.charts.line_chart import Axes, chart_html, frame_lines
 from app.ui.charts.page_assets import HOVER_JS
-from tunedeck.metrics.figures import GRAD_NORM, LEARNING_RATE, MFU, STEP_SECONDS, Figure
+from tunedeck.metrics.figures import (GRAD_NORM, LEARNING_RATE, MFU, PREFERENCE_CHARTS,
+                                      STEP_SECONDS, Figure, FigureChart)
 
 PLOT_HEIGHT = 200  # the plot area, CSS pixels
 MEMORY_X_TITLE = "seconds since the job started"
@@ -41,6 +44,34 @@ class LivePanel:
 
 def build_progress() -> gr.HTML:
     return gr.HTML(elem_id="job-progress")
+
+
+def preference_elem_id(chart: FigureChart) -> str:
+    """"job-rewards-plot", "job-reward-margin-plot", ...: each chart's box in the panel."""
+    return f"job-{chart.name.replace('_', '-')}-plot"
+
+
+def build_preference_panel() -> gr.HTML:
+    """A preference (DPO) job's rewards (chosen and rejected), reward margin, preference
+    accuracy and log-probs (chosen and rejected), two charts a row: one component, hidden
+    until the job's steps carry a figure of them (`show_preference`), so an SFT job's page
+    has neither the charts nor an empty row's gap."""
+    return gr.HTML(preference_panel_html(LiveCharts()), js_on_load=HOVER_JS,
+                   elem_id="job-preference-charts", visible=False)
+
+
+def preference_panel_html(live: LiveCharts) -> str:
+    """The charts the job has points for, in a grid of two columns."""
+    charts = "".join(f'<div id="{preference_elem_id(chart)}" style="min-width:0">'
+                     f"{figure_chart_html(chart, live.preference[chart.name], height=PLOT_HEIGHT)}"
+                     f"</div>" for chart in PREFERENCE_CHARTS if live.has_chart(chart))
+    return (f'<div class="td-preference-charts" style="display:grid;'
+            f'grid-template-columns:repeat(2,minmax(0,1fr));gap:16px">{charts}</div>')
+
+
+def show_preference(live: LiveCharts) -> gr.HTML:
+    return gr.HTML(preference_panel_html(live),
+                   visible=any(live.has_chart(chart) for chart in PREFERENCE_CHARTS))
 
 
 def build_live_panel(progress: gr.HTML) -> LivePanel:

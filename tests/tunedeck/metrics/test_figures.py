@@ -57,6 +57,21 @@ def test_the_live_panel_draws_lr_grad_norm_step_time_and_mfu():
         "learning_rate", "grad_norm", "step_seconds", "mfu"]
 
 
+def test_the_preference_charts_draw_each_dpo_step_figure_once_with_no_column():
+    """No migration: the preference figures are read from the row's JSON, as MFU is."""
+    charted = [figure.field for chart in figures.PREFERENCE_CHARTS for figure in chart.figures]
+    assert charted == list(events.PREFERENCE_FIELDS)
+    assert set(events.PREFERENCE_FIELDS) <= set(events.STEP_FIELDS)
+    for chart in figures.PREFERENCE_CHARTS:
+        assert all(figure in figures.FIGURES and figure.kind == events.STEP
+                   and figure.column is None and not figure.live_chart
+                   for figure in chart.figures), chart
+    assert [(chart.title, [name for name, _figure in chart.lines])
+            for chart in figures.PREFERENCE_CHARTS] == [
+        ("Rewards", ["chosen", "rejected"]), ("Reward margin", ["margin"]),
+        ("Preference accuracy", ["accuracy"]), ("Log-probs", ["chosen", "rejected"])]
+
+
 def test_a_ranks_memory_is_its_allocated_memory_else_its_rss():
     assert figures.rank_memory_mb({"allocated_mb": 10.0, "rss_mb": 3.0}) == 10.0
     assert figures.rank_memory_mb({"allocated_mb": None, "rss_mb": 3.0}) == 3.0
