@@ -24,6 +24,7 @@ from trainer.backends import TrainingBackend, backend_class
 from trainer.checkpoint import Checkpoints, skip_micro_batches
 from trainer.data.datasets import MicroBatch
 from trainer.evaluation import Evaluation, NoEvaluation, build_evaluation
+from trainer.footprint import parameter_bytes
 from trainer.model.export import export_weights
 from trainer.model.lora_targets import resolve_lora_targets
 from trainer.model.method import (apply_method, set_training_mode, trainable_parameter_count,
@@ -123,7 +124,9 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     throughput = run_training_loop(backend, batches, spec=spec, start_step=start_step,
                                    total_steps=data.total_steps, checkpoints=checkpoints,
                                    evaluation=evaluation, context=context, telemetry=telemetry,
-                                   mfu_meter=mfu_meter, figure_names=objective.figure_names)
+                                   mfu_meter=mfu_meter, figure_names=objective.figure_names,
+                                   reference_bytes=parameter_bytes(reference_model.parameters())
+                                   if reference_model is not None else 0)
     if context.is_main:
         # One line on stdout with or without telemetry: bench/overhead.py compares these.
         print(f"training summary: {throughput.as_text()}", flush=True)
@@ -192,7 +195,8 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *
                       start_step: int, total_steps: int, checkpoints: Checkpoints,
                       evaluation: Evaluation | NoEvaluation, context: RankContext,
                       telemetry: Telemetry, mfu_meter: MfuMeter = MfuMeter(None, None),
-                      figure_names: tuple[str, ...] = ()) -> Throughput:
+                      figure_names: tuple[str, ...] = (), reference_bytes: int = 0
+                      ) -> Throughput:
     throughput = Throughput(first_step=start_step + 1)
     footprint_pending = True
     start_training_peaks(context.device)
@@ -216,7 +220,8 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *
                                                [batch.row_lengths for batch in step_batches]))
         telemetry.memory(step=step)
         footprint_pending = report_footprint(backend, telemetry, step=step,
-                                             pending=footprint_pending)
+                                             pending=footprint_pending,
+                                             reference_bytes=reference_bytes)
         reported = time.perf_counter()
         throughput.add(step=step, tokens=tokens, seconds=reported - started,
                        telemetry_seconds=reported - reporting)
@@ -229,16 +234,19 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *
 
 
 def report_footprint(backend: TrainingBackend, telemetry: Telemetry, *, step: int,
-                     pending: bool) -> bool:
+                     pending: bool, reference_bytes: int = 0) -> bool:
     """Once a launch, the bytes the memory planner predicts, measured on the tensors: after
     the first update that created optimizer state (an fp16 step the loss scaler skips
-    creates none). Returns whether it is still pending."""
+    creates none). Returns whether it is still pending. `reference_bytes`: a DPO reference
+    copy's weights on this rank, which the plan counts among the weights too."""
     if not pending:
         return False
     footprint = backend.footprint()
     if footprint.optimizer_bytes == 0:
         return True
-    telemetry.footprint(step=step, **footprint.as_dict())
+    fields = footprint.as_dict()
+    fields["params_bytes"] += reference_bytes
+    telemetry.footprint(step=step, **fields)
     return False
 
 

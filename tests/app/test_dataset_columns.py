@@ -83,3 +83,13 @@ def test_the_form_carries_the_dataset_options_into_the_spec():
                                          "rejected": None}
     _, problems = form_handlers.form_to_spec({**form, "columns_messages": "chat"})
     assert problems.startswith("columns: set columns.messages (a chat) or columns.prompt/response")
+
+
+def test_the_pickers_open_for_columns_that_are_not_the_objectives_usual_ones():
+    from app.ui.new_job import column_handlers
+
+    pairs, examples = ["prompt", "chosen", "rejected"], ["prompt", "response"]
+    assert not column_handlers.columns_to_choose(pairs, objective="dpo")
+    assert column_handlers.columns_to_choose(pairs, objective="sft")
+    assert column_handlers.columns_to_choose(examples, objective="dpo")
+    assert not column_handlers.columns_to_choose(examples)

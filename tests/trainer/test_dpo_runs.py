@@ -29,10 +29,11 @@ def dpo_run(tmp_path_factory, tunedeck_home, builtin_model_dir):
             assert result.returncode == 0, result.output
             steps[key] = result.events_of_kind(0, "step")
             run.notices[key] = [event["message"] for event in result.events_of_kind(0, "notice")]
+            run.footprints[key] = result.events_of_kind(0, "footprint")
             assert len(steps[key]) == spec["max_steps"]
         return steps[key]
 
-    run.notices = {}
+    run.notices, run.footprints = {}, {}
     return run
 
 
@@ -75,10 +76,15 @@ def test_a_full_dpo_with_a_frozen_copy_equals_its_precomputed_reference(dpo_run,
     for name in ("loss", "reward_margin", "rewards_chosen"):
         assert max(abs(a[name] - b[name]) for a, b in zip(live, precomputed)) < 1e-4, name
     assert live[-1]["reward_margin"] > live[0]["reward_margin"]
-    (notice,) = [message for message in dpo_run.notices[
-        tuple(sorted((k, repr(v)) for k, v in {**options, "dpo": {"reference": "precomputed"}}.items()))]
-        if message.startswith("reference log-probabilities")]
+    live_key = tuple(sorted((k, repr(v)) for k, v in options.items()))
+    precomputed_key = tuple(sorted((k, repr(v)) for k, v in {
+        **options, "dpo": {"reference": "precomputed"}}.items()))
+    (notice,) = [message for message in dpo_run.notices[precomputed_key]
+                 if message.startswith("reference log-probabilities")]
     assert "pairs computed" in notice
+    # The frozen copy is counted among the weights this rank holds, as the plan counts it.
+    (with_copy,), (without,) = dpo_run.footprints[live_key], dpo_run.footprints[precomputed_key]
+    assert with_copy["params_bytes"] > without["params_bytes"]
 
 
 # sigmoid, ipo and hinge are held to TRL's own loss in tests/trainer/test_preference_loss.py.

@@ -145,8 +145,12 @@ def _what_ran(job: Job, spec: JobSpec) -> str:
     """Model, dataset, method on backend, GPUs, who submitted it and when: one line."""
     gpus = f"{spec.num_gpus} GPU(s)" + (f" x {spec.num_nodes} nodes" if spec.num_nodes > 1 else "")
     who = f"by {html.escape(job.owner)}" if job.owner else "with open access"
+    # Preference tuning says which loss and reference; supervised fine-tuning is the norm.
+    objective = (f"DPO ({spec.dpo.loss}, beta {spec.dpo.beta:g}"
+                 + (f", reference {spec.dpo.reference}" if spec.uses_reference_model else "")
+                 + ") · ") if spec.objective == "dpo" else ""
     return (f'<span id="job-what-ran">`{html.escape(spec.model)}` on '
-            f"`{html.escape(spec.dataset)}` · {spec.method} on {spec.backend} · {gpus} · "
+            f"`{html.escape(spec.dataset)}` · {objective}{spec.method} on {spec.backend} · {gpus} · "
             f"submitted {who} at {format_time(job.created_at)} UTC</span>")
 
 

@@ -47,6 +47,7 @@ def column_choices(role: str, names: list[str]) -> list[tuple[str, str]]:
     return [(UNSET_COLUMN[role], ""), *((name, name) for name in names)]
 
 
-def columns_to_choose(names: list[str]) -> bool:
-    """Whether a dataset with these columns needs the pickers: none of the usual shapes."""
-    return bool(names) and columns_problem(names, None) is not None
+def columns_to_choose(names: list[str], *, objective: str = "sft") -> bool:
+    """Whether a dataset with these columns needs the pickers: none of the objective's
+    usual shapes (prompt/response and the like for sft, prompt/chosen/rejected for dpo)."""
+    return bool(names) and columns_problem(names, None, objective=objective) is not None

@@ -110,11 +110,12 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
             pending, database=database, settings=settings, principal=principal_of(request))
         return shown, *still_waiting(still_running)
 
-    def offer_columns(dataset, split, request: gr.Request):
+    def offer_columns(dataset, split, objective, request: gr.Request):
         names, hint = column_handlers.dataset_column_choices(
             dataset, split, principal=principal_of(request), settings=settings)
-        # Not the usual columns: the pickers are opened, where the dataset's error points.
-        opened = (gr.Accordion(open=True) if column_handlers.columns_to_choose(names)
+        # Not the objective's usual columns: the pickers are opened, where the error points.
+        opened = (gr.Accordion(open=True)
+                  if column_handlers.columns_to_choose(names, objective=objective or "sft")
                   else gr.skip())
         return (*(gr.Dropdown(choices=column_handlers.column_choices(role, names))
                   for role in COLUMN_ROLES), hint, opened)
@@ -144,7 +145,7 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
                           groups["dataset_options"]],
                          show_progress="minimal")
     gr.on([fields["dataset"].change, fields["dataset_split"].change], offer_columns,
-          [fields["dataset"], fields["dataset_split"]],
+          [fields["dataset"], fields["dataset_split"], fields["objective"]],
           [*(fields[f"columns_{role}"] for role in COLUMN_ROLES), groups["columns_hint"],
            groups["dataset_options"]],
           show_progress="hidden", trigger_mode="always_last")
