@@ -144,12 +144,23 @@ def tokenize_example_splits(spec: JobSpec, tokenizer, *, ranks: int, telemetry=N
 TOKENIZE_CHUNK_RECORDS = 2000
 
 
-def _tokenize_in_chunks(tokenizer, examples, seq_len: int, *, phase: Phase, source: str):
+def tokenize_in_chunks(records: list, tokenize: Callable[[list], list], *, phase: Phase,
+                       chunk_records: int | None = None) -> list:
+    """`tokenize` over the records a chunk at a time (TOKENIZE_CHUNK_RECORDS by default),
+    the phase's bar moving with each."""
+    chunk_records = chunk_records or TOKENIZE_CHUNK_RECORDS
     rows = []
-    for start in range(0, len(examples), TOKENIZE_CHUNK_RECORDS):
-        chunk = examples[start:start + TOKENIZE_CHUNK_RECORDS]
-        rows.extend(tokenize_all(tokenizer, chunk, seq_len, source=source))
+    for start in range(0, len(records), chunk_records):
+        chunk = records[start:start + chunk_records]
+        rows.extend(tokenize(chunk))
         phase.advance(len(chunk))
+    return rows
+
+
+def _tokenize_in_chunks(tokenizer, examples, seq_len: int, *, phase: Phase, source: str):
+    rows = tokenize_in_chunks(
+        examples, lambda chunk: tokenize_all(tokenizer, chunk, seq_len, source=source),
+        phase=phase)
     kept = [row for row in rows if has_answer_tokens(row)]
     if not kept:  # as tokenize_examples says it
         raise ValueError(f"{source}: every prompt fills seq_len={seq_len}; "

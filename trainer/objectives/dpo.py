@@ -258,11 +258,11 @@ def _weights(values: list[float]):
 
 def _tokenize_in_chunks(tokenizer, pairs, seq_len: int, *, phase: Phase,
                         source: str) -> list[TokenizedPair]:
-    tokenized = []
-    for start in range(0, len(pairs), TOKENIZE_CHUNK_PAIRS):
-        chunk = pairs[start:start + TOKENIZE_CHUNK_PAIRS]
-        tokenized.extend(tokenize_pairs(tokenizer, chunk, seq_len, source=source))
-        phase.advance(len(chunk))
+    from trainer.data.tokenized_data import tokenize_in_chunks
+
+    tokenized = tokenize_in_chunks(
+        pairs, lambda chunk: tokenize_pairs(tokenizer, chunk, seq_len, source=source),
+        phase=phase, chunk_records=TOKENIZE_CHUNK_PAIRS)
     return trainable_pairs(tokenized, seq_len=seq_len, source=source)
 
 
