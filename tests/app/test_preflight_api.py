@@ -111,6 +111,9 @@ def test_a_preflight_whose_worker_stopped_answering_says_so(client, tmp_path):
     ({"max_steps": 3}, ["body", "max_steps"], "unknown field `max_steps`"),
     ({"columns": {"prompt": "q", "messages": "m"}}, ["body", "columns"], "not both"),
     ({"dataset_split": "train;drop"}, ["body", "dataset_split"], "should match pattern"),
+    # The spec's rules between fields hold here too (the schema fuzzer found them a 500).
+    ({"columns": {"chosen": "good"}}, ["body"], "set objective dpo"),
+    ({"objective": "dpo", "packing": True}, ["body"], "turn packing off"),
 ])
 def test_a_bad_request_is_422_naming_the_field_and_stores_nothing(client, body, field, message):
     response = client.post("/api/datasets/preflight", json=body)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from pydantic import create_model, field_validator
+from pydantic import ValidationError, create_model, field_validator, model_validator
 
 from tunedeck.job_spec import JobSpec, StrictModel, _no_nul
 
@@ -37,6 +37,17 @@ class PreflightRequest(_PreflightFields):
     @classmethod
     def _text_without_nul(cls, text: str | None) -> str | None:
         return _no_nul(text) if text is not None else None
+
+    @model_validator(mode="after")
+    def _fields_a_spec_allows_together(self) -> "PreflightRequest":
+        # The spec's rules between fields (chosen/rejected columns need objective dpo, dpo
+        # refuses packing, ...) refuse here too, as a 422, not later as a server error.
+        try:
+            self.to_spec()
+        except ValidationError as error:
+            raise ValueError("; ".join(problem["msg"].removeprefix("Value error, ")
+                                       for problem in error.errors())) from None
+        return self
 
     def to_spec(self) -> JobSpec:
         """The job spec these fields describe (its other fields at their defaults)."""
