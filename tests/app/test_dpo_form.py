@@ -10,7 +10,7 @@ import gradio as gr
 
 from app.auth.principal import OPEN_PRINCIPAL
 from app.ui.build_ui import build_ui
-from app.ui.new_job import form_handlers
+from app.ui.new_job import form_handlers, option_visibility
 from app.ui.new_job.form_labels import COLUMN_ROLES, TYPED_FIELDS
 from app.ui.new_job.preset_handlers import fields_the_form_lacks
 from tests.app.test_ui_handlers import RecordingCelery
@@ -24,7 +24,7 @@ DPO_FIELDS = ("dpo_beta", "dpo_loss", "dpo_label_smoothing", "dpo_reference", "d
 
 def picked(form: dict, objective: str) -> dict:
     """The form after a user picks `objective`, as the tab applies it."""
-    switch = form_handlers.objective_picked(objective, form["dataset"], form["packing"],
+    switch = option_visibility.objective_picked(objective, form["dataset"], form["packing"],
                                             form["padding_free"])
     changes = {name: value for name, value in (("dataset", switch.dataset),
                                                ("packing", switch.packing),
@@ -66,12 +66,12 @@ def test_picking_dpo_builds_a_valid_dpo_spec_and_sft_again_a_clean_sft_one():
 
 def test_a_named_dataset_stays_and_sft_turns_nothing_off():
     form = {**form_handlers.default_form(), "dataset": "trl-lib/ultrafeedback_binarized"}
-    assert form_handlers.objective_picked("dpo", form["dataset"], False, False) == \
-        form_handlers.ObjectiveSwitch()
-    assert form_handlers.objective_picked("sft", "org/pairs", True, True) == \
-        form_handlers.ObjectiveSwitch()
-    assert form_handlers.objective_picked("dpo", " builtin:arithmetic ", False, True) == \
-        form_handlers.ObjectiveSwitch("builtin:arithmetic-preference", None, False)
+    assert option_visibility.objective_picked("dpo", form["dataset"], False, False) == \
+        option_visibility.ObjectiveSwitch()
+    assert option_visibility.objective_picked("sft", "org/pairs", True, True) == \
+        option_visibility.ObjectiveSwitch()
+    assert option_visibility.objective_picked("dpo", " builtin:arithmetic ", False, True) == \
+        option_visibility.ObjectiveSwitch("builtin:arithmetic-preference", None, False)
 
 
 def test_a_dpo_spec_loads_back_into_the_form_whole():
@@ -122,10 +122,10 @@ def test_the_trainer_preview_leads_with_the_objective():
 
 
 def test_the_objective_shows_its_options_and_columns():
-    shown = dict(zip(("dpo", *COLUMN_ROLES), form_handlers.objective_options_visible("dpo")))
+    shown = dict(zip(("dpo", *COLUMN_ROLES), option_visibility.objective_options_visible("dpo")))
     assert shown == {"dpo": True, "prompt": True, "response": False, "messages": False,
                      "system": True, "chosen": True, "rejected": True}
-    shown = dict(zip(("dpo", *COLUMN_ROLES), form_handlers.objective_options_visible("sft")))
+    shown = dict(zip(("dpo", *COLUMN_ROLES), option_visibility.objective_options_visible("sft")))
     assert shown == {"dpo": False, "prompt": True, "response": True, "messages": True,
                      "system": True, "chosen": False, "rejected": False}
 

@@ -13,7 +13,7 @@ from app.ui import jobs_table
 from app.ui.build_ui import build_ui
 from app.ui.job_ids import job_id_from_cell, job_link
 from app.ui.job_page import job_actions, job_handlers, step_charts
-from app.ui.new_job import form_handlers
+from app.ui.new_job import form_handlers, option_visibility
 from tunedeck import job_queries, job_store
 from tunedeck.broker import RUN_JOB_TASK
 from tunedeck.db.engine import Database
@@ -216,10 +216,10 @@ def test_the_learning_rate_follows_the_model_until_the_user_sets_one():
 
 
 def test_option_groups_follow_the_choices():
-    assert form_handlers.backend_options_visible("zero2") == (True, False)
-    assert form_handlers.backend_options_visible("fsdp") == (False, True)
-    assert form_handlers.lora_options_visible("lora")
-    assert not form_handlers.lora_options_visible("full")
+    assert option_visibility.backend_options_visible("zero2") == (True, False)
+    assert option_visibility.backend_options_visible("fsdp") == (False, True)
+    assert option_visibility.lora_options_visible("lora")
+    assert not option_visibility.lora_options_visible("full")
 
 
 def test_submit_stores_a_queued_job_and_enqueues_its_id(database):

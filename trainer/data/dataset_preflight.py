@@ -10,7 +10,7 @@ Every record is read and counted, and duplicates are found among all of them; ab
 SAMPLE_LIMIT records a seeded sample of that many is tokenized, and the report says so.
 
 For objective dpo the records are preference pairs (read by `load_spec_pairs`, as the trainer
-reads them; tokenized by `tokenize_pairs`): the report counts pairs, the share whose chosen
+reads them; tokenized by `tokenize_pairs`; trainer/data/pair_preflight.py): the report counts pairs, the share whose chosen
 answer equals the rejected one, and, per pair, the shares where a side is over seq_len, loses
 answer tokens, or keeps none (`trainable_pairs` drops those); token lengths are each side's.
 A pair is two examples to tokenize, so SAMPLE_LIMIT // 2 pairs are.
@@ -27,7 +27,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tunedeck.data.preference_records import PreferencePair
 from tunedeck.data.records import Example, held_out_count
 from tunedeck.data.sources import spec_source
 from tunedeck.job_spec import JobSpec
@@ -36,7 +35,6 @@ from trainer.data.datasets import (IGNORE_INDEX, TokenizedExample, tokenize_all,
                                    load_examples, truncate_example)
 from trainer.data.packing import pack_examples
 from trainer.data.preference_data import load_spec_pairs
-from trainer.data.preference_pairs import TokenizedPair, tokenize_pairs
 
 # Examples tokenized at most: the trainer's tokenizing takes about 0.3 ms an example
 # (0.4 ms of CPU; bench/preflight.py), so 10,000 keep a 100k-record preflight to some
@@ -65,7 +63,10 @@ def preflight_report(spec: JobSpec, *, tokenizer=None, cache_dir: Path | None = 
         read_seconds = time.perf_counter() - started
         if tokenizer is None:
             tokenizer = _spec_tokenizer(spec)
-        build = _pair_report if spec.objective == "dpo" else _report
+        # Pairs have a module of their own (it reads this one's helpers).
+        from trainer.data.pair_preflight import pair_report
+
+        build = pair_report if spec.objective == "dpo" else _report
         report = build(spec, tokenizer, records, sample_limit)
     report["seconds"] = {"read": round(read_seconds, 3),
                          "total": round(time.perf_counter() - started, 3)}
@@ -104,36 +105,6 @@ def _report(spec: JobSpec, tokenizer, examples: list[Example], sample_limit: int
         "examples": _shown_examples(tokenizer, examples, indices, whole, spec.seq_len, source),
         "packing": _packing_note(trained, spec) if spec.packing else None,
         "eval_held_out": held_out_count(len(examples), spec.eval_split) if spec.eval_split else 0,
-    }
-    report["warnings"] = preflight_warnings(report)
-    return report
-
-
-def _pair_report(spec: JobSpec, tokenizer, pairs: list[PreferencePair],
-                 sample_limit: int) -> dict:
-    """The report of preference pairs: `_report`'s figures, a pair counted (over seq_len,
-    losing answer tokens, dropped) when either of its sides is; lengths are each side's."""
-    limit = max(1, sample_limit // 2)  # two answers a pair
-    indices = _sample_indices(len(pairs), limit)
-    source = f"dataset {spec.dataset}"
-    whole = tokenize_pairs(tokenizer, [pairs[i] for i in indices], None, source=source)
-    sides = [side for pair in whole for side in (pair.chosen, pair.rejected)]
-    trained = [truncate_example(side, spec.seq_len) for side in sides]
-    lengths = [len(side.input_ids) for side in sides]
-    report = {
-        "objective": "dpo",
-        "records": len(pairs),
-        "sample": _sample_note(len(indices), len(pairs), limit),
-        "seq_len": spec.seq_len,
-        "lengths": _length_summary(lengths),
-        "histogram": length_histogram(lengths, spec.seq_len),
-        **_truncation_counts(sides, trained, group=2),
-        "same_answers": _share(sum(pair.same_answers for pair in pairs), len(pairs)),
-        "duplicates": _duplicates([(pair.chosen, pair.rejected, *_turns(pair.prompt_messages))
-                                   for pair in pairs]),
-        "examples": _shown_pairs(tokenizer, pairs, indices, whole, spec.seq_len, source),
-        "packing": None,
-        "eval_held_out": held_out_count(len(pairs), spec.eval_split) if spec.eval_split else 0,
     }
     report["warnings"] = preflight_warnings(report)
     return report
@@ -258,24 +229,6 @@ def _shown_examples(tokenizer, examples: list[Example], indices: list[int],
                 shown.append(marked_example(tokenizer, item, seq_len, record=index + 1,
                                             why="the first record whose answer seq_len cuts"))
             break
-    return shown
-
-
-def _shown_pairs(tokenizer, pairs: list[PreferencePair], indices: list[int],
-                 whole: list[TokenizedPair], seq_len: int, source: str) -> list[dict]:
-    """Both answers of the first pair, and the first tokenized answer seq_len cuts."""
-    first = whole[0] if indices[0] == 0 else tokenize_pairs(tokenizer, pairs[:1], None,
-                                                             source=source)[0]
-    shown = [marked_example(tokenizer, side, seq_len, record=1, why=f"the first pair's {name} answer")
-             for name, side in (("chosen", first.chosen), ("rejected", first.rejected))]
-    for index, pair in zip(indices, whole):
-        for name, side in (("chosen", pair.chosen), ("rejected", pair.rejected)):
-            if _answer_token_count(truncate_example(side, seq_len)) < _answer_token_count(side):
-                if index != 0:
-                    shown.append(marked_example(
-                        tokenizer, side, seq_len, record=index + 1,
-                        why=f"the first pair whose {name} answer seq_len cuts"))
-                return shown
     return shown
 
 

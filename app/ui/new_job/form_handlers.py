@@ -19,10 +19,11 @@ from app.auth.principal import Principal
 from app.ui.new_job.form_labels import (COLUMN_ROLES, FORM_FIELDS, OBJECTIVE_COLUMN_ROLES,
                                         TYPED_FIELDS, field_errors, label_fields,
                                         problem_fields, problems_markdown)
+from app.ui.new_job.option_visibility import METHODS_WITH_ADAPTER
 from app.ui.new_job.plan_handlers import DEFAULT_GPU_MEMORY_GB, PlanView, plan_view
 from app.ui.new_job.typed_fields import number_or_none
 from app.views.cluster import slurm_site_for
-from tunedeck.backends import BACKENDS, backend_of
+from tunedeck.backends import backend_of
 from tunedeck.backend_config import backend_config, build_torchrun_argv, trainer_settings
 from tunedeck.cluster.host_capability import host_problems
 from tunedeck.job_spec import JobSpec
@@ -33,7 +34,6 @@ from tunedeck.spec_sections import LoraSettings
 from tunedeck.slurm.sbatch_script import preview_script
 
 PREVIEW_RUN_DIR = "var/runs/job-<id>"
-METHODS_WITH_ADAPTER = ("lora", "qlora")
 # The FSDP compute-dtype dropdown's first choice: leave the spec's fsdp.param_dtype unset.
 SAME_AS_PRECISION = "same as precision"
 CPU_RANKS_MEMORY_INFO = "not used: no GPU worker; planned on RAM per rank"
@@ -319,38 +319,6 @@ def submit_form(form: dict[str, Any], *, database, celery_app, principal: Princi
                     + (f"\n\n{warning}" if warning else ""))
 
 
-# Each objective's built-in dataset: a newcomer's first DPO click must find pairs to read.
-BUILTIN_DATASET_OF = {"sft": "builtin:arithmetic", "dpo": "builtin:arithmetic-preference"}
-
-
-@dataclass(frozen=True)
-class ObjectiveSwitch:
-    """What picking an objective changes in the form beyond what it shows (None: leave it)."""
-
-    dataset: str | None = None
-    packing: bool | None = None
-    padding_free: bool | None = None
-
-
-def objective_picked(objective: str, dataset: str | None, packing: bool,
-                     padding_free: bool) -> ObjectiveSwitch:
-    """The other objective's built-in dataset becomes this one's (a dataset the user named
-    stays); dpo turns packing and padding-free off (a pair's answers are rows of their own)."""
-    others = {name for key, name in BUILTIN_DATASET_OF.items() if key != objective}
-    wanted = BUILTIN_DATASET_OF.get(objective)
-    dataset = wanted if wanted and (dataset or "").strip() in others else None
-    if objective != "dpo":
-        return ObjectiveSwitch(dataset)
-    return ObjectiveSwitch(dataset, False if packing else None,
-                           False if padding_free else None)
-
-
-def objective_options_visible(objective: str) -> tuple[bool, ...]:
-    """Show the preference settings; then each column picker, in COLUMN_ROLES' order."""
-    shown = OBJECTIVE_COLUMN_ROLES.get(objective, COLUMN_ROLES)
-    return objective == "dpo", *(role in shown for role in COLUMN_ROLES)
-
-
 def trainer_preview(spec: JobSpec) -> dict[str, Any]:
     """The trainer settings the preview shows, led by the objective: for dpo, its loss and
     reference as the trainer reads them (the SFT term's weight resolved)."""
@@ -365,12 +333,3 @@ def trainer_preview(spec: JobSpec) -> dict[str, Any]:
     if spec.dpo.loss != "simpo":
         preference.pop("simpo_gamma")
     return {"objective": "dpo", "dpo": preference, **settings}
-
-
-def backend_options_visible(backend: str) -> tuple[bool, ...]:
-    """For each backend, in BACKENDS' order (ZeRO-2, FSDP): show its options."""
-    return tuple(name == backend for name in BACKENDS)
-
-
-def lora_options_visible(method: str) -> bool:
-    return method in METHODS_WITH_ADAPTER

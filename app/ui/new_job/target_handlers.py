@@ -13,7 +13,8 @@ from app.actions.errors import Invalid, Unavailable
 from app.actions.lora_preview import ModelNotAdaptable, preview_lora_targets
 from app.auth.principal import Principal
 from app.auth.spec_access import model_access_problems
-from app.ui.new_job.form_handlers import form_to_spec, lora_options_visible
+from app.ui.new_job.form_handlers import form_to_spec
+from app.ui.new_job.option_visibility import lora_options_visible
 from tunedeck.job_spec import JobSpec
 from tunedeck.lora_targets_text import preview_as_markdown
 from tunedeck.planner.shape_source import has_experts

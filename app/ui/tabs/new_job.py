@@ -7,8 +7,8 @@ from typing import Any
 import gradio as gr
 
 from app.auth.principal import OPEN_PRINCIPAL, principal_of
-from app.ui.new_job import (column_handlers, form_handlers, preflight_handlers, target_handlers,
-                            upload_handlers)
+from app.ui.new_job import (column_handlers, form_handlers, option_visibility,
+                            preflight_handlers, target_handlers, upload_handlers)
 from app.ui.new_job.form_handlers import form_values
 from app.ui.new_job.form_labels import COLUMN_ROLES, FORM_FIELDS
 from app.ui.request_polling import build_request_polling, still_waiting
@@ -176,7 +176,7 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
                                show_progress="hidden")
 
     def objective_picked(objective, dataset, packing, padding_free):
-        switch = form_handlers.objective_picked(objective, dataset, packing, padding_free)
+        switch = option_visibility.objective_picked(objective, dataset, packing, padding_free)
         return tuple(gr.skip() if value is None else value
                      for value in (switch.dataset, switch.packing, switch.padding_free))
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import gradio as gr
 
-from app.ui.new_job import form_handlers
+from app.ui.new_job import option_visibility
 from app.ui.new_job.column_handlers import column_choices
 from app.ui.new_job.form_handlers import SAME_AS_PRECISION
 from app.ui.new_job.form_labels import (COLUMN_ROLES, FORM_LABELS as LABELS,
@@ -39,16 +39,16 @@ def _checkbox(name: str, defaults: dict[str, Any], *, visible: bool = True) -> g
 
 def _backend_groups(backend: str):
     return tuple(gr.Group(visible=shown)
-                 for shown in form_handlers.backend_options_visible(backend))
+                 for shown in option_visibility.backend_options_visible(backend))
 
 
 def _lora_group(method: str):
-    return gr.Group(visible=form_handlers.lora_options_visible(method))
+    return gr.Group(visible=option_visibility.lora_options_visible(method))
 
 
 def _objective_options(objective: str):
     """The preference settings' group, then each column picker (COLUMN_ROLES' order)."""
-    dpo, *columns = form_handlers.objective_options_visible(objective)
+    dpo, *columns = option_visibility.objective_options_visible(objective)
     return gr.Group(visible=dpo), *(gr.Dropdown(visible=shown) for shown in columns)
 
 
@@ -294,9 +294,9 @@ def _preference_options(fields: dict[str, Any], defaults: dict[str, Any]) -> gr.
 
 
 def _option_groups(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-    zero2_visible, fsdp_visible = form_handlers.backend_options_visible(defaults["backend"])
+    zero2_visible, fsdp_visible = option_visibility.backend_options_visible(defaults["backend"])
     groups: dict[str, Any] = {}  # the groups, and the LoRA targets' button and answer
-    with gr.Group(visible=form_handlers.lora_options_visible(defaults["method"]),
+    with gr.Group(visible=option_visibility.lora_options_visible(defaults["method"]),
                   elem_id="new-job-lora-options") as groups["lora"]:
         with gr.Row():
             fields["lora_r"] = _integer("lora_r", defaults)
