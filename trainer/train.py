@@ -99,9 +99,6 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     clock.mark("method")
     objective = build_objective(spec, model, reference_model=reference_model,
                                 loss_in_model=loss_in_model(spec))
-    evaluation = build_evaluation(tokenized.eval_rows, pad_token_id=tokenizer.pad_token_id,
-                                  spec=spec, context=context, telemetry=telemetry,
-                                  objective=objective)
 
     set_training_mode(model, spec)
     # After apply_method: which weights are trained is what tells LoRA's FLOPs from full's.
@@ -111,7 +108,11 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     clock.mark("backend")
     # Before a resumed run loads its checkpoint: a precomputed reference is the base's.
     objective.prepare(backend.forward_only, tokenized.train_rows, spec=spec,
-                      pad_token_id=tokenizer.pad_token_id, context=context, telemetry=telemetry)
+                      pad_token_id=tokenizer.pad_token_id, context=context, telemetry=telemetry,
+                      eval_rows=tokenized.eval_rows)
+    evaluation = build_evaluation(tokenized.eval_rows, pad_token_id=tokenizer.pad_token_id,
+                                  spec=spec, context=context, telemetry=telemetry,
+                                  objective=objective)
     data = prepare_training_data(spec, tokenizer, tokenized, context=context, objective=objective)
     if context.is_main:
         print(clock.as_text(), flush=True)

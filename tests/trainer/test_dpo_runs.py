@@ -30,10 +30,11 @@ def dpo_run(tmp_path_factory, tunedeck_home, builtin_model_dir):
             steps[key] = result.events_of_kind(0, "step")
             run.notices[key] = [event["message"] for event in result.events_of_kind(0, "notice")]
             run.footprints[key] = result.events_of_kind(0, "footprint")
+            run.evals[key] = [event["eval_loss"] for event in result.events_of_kind(0, "eval")]
             assert len(steps[key]) == spec["max_steps"]
         return steps[key]
 
-    run.notices, run.footprints = {}, {}
+    run.notices, run.footprints, run.evals = {}, {}, {}
     return run
 
 
@@ -69,8 +70,9 @@ def test_zero2_and_fsdp_train_the_same_dpo_curve(dpo_run):
 
 @pytest.mark.parametrize("backend", ["zero2", "fsdp"])
 def test_a_full_dpo_with_a_frozen_copy_equals_its_precomputed_reference(dpo_run, backend):
+    # With an eval set: its pairs' reference is precomputed too, before step 1.
     options = {"method": "full", "backend": backend, "precision": "fp32", "max_steps": 4,
-               "learning_rate": 1e-4}
+               "learning_rate": 1e-4, "eval_split": 0.1}
     live = dpo_run(**options)
     precomputed = dpo_run(**options, dpo={"reference": "precomputed"})
     for name in ("loss", "reward_margin", "rewards_chosen"):
@@ -82,6 +84,8 @@ def test_a_full_dpo_with_a_frozen_copy_equals_its_precomputed_reference(dpo_run,
     (notice,) = [message for message in dpo_run.notices[precomputed_key]
                  if message.startswith("reference log-probabilities")]
     assert "pairs computed" in notice
+    (live_eval,), (precomputed_eval,) = dpo_run.evals[live_key], dpo_run.evals[precomputed_key]
+    assert abs(live_eval - precomputed_eval) < 1e-4
     # The frozen copy is counted among the weights this rank holds, as the plan counts it.
     (with_copy,), (without,) = dpo_run.footprints[live_key], dpo_run.footprints[precomputed_key]
     assert with_copy["params_bytes"] > without["params_bytes"]

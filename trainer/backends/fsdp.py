@@ -73,7 +73,10 @@ class FsdpBackend:
         model.requires_grad_(False)
         for parameter in model.parameters():  # buffers: as shard_model casts the model's
             parameter.data = parameter.data.to(param_dtype)
-        shard_model(model, {**settings, "compile": False}, context)
+        # Resharded after each forward whatever the strategy: with no backward, nothing
+        # else would free a gathered layer (shard_grad_op leaves that to the backward).
+        shard_model(model, {**settings, "compile": False, "reshard_after_forward": True},
+                    context)
         return model.eval()
 
     def set_learning_rate(self, learning_rate: float) -> None:

@@ -54,9 +54,11 @@ class TrainingObjective(Protocol):
         """Forward only, already in eval mode without gradients: (summed loss, loss units)."""
 
     def prepare(self, forward_only: Callable, rows: Sequence[TokenizedExample], *,
-                spec: JobSpec, pad_token_id: int, context: RankContext, telemetry) -> None:
-        """Work before step 1 with the freshly wrapped model (`forward_only(fn)` runs
-        fn(model) in eval mode without gradients): dpo's precomputed reference pass."""
+                spec: JobSpec, pad_token_id: int, context: RankContext, telemetry,
+                eval_rows: Sequence[TokenizedExample] = ()) -> None:
+        """Work before step 1 (and before the eval batches are made) with the freshly
+        wrapped model (`forward_only(fn)` runs fn(model) in eval mode without gradients):
+        dpo's precomputed reference pass over the training and the eval pairs."""
 
 
 def objective_type(spec: JobSpec) -> type[TrainingObjective]:

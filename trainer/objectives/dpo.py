@@ -63,7 +63,8 @@ class DpoObjective:
         if self._uses_reference and not (self._precomputed or self._adapter_off) \
                 and reference_model is None:
             raise ValueError("dpo: reference auto for a full fine-tune needs the frozen copy")
-        self._reference_table = None  # [pairs, 2], once prepare() computed it
+        # [pairs, 2] of the training and the eval pairs, once prepare() computed them.
+        self._reference_table = self._eval_reference_table = None
 
     @classmethod
     def for_spec(cls, spec: JobSpec, model, *, reference_model=None,
@@ -112,6 +113,8 @@ class DpoObjective:
         for batch in indices:
             inputs = collate_pairs([pair_at(rows, index) for index, _ in batch], pad_token_id)
             inputs[PAIR_WEIGHTS] = _weights([weight for _, weight in batch])
+            if self._eval_reference_table is not None:
+                inputs[REFERENCE_LOGPS] = self._eval_reference_table[[index for index, _ in batch]]
             batches.append(inputs)
         return batches
 
@@ -179,33 +182,46 @@ class DpoObjective:
     # Before step 1.
 
     def prepare(self, forward_only, rows, *, spec: JobSpec, pad_token_id: int,
-                context: RankContext, telemetry) -> None:
-        """reference precomputed: every pair's reference log-probabilities, each rank
-        scoring its share, summed over ranks into one table every rank holds."""
-        import torch
-        import torch.distributed as dist
-
+                context: RankContext, telemetry, eval_rows=()) -> None:
+        """reference precomputed: every pair's reference log-probabilities, the training
+        pairs' and the eval pairs', each rank scoring its share, summed over ranks into
+        tables every rank holds."""
         if not self._precomputed:
             return
         started = time.perf_counter()
-        pair_count = len(rows) // 2
-        table = torch.zeros(pair_count, 2, dtype=torch.float64, device=context.device)
-        for batch in filled_shard(pair_count, micro_batch_size=spec.micro_batch_size,
-                                  rank=context.rank, world_size=context.world_size):
-            inputs = {name: tensor.to(context.device) for name, tensor in collate_pairs(
-                [pair_at(rows, index) for index, _ in batch], pad_token_id).items()}
-            model_inputs = {name: tensor for name, tensor in inputs.items() if name != "labels"}
-            logps = forward_only(lambda model: split_pairs(
-                *answer_logps(model(**model_inputs).logits, inputs["labels"])))
-            values = torch.stack([logps.chosen, logps.rejected], dim=1).double()
-            for row, (index, weight) in enumerate(batch):
-                if weight:
-                    table[index] = values[row]
-        dist.all_reduce(table)
-        self._reference_table = table.float().cpu()
+        self._reference_table = reference_table(forward_only, rows, spec=spec,
+                                                pad_token_id=pad_token_id, context=context)
+        if len(eval_rows):
+            self._eval_reference_table = reference_table(
+                forward_only, eval_rows, spec=spec, pad_token_id=pad_token_id, context=context)
         if context.is_main:
-            telemetry.notice(f"reference log-probabilities of {pair_count:,} pairs computed in "
+            pairs = (len(rows) + len(eval_rows)) // 2
+            telemetry.notice(f"reference log-probabilities of {pairs:,} pairs computed in "
                              f"{time.perf_counter() - started:.1f} s (reference precomputed)")
+
+
+def reference_table(forward_only, rows, *, spec: JobSpec, pad_token_id: int,
+                    context: RankContext):
+    """[pairs, 2]: each pair's chosen and rejected log-probabilities under the model as it
+    is now, each rank scoring its share (`filled_shard`), one all-reduce summing them."""
+    import torch
+    import torch.distributed as dist
+
+    pair_count = len(rows) // 2
+    table = torch.zeros(pair_count, 2, dtype=torch.float64, device=context.device)
+    for batch in filled_shard(pair_count, micro_batch_size=spec.micro_batch_size,
+                              rank=context.rank, world_size=context.world_size):
+        inputs = {name: tensor.to(context.device) for name, tensor in collate_pairs(
+            [pair_at(rows, index) for index, _ in batch], pad_token_id).items()}
+        model_inputs = {name: tensor for name, tensor in inputs.items() if name != "labels"}
+        logps = forward_only(lambda model: split_pairs(
+            *answer_logps(model(**model_inputs).logits, inputs["labels"])))
+        values = torch.stack([logps.chosen, logps.rejected], dim=1).double()
+        for row, (index, weight) in enumerate(batch):
+            if weight:
+                table[index] = values[row]
+    dist.all_reduce(table)
+    return table.float().cpu()
 
 
 def load_train_and_eval_pairs(spec: JobSpec, *, ranks: int):

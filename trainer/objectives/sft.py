@@ -70,5 +70,6 @@ class SftObjective:
         inputs = {name: tensor for name, tensor in batch.items() if name != "labels"}
         return summed_token_loss(model(**inputs).logits, batch["labels"])
 
-    def prepare(self, forward_only, rows, *, spec, pad_token_id, context, telemetry) -> None:
+    def prepare(self, forward_only, rows, *, spec, pad_token_id, context, telemetry,
+                eval_rows=()) -> None:
         pass  # nothing to compute before step 1
