@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import Any
 
 from tunedeck.job_spec import JobSpec
@@ -174,9 +174,16 @@ class DpoObjective:
             table = batch[REFERENCE_LOGPS].to(labels.device)
             tokens = (labels[:, 1:] != IGNORE_INDEX).sum(dim=1)
             return PairLogps(table[:, 0], table[:, 1], *tokens.chunk(2, dim=0))
-        reference = model if self._adapter_off else self._reference_model
-        with torch.no_grad(), (adapter_disabled(model) if self._adapter_off else nullcontext()):
-            logits = reference(**inputs).logits
+        if self._adapter_off:
+            # In eval mode, as the frozen copy and a precomputed table are scored: dropout
+            # off, so all three references are the same function of the base.
+            from trainer.evaluation import forward_only
+
+            with adapter_disabled(model):
+                logits = forward_only(model, lambda model: model(**inputs).logits)
+        else:
+            with torch.no_grad():
+                logits = self._reference_model(**inputs).logits
         return split_pairs(*answer_logps(logits, labels))
 
     # Before step 1.
