@@ -126,17 +126,26 @@ def tokenize_example_splits(spec: JobSpec, tokenizer, *, ranks: int, telemetry=N
     """{split: rows} and the train example count: the one path from records to rows.
     With `telemetry`, a "tokenize" phase counts the records (train and eval) done."""
     examples, eval_examples = load_train_and_eval_examples(spec, ranks=ranks)
-    with Phase(telemetry or NullTelemetry(), TOKENIZE, total=len(examples) + len(eval_examples),
-               unit="records") as phase:
-        train_rows = _tokenize_in_chunks(tokenizer, examples, spec.seq_len, phase=phase,
-                                         source=f"dataset {spec.dataset}")
-        eval_rows = (_tokenize_in_chunks(tokenizer, eval_examples, spec.seq_len, phase=phase,
-                                         source=eval_source(spec))
-                     if eval_examples else [])
+    train_rows, eval_rows = tokenize_train_and_eval(
+        spec, examples, eval_examples, telemetry=telemetry,
+        tokenize=lambda records, phase, source: _tokenize_in_chunks(
+            tokenizer, records, spec.seq_len, phase=phase, source=source))
     if spec.packing:
         # The step count for `epochs` counts rows: packing makes fewer of them.
         train_rows, eval_rows = pack_examples(train_rows, spec.seq_len), pack_examples(eval_rows, spec.seq_len)
     return {"rows": {"train": train_rows, "eval": eval_rows}, "train_examples": len(examples)}
+
+
+def tokenize_train_and_eval(spec: JobSpec, records: list, eval_records: list, *,
+                            tokenize: Callable[[list, Phase, str], list],
+                            telemetry=None) -> tuple[list, list]:
+    """(train rows, eval rows): `tokenize(records, phase, source)` of each split under one
+    "tokenize" phase counting the records of both; `source` names the split as errors do."""
+    with Phase(telemetry or NullTelemetry(), TOKENIZE, total=len(records) + len(eval_records),
+               unit="records") as phase:
+        train = tokenize(records, phase, f"dataset {spec.dataset}")
+        evaluated = tokenize(eval_records, phase, eval_source(spec)) if eval_records else []
+    return train, evaluated
 
 
 # Records a tokenizer call: big enough to keep its batching fast, small enough that a

@@ -27,7 +27,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from tunedeck.job_spec import JobSpec
-from tunedeck.metrics.events import TOKENIZE
 
 from trainer.data.datasets import MicroBatch, TokenizedExample, rank_shard_order
 from trainer.data.preference_pairs import (TokenizedPair, collate_pairs, tokenize_pairs,
@@ -36,7 +35,6 @@ from trainer.objectives.preference_loss import (PairLogps, answer_logps, pair_lo
                                                 split_pairs)
 from trainer.rank import RankContext
 from trainer.startup.progress import Phase
-from trainer.telemetry import NullTelemetry
 from trainer.token_loss import IGNORE_INDEX
 
 # The step figures, each a mean over the step's pairs (tunedeck/metrics/events.py).
@@ -78,13 +76,13 @@ class DpoObjective:
 
     @classmethod
     def tokenize_splits(cls, spec: JobSpec, tokenizer, *, ranks: int, telemetry=None):
+        from trainer.data.tokenized_data import tokenize_train_and_eval
+
         pairs, eval_pairs = load_train_and_eval_pairs(spec, ranks=ranks)
-        with Phase(telemetry or NullTelemetry(), TOKENIZE, total=len(pairs) + len(eval_pairs),
-                   unit="records") as phase:
-            train = _tokenize_in_chunks(tokenizer, pairs, spec.seq_len, phase=phase,
-                                        source=f"dataset {spec.dataset}")
-            evaluated = (_tokenize_in_chunks(tokenizer, eval_pairs, spec.seq_len, phase=phase,
-                                             source="the eval pairs") if eval_pairs else [])
+        train, evaluated = tokenize_train_and_eval(
+            spec, pairs, eval_pairs, telemetry=telemetry,
+            tokenize=lambda records, phase, source: _tokenize_in_chunks(
+                tokenizer, records, spec.seq_len, phase=phase, source=source))
         return {"rows": {"train": pair_rows(train), "eval": pair_rows(evaluated)},
                 "train_examples": len(pairs)}
 
