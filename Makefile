@@ -10,6 +10,9 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 export GRADIO_ANALYTICS_ENABLED := False
 export TUNEDECK_TEST_POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
+# Two pytest processes, each taking whole files (a file's servers, Redis database and
+# module fixtures stay in one process). `make test PYTEST_PARALLEL=` runs it in one.
+PYTEST_PARALLEL ?= -n 2 --dist loadfile
 export TUNEDECK_TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 
 .PHONY: run test install services browser-deps clean
@@ -18,7 +21,7 @@ run: $(STAMP)
 	$(VENV)/bin/tunedeck up
 
 test: $(STAMP) services browser-deps
-	$(VPY) -m pytest -q -rs --durations=30 $(PYTEST_ARGS)
+	$(VPY) -m pytest -q -rs --durations=30 $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 install: $(STAMP)
 

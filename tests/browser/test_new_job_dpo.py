@@ -85,8 +85,15 @@ def test_objective_dpo_shows_its_settings_swaps_the_dataset_and_submits_a_dpo_sp
         assert not spec["packing"] and not spec["padding_free"]
 
         # Back to SFT: its dataset, its columns, no preference settings in what it submits
-        # (Submit opened the new job: the form is one tab back, as it was left).
+        # (Submit opened the new job: the form is one tab back, as it was left). The result
+        # line is written before the tab switch lands: going back before it lands has the
+        # switch take the form away again.
+        expect(page.get_by_role("tab", name="Job", exact=True)).to_have_attribute(
+            "aria-selected", "true")
+        expect(page.locator("#job-status")).to_contain_text(f"Job {job_id}")
         page.get_by_role("tab", name="New job", exact=True).click()
+        expect(page.get_by_role("tab", name="New job", exact=True)).to_have_attribute(
+            "aria-selected", "true")
         objective.get_by_label("SFT", exact=True).check()
         expect(options).to_be_hidden()
         expect(dataset).to_have_value("builtin:arithmetic")
