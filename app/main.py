@@ -25,6 +25,8 @@ from app.api.uploads import upload_router  # noqa: E402
 from app.auth.middleware import AccessMiddleware, check_open_access_allowed  # noqa: E402
 from app.auth.sign_in import sign_in_router  # noqa: E402
 from app.monitoring.endpoint import metrics_router, web_registry  # noqa: E402
+from app.monitoring.database_outage import (DatabaseOutageMiddleware,  # noqa: E402
+                                            unreachable_counter)
 from app.monitoring.request_latency import RequestLatencyMiddleware  # noqa: E402
 from tunedeck.broker import enqueue_job, make_celery  # noqa: E402
 from tunedeck.cluster.sweep import Sweeper  # noqa: E402
@@ -83,6 +85,10 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True,
     # Outermost, so no route (REST, Gradio's own, its files) answers before it has decided.
     api.add_middleware(AccessMiddleware, database=api.state.database,
                        metrics_token=settings.metrics_token)
+    # Outside the access check, which asks the database too: an unreachable database is
+    # one 503 with Retry-After on every route, never a 500.
+    api.add_middleware(DatabaseOutageMiddleware,
+                       counter=unreachable_counter(api.state.metrics_registry))
     # Outside the access check, so refused requests are timed (and logged) too; the log's
     # request id outermost, so every line of a request carries it.
     api.add_middleware(RequestLatencyMiddleware, histogram=request_latency)

@@ -7,7 +7,8 @@ import argparse
 import sys
 import time
 
-from cli.server_calls import auth_headers, exit_unless, get_from_server, server_url
+from cli.server_calls import (auth_headers, exit_unless, get_following, get_from_server,
+                              server_url)
 
 MAX_TAIL_LINES = 5000  # the route's own limit
 
@@ -16,7 +17,8 @@ def add_logs_command(commands, *, add_server_options) -> None:
     logs = commands.add_parser("logs", help="a job's torchrun log (every rank's lines)")
     logs.add_argument("job_id", type=int)
     logs.add_argument("--follow", "-f", action="store_true",
-                      help="keep printing what the log appends until the job finishes")
+                      help="keep printing what the log appends until the job finishes "
+                      "(waiting out a server whose database is unreachable)")
     logs.add_argument("--tail", type=_tail_lines, default=None, metavar="N",
                       help=f"only the last N lines (1 to {MAX_TAIL_LINES})")
     logs.add_argument("--interval", type=float, default=1.0,
@@ -52,7 +54,7 @@ def _run_logs(arguments: argparse.Namespace) -> int:
 
 def _follow(arguments: argparse.Namespace, offset: int, refusal: str) -> None:
     while True:
-        chunk = get_from_server(arguments, f"/api/jobs/{arguments.job_id}/logs",
+        chunk = get_following(arguments, f"/api/jobs/{arguments.job_id}/logs",
                                 refusal=refusal, params={"offset": offset})
         if chunk["text"]:
             sys.stdout.write(chunk["text"])

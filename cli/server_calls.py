@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 
 
 def load_spec_or_exit(path: Path, assignments: Sequence[str] = ()):
@@ -47,6 +47,52 @@ def get_from_server(arguments: argparse.Namespace, path: str, *, refusal: str,
                     params: dict | None = None) -> Any:
     return post_to_server(arguments, path, None, expected_status=200, refusal=refusal,
                           method="GET", params=params)
+
+
+# What a command that follows a job waits out rather than exits on: the web's 503 while
+# its database is unreachable, and a proxy's 502/504 while the web behind it restarts.
+PASSING_STATUSES = (502, 503, 504)
+# Between two asks while waiting: the server's Retry-After, within these bounds.
+WAIT_SECONDS = (1.0, 30.0)
+
+
+def get_following(arguments: argparse.Namespace, path: str, *, refusal: str,
+                  params: dict | None = None, notes: TextIO = sys.stderr) -> Any:
+    """`get_from_server` for `watch` and `logs --follow`: a passing outage (above) is
+    waited out, said once on `notes` when it starts and once when it ends, instead of
+    ending the command."""
+    import httpx
+
+    waiting_since = None
+    while True:
+        try:
+            response = httpx.get(f"{server_url(arguments)}{path}", params=params,
+                                 headers=auth_headers(arguments), timeout=60)
+        except httpx.HTTPError as error:
+            exit_unreachable(arguments, error)
+        if response.status_code not in PASSING_STATUSES:
+            if waiting_since is not None:
+                print(f"TuneDeck answers again after {time.monotonic() - waiting_since:.0f} s: "
+                      "resuming", file=notes, flush=True)
+            exit_unless(response, 200, refusal)
+            return response.json()
+        seconds = retry_after_seconds(response)
+        if waiting_since is None:
+            waiting_since = time.monotonic()
+            print(f"{server_message(response)} (HTTP {response.status_code}): waiting, asking "
+                  f"again every {seconds:g} s (Ctrl-C stops)", file=notes, flush=True)
+        time.sleep(seconds)
+
+
+def retry_after_seconds(response) -> float:
+    """The response's Retry-After in seconds (a number; a date or none: the least wait),
+    within WAIT_SECONDS."""
+    low, high = WAIT_SECONDS
+    try:
+        seconds = float(response.headers.get("retry-after", low))
+    except ValueError:
+        seconds = low
+    return min(max(seconds, low), high)
 
 
 def add_worker_answer_options(parser, *, json_help: str, what: str,

@@ -23,7 +23,8 @@ BAR_WIDTH = 20
 def add_watch_command(commands, *, add_server_options) -> None:
     watch = commands.add_parser(
         "watch", help="follow a job until it stops: a progress bar, its status, what it does "
-        "before step 1 (download, weights, tokenizing), then its step, loss, tokens/s and ETA")
+        "before step 1 (download, weights, tokenizing), then its step, loss, tokens/s and ETA; "
+        "while the server's database is unreachable (503) it waits and resumes")
     watch.add_argument("job_id", type=int)
     watch.add_argument("--interval", type=float, default=2.0,
                        help="seconds between two looks (default 2)")
@@ -94,15 +95,15 @@ class LinePrinter:
 
 
 def _run_watch(arguments: argparse.Namespace) -> int:
-    from cli.server_calls import get_from_server
+    from cli.server_calls import get_following
 
     refusal = f"cannot watch job {arguments.job_id}"
     printer = LinePrinter(sys.stdout)
     try:
         while True:
-            job = get_from_server(arguments, f"/api/jobs/{arguments.job_id}", refusal=refusal)
-            series = get_from_server(arguments, f"/api/jobs/{arguments.job_id}/metrics",
-                                     refusal=refusal, params={"max_points": METRIC_POINTS})
+            job = get_following(arguments, f"/api/jobs/{arguments.job_id}", refusal=refusal)
+            series = get_following(arguments, f"/api/jobs/{arguments.job_id}/metrics",
+                                   refusal=refusal, params={"max_points": METRIC_POINTS})
             printer.show(watch_line(job, series))
             if job["status"] in FINISHED:
                 break

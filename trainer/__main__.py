@@ -58,7 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         from trainer.train import train
 
         train(spec, run, context=context, telemetry=telemetry, resume=arguments.resume)
-    except Exception as error:  # MemoryError included: it is an Exception too
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as error:  # noqa: BLE001 - every failure says why, then propagates
+        # MemoryError is an Exception; torch.distributed.checkpoint's CheckpointException
+        # (a save that failed on any rank, a full disk among them) is a BaseException.
         telemetry.notice(error_notice(error, rank=context.rank,
                                       memory_reading=accelerator_memory_reading(context.device)),
                          level="error")

@@ -7,8 +7,13 @@ A checkpoint is the folder `checkpoints/step-<N>/` (names from `tunedeck.run_fol
   torch.distributed.checkpoint of the sharded model and optimizer (one shard file a rank);
 - `rng-rank-<K>.pt`: each rank's random generators, so dropout after a resume draws exactly
   what it would have drawn in an uninterrupted run;
-- `trainer_state.json`, written last by rank 0 once every rank has saved its part: without
-  it the folder is partial (a run killed mid-save) and resume ignores it.
+- `trainer_state.json`, written last by rank 0 once every rank has saved its part.
+
+It is written as `checkpoints/.step-<N>.partial/` and renamed to its final name by rank 0
+only once all of that is in it: a disk that fills mid-save, or a kill, leaves a temporary
+folder that resume never reads, never a final name with files missing. (A final name
+without the marker, as saves left it before the rename, is partial too.) Rank 0 removes
+such leftovers before the next save and at a resume, so they do not hold the disk.
 
 The data needs no saved state: the micro-batch stream is a pure function of the seed, so a
 resumed run skips the micro-batches that the saved steps consumed.
@@ -25,7 +30,8 @@ import torch
 import torch.distributed as dist
 
 from tunedeck.job_spec import JobSpec
-from tunedeck.run_folder import CHECKPOINT_STATE_FILE, RunFolder, read_json, write_json
+from tunedeck.run_folder import (CHECKPOINT_STATE_FILE, RunFolder, read_json,
+                                 remove_partial_checkpoints, write_json)
 
 from trainer.backends import TrainingBackend
 from trainer.rank import RankContext
@@ -56,23 +62,37 @@ class Checkpoints:
             self.save(backend, step=step)
 
     def save(self, backend: TrainingBackend, *, step: int) -> None:
-        path = self._run.checkpoint_dir(step)
-        if self._context.is_main and path.exists():
-            remove_checkpoint(path)  # what an earlier, killed attempt left half-written
+        staging = self._run.partial_checkpoint_dir(step)
+        if self._context.is_main:
+            # What an earlier attempt, killed or out of disk mid-save, left half-written.
+            remove_partial_checkpoints(self._run)
         dist.barrier()
-        path.mkdir(parents=True, exist_ok=True)
-        backend.save_checkpoint(path)
-        torch.save(rng_state(self._context), path / RNG_STATE_FILE.format(rank=self._context.rank))
+        staging.mkdir(parents=True, exist_ok=True)
+        backend.save_checkpoint(staging)
+        torch.save(rng_state(self._context),
+                   staging / RNG_STATE_FILE.format(rank=self._context.rank))
         dist.barrier()  # every rank's part is on disk before the folder is marked complete
         if self._context.is_main:
-            write_json(path / CHECKPOINT_STATE_FILE, {"step": step, **self._run_identity})
+            path = self._complete(staging, step=step)
             for _, old_path in self._run.completed_checkpoints()[:-self._keep]:
                 remove_checkpoint(old_path)
             self._telemetry.notice(f"checkpoint saved at step {step} to {path}")
 
+    def _complete(self, staging: Path, *, step: int) -> Path:
+        """Mark the staged checkpoint complete and rename it to its final name (rank 0)."""
+        write_json(staging / CHECKPOINT_STATE_FILE, {"step": step, **self._run_identity})
+        path = self._run.checkpoint_dir(step)
+        if path.exists():  # a complete one of an earlier attempt that saved the same step
+            remove_checkpoint(path)
+        staging.rename(path)
+        return path
+
     def resume(self, backend: TrainingBackend) -> int:
         """Load the latest complete checkpoint into `backend` and this rank's random
         generators; the optimizer step it was saved after (0 when there is none)."""
+        if self._context.is_main:
+            # Never read (resume looks at complete ones only), but they hold the disk.
+            remove_partial_checkpoints(self._run)
         completed = self._run.completed_checkpoints()
         if not completed:
             self._telemetry.notice(f"no complete checkpoint in {self._run.checkpoints_dir}; "

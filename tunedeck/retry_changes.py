@@ -41,7 +41,9 @@ def retry_change(spec: JobSpec, failure_kind: str | None, *, error: str | None =
         return memory_retry(spec)
     if failure_kind == NAN_LOSS:
         return nan_retry(spec)
-    # A timeout, a kill or a lost worker says nothing against the spec: run it again.
+    # A timeout, a kill, a lost worker or a full disk says nothing against the spec: run it
+    # again. (A retry of a disk-full job waits in the queue until the disk has room for it:
+    # worker/disk_room.py.)
     return RetryChange(SAME_SPEC, spec)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,9 @@ CHECKPOINTS_DIR = "checkpoints"
 CHECKPOINT_PREFIX = "step-"
 # Written by rank 0 after every rank has saved its part: a checkpoint without it is partial.
 CHECKPOINT_STATE_FILE = "trainer_state.json"
+# A checkpoint is written as `.step-<N>.partial` beside its final name and renamed to it once
+# complete, so a disk that fills (or a kill) mid-save never leaves a final name half-written.
+PARTIAL_CHECKPOINT_SUFFIX = ".partial"
 # The trainer's tokenized data, one folder a node (trainer/data/tokenized_data.py).
 TOKENIZED_DIR = "tokenized"
 ADAPTER_DIR = "adapter"
@@ -97,6 +101,19 @@ class RunFolder:
     def checkpoint_dir(self, step: int) -> Path:
         return self.checkpoints_dir / f"{CHECKPOINT_PREFIX}{step:08d}"
 
+    def partial_checkpoint_dir(self, step: int) -> Path:
+        """Where the checkpoint of `step` is written before it is renamed complete."""
+        return self.checkpoints_dir / f".{CHECKPOINT_PREFIX}{step:08d}{PARTIAL_CHECKPOINT_SUFFIX}"
+
+    def partial_checkpoints(self) -> list[Path]:
+        """Checkpoint folders that never completed: those still under their temporary name,
+        and a final name without the marker (what a save cut short left before checkpoints
+        were renamed into place, or a removal cut short)."""
+        temporary = self.checkpoints_dir.glob(f".{CHECKPOINT_PREFIX}*{PARTIAL_CHECKPOINT_SUFFIX}")
+        unmarked = (path for path in self.checkpoints_dir.glob(f"{CHECKPOINT_PREFIX}*")
+                    if not (path / CHECKPOINT_STATE_FILE).is_file())
+        return sorted(path for path in (*temporary, *unmarked) if path.is_dir())
+
     def completed_checkpoints(self) -> list[tuple[int, Path]]:
         """(optimizer step, folder) of every complete checkpoint, oldest first."""
         found = []
@@ -146,6 +163,20 @@ def write_json(path: Path, data: Any) -> None:
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
+
+
+def remove_partial_checkpoints(run: RunFolder) -> list[Path]:
+    """Remove every checkpoint folder that never completed; the ones removed. Only while no
+    rank writes one: the trainer's rank 0 before a save or a resume, the worker after the
+    job's ranks are gone."""
+    removed = []
+    for path in run.partial_checkpoints():
+        try:
+            shutil.rmtree(path)
+        except FileNotFoundError:  # gone meanwhile
+            continue
+        removed.append(path)
+    return removed
 
 
 def read_json(path: Path) -> Any:

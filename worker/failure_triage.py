@@ -1,5 +1,6 @@
 """Why a job ended, decided from what the worker knows: the cancel flag, a shutdown, the
-preflight's problems, torchrun's return code, the ranks' error notices and torchrun's log.
+preflight's problems, torchrun's return code, the ranks' error notices, torchrun's log, and
+the free space left under the run folder.
 
 Pure: text and numbers in, a `FailureReason` out, so every rule is tested on real texts.
 """
@@ -7,15 +8,25 @@ from __future__ import annotations
 
 import re
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from tunedeck.failure_kinds import (CANCELLED, COMM_TIMEOUT, ERROR, INPUT_ERROR, KILLED_BY_SIGNAL,
-                                     NAN_LOSS, NODE_FAIL, NOT_CACHED_OFFLINE, OUT_OF_MEMORY,
-                                     TIMEOUT, WORKER_LOST, failure_label)
+from tunedeck.failure_kinds import (CANCELLED, COMM_TIMEOUT, DISK_FULL, ERROR, INPUT_ERROR,
+                                     KILLED_BY_SIGNAL, NAN_LOSS, NODE_FAIL, NOT_CACHED_OFFLINE,
+                                     OUT_OF_MEMORY, TIMEOUT, WORKER_LOST, disk_full_words,
+                                     failure_label)
+from tunedeck.units import MB
 
 # Patterns per kind, checked in this order: a rank that ran out of memory makes its peers
 # time out, so the timeout is the symptom and the memory the cause.
 _PATTERNS = {
+    # First: its traceback is an OSError naming a path, which would read as an input error.
+    # Python's and Rust's (safetensors) words for ENOSPC and EDQUOT, and torch's own when its
+    # zip writer (torch.save, each torch.distributed.checkpoint shard) meets a full disk:
+    # "[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598", or
+    # "PytorchStreamWriter failed writing file data/0: file write failed".
+    DISK_FULL: re.compile(r"No space left on device|\bENOSPC\b|\[Errno 28\]|os error 28|"
+                          r"Disk quota exceeded|\bEDQUOT\b|\[Errno 122\]|"
+                          r"PytorchStreamWriter failed writing|unexpected pos \d+ vs \d+"),
     OUT_OF_MEMORY: re.compile(r"OutOfMemoryError|CUDA out of memory|\bMemoryError\b|"
                               r"Cannot allocate memory|out of memory on rank", re.IGNORECASE),
     NAN_LOSS: re.compile(r"loss became (nan|inf|-inf)\b"),
@@ -47,6 +58,12 @@ _MEMORY_FIGURES = re.compile(r"\((allocated [\d.]+ GB, reserved [\d.]+ GB)\)|"
 _RANK_EXIT = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 _ROOT_CAUSE_MARK = "Root Cause (first observed failure)"
 _KILL_SIGNALS = (signal.SIGKILL, signal.SIGTERM)
+# Free space under the run folder after a failure below which the disk is taken to be why,
+# whatever the texts say: the ranks' notices and torchrun's log are written on that disk,
+# so a full one may have kept them from saying it.
+DISK_FULL_FREE_BYTES = 32 * MB
+# The kinds a notice names as the cause, over a peer's timeout or a broken connection.
+_ROOT_CAUSE_KINDS = (DISK_FULL, OUT_OF_MEMORY, NAN_LOSS, INPUT_ERROR, NOT_CACHED_OFFLINE)
 
 
 @dataclass(frozen=True)
@@ -58,6 +75,10 @@ class FailureEvidence:
     # (time, rank, message) of each error notice the ranks wrote.
     error_notices: tuple[tuple[float, int, str], ...] = ()
     log_tail: str = ""
+    # The run folder, and the bytes still free on its disk once the job ended (None: not
+    # measured).
+    run_dir: str = ""
+    free_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +102,14 @@ class RankExit:
 
 
 def classify_failure(evidence: FailureEvidence) -> FailureReason:
+    reason = _classify(evidence)
+    if reason.kind == DISK_FULL:  # the folder and the room left say more than torch's words
+        return replace(reason, detail=disk_full_words(evidence.run_dir or "the run folder",
+                                                      evidence.free_bytes))
+    return reason
+
+
+def _classify(evidence: FailureEvidence) -> FailureReason:
     if evidence.cancelled:
         return FailureReason(CANCELLED)
     if evidence.stopped_by_shutdown:
@@ -90,11 +119,11 @@ def classify_failure(evidence: FailureEvidence) -> FailureReason:
         offline = _PATTERNS[NOT_CACHED_OFFLINE].search(problem)
         return FailureReason(NOT_CACHED_OFFLINE if offline else INPUT_ERROR, detail=problem)
     reasons = [_from_notice(notice) for notice in sorted(evidence.error_notices)]
-    root_causes = [reason for reason in reasons if reason.kind in (OUT_OF_MEMORY, NAN_LOSS,
-                                                                   INPUT_ERROR,
-                                                                   NOT_CACHED_OFFLINE)]
+    root_causes = [reason for reason in reasons if reason.kind in _ROOT_CAUSE_KINDS]
     if root_causes:
         return root_causes[0]
+    if _disk_filled(evidence):
+        return FailureReason(DISK_FULL)
     notice_reason = reasons[0] if reasons else None
     # A rank killed outright writes no notice; its peers then report a broken connection.
     killed = _killed(evidence.returncode, parse_rank_exits(evidence.log_tail))
@@ -108,6 +137,13 @@ def classify_failure(evidence: FailureEvidence) -> FailureReason:
     if notice_reason:
         return notice_reason
     return FailureReason(ERROR, _root_cause_rank(parse_rank_exits(evidence.log_tail)))
+
+
+def _disk_filled(evidence: FailureEvidence) -> bool:
+    """torchrun's log says so (a rank that could not write its notice still printed its
+    traceback), or the disk is all but full now."""
+    low = evidence.free_bytes is not None and evidence.free_bytes < DISK_FULL_FREE_BYTES
+    return low or bool(_PATTERNS[DISK_FULL].search(evidence.log_tail))
 
 
 def _from_notice(notice: tuple[float, int, str]) -> FailureReason:
@@ -180,6 +216,7 @@ def describe_failure(reason: FailureReason) -> str:
              NAN_LOSS: "the loss became NaN", INPUT_ERROR: "a model or dataset file is "
              "missing or malformed", NOT_CACHED_OFFLINE: "a Hugging Face model or dataset is "
              "not in the host's cache and HF_HUB_OFFLINE=1 forbids downloading it",
+             DISK_FULL: "the disk filled up",
              KILLED_BY_SIGNAL: "killed by a signal",
              CANCELLED: "cancelled", WORKER_LOST: "the worker was lost",
              TIMEOUT: "the time limit was reached", NODE_FAIL: "a node failed", ERROR: "an error"}

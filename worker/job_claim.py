@@ -1,5 +1,6 @@
 """A worker receiving a job's id: claim the row with the GPUs it gives the job, or hand
-the id on to a worker that has room, or leave it queued and say what it waits for.
+the id on to a worker that has room, or leave it queued and say what it waits for: GPUs,
+or room on the disk of its run folders (worker/disk_room.py).
 
 The database decides, not the broker: free GPUs are a worker's GPUs minus those its jobs
 hold, read in the same transaction as the claim. The threads of one worker take a lock
@@ -22,6 +23,7 @@ from tunedeck.db.engine import Database
 from tunedeck.db.models import Job, StoredSpecInvalid
 from tunedeck.job_spec import JobSpec
 from tunedeck.job_states import QUEUED, InvalidTransition
+from worker.disk_room import DiskRoom
 from worker.worker_identity import WorkerIdentity
 
 _claim_lock = threading.Lock()
@@ -46,7 +48,8 @@ class Claim:
 
 
 def claim_job(job_id: int, *, identity: WorkerIdentity, database: Database, run_dir: str,
-              worker_lost_seconds: float) -> Claim:
+              worker_lost_seconds: float, disk_room: DiskRoom | None = None) -> Claim:
+    """With `disk_room`, a job that fits the GPUs but not the disk stays queued, saying so."""
     with _claim_lock, database.transaction() as session:
         try:
             job = job_queries.get_job(session=session, job_id=job_id)
@@ -57,7 +60,7 @@ def claim_job(job_id: int, *, identity: WorkerIdentity, database: Database, run_
         gpus = None
         spec = job.spec_model
         if serves(identity.view, spec):
-            gpus = _room(session, identity.view, spec, behind=job_id)
+            gpus = _room(session, identity.view, spec, behind=job_id, disk_room=disk_room)
         nodes = spec.num_nodes
         others = (_place_other_nodes(session, spec, identity, worker_lost_seconds)
                   if gpus is not None and nodes > 1 else [])
@@ -65,6 +68,11 @@ def claim_job(job_id: int, *, identity: WorkerIdentity, database: Database, run_
             if nodes > 1:  # any worker with room may lead; no single one to hand it to
                 return _wait(session, job_id, spec, identity, worker_lost_seconds)
             return _hand_on_or_wait(session, job_id, spec, identity, worker_lost_seconds)
+        disk_hold = disk_room.hold_reason(spec, job_id=job_id, resuming=job.resume_requested) \
+            if disk_room is not None else None
+        if disk_hold is not None:
+            job_store.note_job_waiting(session=session, job_id=job_id, reason=disk_hold)
+            return Claim(QUEUED)
         rendezvous = f"{identity.address}:{_free_port()}" if nodes > 1 else None
         try:
             job = job_store.mark_job_running(session=session, job_id=job_id, run_dir=run_dir,
@@ -82,21 +90,23 @@ def claim_job(job_id: int, *, identity: WorkerIdentity, database: Database, run_
 
 
 def _room(session: Session, worker: WorkerView, spec: JobSpec, *,
-          behind: int | None = None) -> list[int] | None:
+          behind: int | None = None, disk_room: DiskRoom | None = None) -> list[int] | None:
     """The GPUs the worker can give the job now. With `behind` (the job's id), what is left
     once the older queued jobs it serves that fit are placed first (`_placed_first`)."""
     held = job_queries.worker_load(session=session, worker_name=worker.name)
     if behind is not None:
-        held = [*held, *(gpus for _job_id, gpus in _placed_first(session, worker, behind, held))]
+        held = [*held, *(gpus for _job_id, gpus in _placed_first(session, worker, behind, held,
+                                                                  disk_room=disk_room))]
     return room_for(worker, spec, running_jobs=len(held), held=held)
 
 
 def _placed_first(session: Session, worker: WorkerView, job_id: int,
-                  held: list[list[int] | None]) -> list[tuple[int, list[int]]]:
+                  held: list[list[int] | None], *,
+                  disk_room: DiskRoom | None = None) -> list[tuple[int, list[int]]]:
     """The older queued jobs the worker serves that fit now, in order, with the GPUs each
     would take: jobs start in the order they were submitted, whichever of the worker's
-    threads reads its message first. An older job too big for what is free holds nothing
-    back (a smaller one behind it runs now)."""
+    threads reads its message first. An older job too big for what is free, GPUs or the
+    disk of `disk_room`, holds nothing back (a smaller one behind it runs now)."""
     placed: list[tuple[int, list[int]]] = []
     for job in job_queries.list_queued_jobs(session=session):
         if job.id >= job_id:
@@ -105,7 +115,9 @@ def _placed_first(session: Session, worker: WorkerView, job_id: int,
             older = job.spec_model
         except StoredSpecInvalid:  # it can never run; the sweep fails it
             continue
-        if older.num_nodes == 1 and serves(worker, older):
+        if older.num_nodes == 1 and serves(worker, older) \
+                and (disk_room is None or disk_room.hold_reason(
+                    older, job_id=job.id, resuming=job.resume_requested) is None):
             taken = [*held, *(gpus for _id, gpus in placed)]
             gpus = room_for(worker, older, running_jobs=len(taken), held=taken)
             if gpus is not None:

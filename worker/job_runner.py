@@ -15,10 +15,11 @@ from sqlalchemy.exc import DBAPIError
 
 from tunedeck import job_queries, job_store
 from tunedeck.db.engine import Database
-from tunedeck.failure_kinds import COMM_TIMEOUT, ERROR
+from tunedeck.failure_kinds import COMM_TIMEOUT, DISK_FULL, ERROR
 from tunedeck.job_states import NODE_ASSIGNED, InvalidTransition
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
+from worker.disk_room import DiskRoom, clear_half_checkpoints, free_bytes_under
 from worker.failure_triage import FailureEvidence, FailureReason, classify_failure, describe_failure
 from worker.input_check import find_input_problems, worker_input_roots
 from worker.job_claim import Claim, claim_job
@@ -63,7 +64,8 @@ def run_job(job_id: int, *, settings: Settings, database: Database,
     identity = identity or WorkerIdentity.from_settings(settings)
     run = RunFolder(settings.run_dir_for(job_id))
     claim = claim_job(job_id, identity=identity, database=database, run_dir=str(run.path),
-                      worker_lost_seconds=settings.worker_lost_seconds)
+                      worker_lost_seconds=settings.worker_lost_seconds,
+                      disk_room=DiskRoom.of(settings))
     if claim.spec is None:
         outcome = Outcome.of_unclaimed(claim.status)
         if claim.hand_on_to and hand_on is not None:
@@ -114,8 +116,8 @@ def _launch_and_judge(launch: NodeLaunch, claim: Claim, *, settings: Settings,
         returncode, supervision = launch_node(launch, settings=settings, database=database,
                                               shutdown_requested=shutdown_requested, warm=warm,
                                               on_stored=on_stored)
-    except OSError as error:
-        return RunResult(Outcome.FAILED, f"could not start torchrun: {error}", FailureReason(ERROR))
+    except OSError as error:  # the run folder could not be written (a full disk?), or exec
+        return judge_launch_error(error, launch.run)
     if supervision.taken_away:
         return RunResult(Outcome.TAKEN_AWAY)
     result = judge_run(returncode, supervision, launch.run)
@@ -141,6 +143,17 @@ def _blame_missing_nodes(job_id: int, result: RunResult, *, settings: Settings,
     return RunResult(Outcome.FAILED, error, FailureReason(COMM_TIMEOUT))
 
 
+def judge_launch_error(error: OSError, run: RunFolder) -> RunResult:
+    """The job could not be launched: its run folder could not be written (a full disk
+    says so by name) or torchrun could not be started."""
+    failure = classify_failure(FailureEvidence(log_tail=str(error), run_dir=str(run.path),
+                                               free_bytes=free_bytes_under(run.path)))
+    text = f"could not start torchrun: {error}"
+    if failure.kind == DISK_FULL:
+        return RunResult(Outcome.FAILED, f"{failure.detail}\n{text}", failure)
+    return RunResult(Outcome.FAILED, text, FailureReason(ERROR))
+
+
 def judge_run(returncode: int | None, supervision: Supervision, run: RunFolder) -> RunResult:
     if supervision.cancelled:
         return RunResult(Outcome.CANCELLED)
@@ -149,8 +162,13 @@ def judge_run(returncode: int | None, supervision: Supervision, run: RunFolder) 
     failure = classify_failure(FailureEvidence(
         stopped_by_shutdown=supervision.stopped_by_shutdown, returncode=returncode,
         error_notices=tuple(supervision.error_notices),
-        log_tail=read_log_tail(run, TRIAGE_LOG_LINES)))
-    return RunResult(Outcome.FAILED, _failure_text(returncode, supervision, run, failure), failure)
+        log_tail=read_log_tail(run, TRIAGE_LOG_LINES), run_dir=str(run.path),
+        free_bytes=free_bytes_under(run.path)))
+    text = _failure_text(returncode, supervision, run, failure)
+    if failure.kind == DISK_FULL:
+        clear_half_checkpoints(run)  # measured first: the detail gives the room it left
+        text = f"{failure.detail}\n{text}"  # first, over torch's words that never say it
+    return RunResult(Outcome.FAILED, text, failure)
 
 
 def _failure_text(returncode: int | None, supervision: Supervision, run: RunFolder,

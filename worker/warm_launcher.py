@@ -54,21 +54,23 @@ class WarmLauncher:
         with self._lock:
             if self._standby is not None and self._standby.poll() is None:
                 return
-            self.folder.mkdir(parents=True, exist_ok=True)
-            remove_stale_ready_files(self.folder)
             ready_file = self.folder / f"standby-{os.getpid()}-{threading.get_ident()}.ready"
-            ready_file.unlink(missing_ok=True)
-            with (self.folder / "standby.log").open("ab") as output:
-                try:
+            # Its folder is on TUNEDECK_HOME's disk: a full one (or any OSError) costs the
+            # next job its warm start, never the worker.
+            try:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                remove_stale_ready_files(self.folder)
+                ready_file.unlink(missing_ok=True)
+                with (self.folder / "standby.log").open("ab") as output:
                     self._standby = subprocess.Popen(
                         installed_module("trainer.startup.warm_start", "--ready-file", str(ready_file)),
                         cwd=self.cwd, env=self.environment, stdin=subprocess.PIPE,
                         stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
                         preexec_fn=die_with_worker)
-                except OSError:
-                    log.exception("could not start a standby launcher; jobs start cold")
-                    self._standby = None
-                    return
+            except OSError:
+                log.exception("could not start a standby launcher; jobs start cold")
+                self._standby = None
+                return
             self._ready_file = ready_file
 
     def is_ready(self) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Body, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.actions import (checkpoints, compare_backends, job_removal, plan as planning,
@@ -17,6 +18,7 @@ from app.api.job_reads import read_router
 from app.api.params import JobId
 from app.auth.principal import principal_of
 from app.views.jobs import job_to_dict
+from tunedeck.db.outage import RETRY_AFTER_SECONDS, database_reachable, unreachable_body
 from tunedeck.job_spec import JobSpec
 from tunedeck.planner.plan_request import PlanRequest
 
@@ -24,9 +26,15 @@ router = APIRouter()
 router.include_router(read_router)
 
 
-@router.get("/healthz")
-def healthz() -> dict[str, str]:
-    return {"status": "ok"}
+@router.get("/healthz", responses={503: {"description": "the database is unreachable"}})
+def healthz(request: Request) -> JSONResponse:
+    """200 while the web can reach its database; 503 with Retry-After while it cannot (a
+    load balancer takes it out of rotation; the body says why)."""
+    if database_reachable(request.app.state.database):
+        return JSONResponse({"status": "ok", "database": "ok"})
+    return JSONResponse({"status": "unavailable", "database": "unreachable",
+                         **unreachable_body()}, status_code=503,
+                        headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
 @router.post("/api/jobs", status_code=201)

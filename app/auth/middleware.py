@@ -11,6 +11,7 @@ anywhere; that token opens nothing else. Otherwise it needs an account, as the A
 """
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import json
@@ -28,6 +29,7 @@ from starlette.requests import Request
 from app.auth.principal import OPEN_PRINCIPAL, Principal
 from tunedeck.accounts import audit, throttle, users as accounts
 from tunedeck.db.engine import Database
+from tunedeck.db.outage import is_database_unreachable
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,14 @@ SCRAPE_PATH = "/metrics"
 # How long "are there any accounts?" is trusted: the first account made with the CLI
 # closes open access within this long, without a restart.
 ACCOUNTS_CHECK_SECONDS = 2.0
+# How long a credential this web checked stays good while the database is unreachable: an
+# outage (a PostgreSQL restart, a failover) is seconds to minutes; a page left open longer
+# signs in again once the database is back.
+OUTAGE_GRACE_SECONDS = 600.0
+MAX_VOUCHED = 10_000
+# Stands for "no credential" in VouchedCredentials: a request without one acts as the open
+# principal only where no accounts exist, and that is what it was vouched as.
+OPEN_CREDENTIAL = "open"
 OPEN_ACCESS_WARNING = (
     "TuneDeck runs with open access: no accounts exist, so every request acts as an admin. "
     "It listens on loopback only, so only this machine can reach it. Create an account "
@@ -100,6 +110,7 @@ class AccessMiddleware:
         self._accounts_exist: bool | None = None
         self._checked_at = 0.0
         self._lock = threading.Lock()
+        self._vouched = VouchedCredentials()
 
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):
@@ -109,13 +120,27 @@ class AccessMiddleware:
         if scope["type"] == "http" and scope["path"] == SCRAPE_PATH and self._may_scrape(request):
             await self.app(scope, receive, send)
             return
+        credential = _credential_of(request)
         try:
             principal, refusal = await run_in_threadpool(self._resolve, request)
-        except Exception:  # the database is down: refuse, never let the request through
-            log.exception("could not check the request's credentials")
-            await _json_response(send, 503, {"detail": "cannot check credentials: the "
-                                             "database is unreachable"})
-            return
+        except Exception as error:
+            if not is_database_unreachable(error):
+                raise
+            # A credential this web checked a moment ago stays good while nobody could have
+            # revoked it (revoking writes to the database): the page's own requests go on
+            # reaching their handlers, which wait the outage out. Anything else is refused
+            # with the outage's 503 (app/monitoring/database_outage.py).
+            principal, refusal = self._vouched_during_outage(credential), None
+            if principal is None and scope["path"] not in PUBLIC_PATHS:
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.close", "code": 1013})  # try again later
+                    return
+                raise
+        else:
+            if principal is None:
+                self._vouched.forget(credential)  # refused now: not vouched for later
+            else:
+                self._vouched.remember(credential, principal)
         if isinstance(refusal, Throttled):
             seconds = str(math.ceil(refusal.seconds))
             await _json_response(send, 429, {"detail": f"too many refused credentials from "
@@ -135,6 +160,12 @@ class AccessMiddleware:
                 "sign in, or send an API token: Authorization: Bearer <token> "
                 "(make one with `tunedeck token create USER`)")},
                 headers=[(b"www-authenticate", b"Bearer")])
+
+    def _vouched_during_outage(self, credential: str | None) -> Principal | None:
+        # Open access ends when the first account is made: never vouch for "open" after that.
+        if credential == OPEN_CREDENTIAL and self._accounts_exist:
+            return None
+        return self._vouched.principal_for(credential)
 
     def _may_scrape(self, request: Request) -> bool:
         if request.client is not None and _is_loopback_address(request.client.host):
@@ -196,6 +227,56 @@ class AccessMiddleware:
         with self._lock:
             self._accounts_exist, self._checked_at = exists, time.monotonic()
         return exists
+
+
+class VouchedCredentials:
+    """The credentials this process found valid within the last `grace_seconds`, by their
+    digest (never the secret itself), with whom they act for: honoured only while the
+    database cannot be asked. In memory only: a restart forgets them all."""
+
+    def __init__(self, grace_seconds: float = OUTAGE_GRACE_SECONDS):
+        self.grace_seconds = grace_seconds
+        self._seen: dict[str, tuple[Principal, float]] = {}
+        self._lock = threading.Lock()
+
+    def remember(self, credential: str | None, principal: Principal) -> None:
+        if credential is None:
+            return
+        now = time.monotonic()
+        with self._lock:
+            self._seen[_digest(credential)] = (principal, now)
+            if len(self._seen) > MAX_VOUCHED:  # forget the stale ones, not the live
+                self._seen = {key: seen for key, seen in self._seen.items()
+                              if now - seen[1] < self.grace_seconds}
+
+    def forget(self, credential: str | None) -> None:
+        if credential is not None:
+            with self._lock:
+                self._seen.pop(_digest(credential), None)
+
+    def principal_for(self, credential: str | None) -> Principal | None:
+        if credential is None:
+            return None
+        with self._lock:
+            seen = self._seen.get(_digest(credential))
+        if seen is None or time.monotonic() - seen[1] >= self.grace_seconds:
+            return None
+        return seen[0]
+
+
+def _credential_of(request: Request) -> str | None:
+    """What identifies the request's caller: its bearer token, its session cookie, or for
+    an open TuneDeck (no accounts) the open marker, so it stays open through an outage."""
+    authorization = request.headers.get("authorization")
+    if authorization is not None:
+        scheme, _, token = authorization.partition(" ")
+        return f"bearer:{token.strip()}" if scheme.lower() == "bearer" and token.strip() else None
+    cookie = request.cookies.get(SESSION_COOKIE)
+    return f"session:{cookie}" if cookie else OPEN_CREDENTIAL
+
+
+def _digest(credential: str) -> str:
+    return hashlib.sha256(credential.encode()).hexdigest()
 
 
 def _wants_a_page(request: Request) -> bool:

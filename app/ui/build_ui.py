@@ -14,6 +14,9 @@ from app.auth.principal import principal_of  # noqa: E402
 from app.ui.page_chrome import (NAME_JOB_IN_ADDRESS_JS, SHOW_TAB_JS,  # noqa: E402
                                 job_in_address)
 from app.ui.compare_handlers import pickable_jobs  # noqa: E402
+from app.ui.database_banner import build_database_banner  # noqa: E402
+from app.ui.database_outage import (answers_while_unreachable,  # noqa: E402
+                                    wait_out_database_outages)
 from app.ui.tabs.cluster import build_cluster_tab  # noqa: E402
 from app.ui.tabs.compare import build_compare_tab  # noqa: E402
 from app.ui.tabs.job_page import build_job_page_tab  # noqa: E402
@@ -44,6 +47,7 @@ def build_ui(*, database, celery_app,
                     "PyTorch FSDP, watch loss, throughput and memory live, and download the "
                     "merged weights.")
         account = gr.HTML(elem_id="account")
+        build_database_banner(database=database)
         with gr.Tabs(selected=NEW_JOB_TAB, elem_id="tabs"):
             with gr.Tab("New job", id=NEW_JOB_TAB, elem_id="tab-new-job") as new_job_tab:
                 new_job = build_new_job_tab(database=database, celery_app=celery_app,
@@ -83,9 +87,10 @@ def build_ui(*, database, celery_app,
             submitted_or_picked.then(open_job, picked_job_id, opening, show_progress="hidden") \
                 .then(None, tab_to_show, None, js=SHOW_TAB_JS).then(None, js=TO_TOP_JS)
 
+        @answers_while_unreachable(nothing_to_compare)
         def open_compare(job_ids: list[int] | None, request: gr.Request):
             if not job_ids:
-                return gr.skip(), gr.skip(), gr.skip(), ""
+                return nothing_to_compare()
             choices = pickable_jobs(database=database, principal=principal_of(request))
             return (gr.Dropdown(choices=choices, value=job_ids),
                     ", ".join(map(str, job_ids)), False, COMPARE_TAB_LABEL)
@@ -100,6 +105,7 @@ def build_ui(*, database, celery_app,
             .then(None, tab_to_show, None, js=SHOW_TAB_JS)
         job_page.opened.then(None, job_page.job_id, None, js=NAME_JOB_IN_ADDRESS_JS)
 
+        @answers_while_unreachable(nothing_to_compare)
         def open_compared_backends(ids_text: str | None, request: gr.Request):
             return open_compare(compared_ids(ids_text), request)
 
@@ -113,6 +119,7 @@ def build_ui(*, database, celery_app,
             compare.show, job_page.compared_job_ids, compare.outputs,
             show_progress="hidden").then(None, js=TO_TOP_JS)
     one_progress_target_when_hidden(blocks)
+    wait_out_database_outages(blocks)
     return blocks
 
 
@@ -160,6 +167,12 @@ def open_job(job_id: int | None):
 def open_job_in_address(request: gr.Request):
     """A page opened at `/?job=ID` shows that job's page."""
     return open_job(job_in_address(request.query_params))
+
+
+def nothing_to_compare() -> tuple:
+    """open_compare's answer when it opens nothing: above all no tab to show, so the tab a
+    handler asked for before is not shown again."""
+    return gr.skip(), gr.skip(), gr.skip(), ""
 
 
 def compared_ids(ids_text: str | None) -> list[int] | None:

@@ -54,6 +54,8 @@ document.addEventListener("click", (event) => {
 </script>
 """
 
+# The database banner (database_banner.py) is a warning, not an error: the page waits the
+# outage out. Amber on both themes, full width, above the tabs it speaks for.
 # The New job form's radio groups keep each option on one line: an option that did not fit
 # went under the others ("full", "fp32"), so a group is as wide as its options, trimmed of
 # some padding so the three fit one row at 1440 px (a narrower row wraps whole groups).
@@ -71,6 +73,11 @@ document.addEventListener("click", (event) => {
 # would cover the id link) means nothing in that table. The Job tab's body and Try it panel
 # show by the headline's class (tabs/job_page.headline_classes).
 CSS = """
+#database-banner .database-banner {
+  padding: 10px 14px; border-radius: var(--radius-md); font-weight: 600;
+  border: 1px solid #f59e0b; border-left-width: 6px; background: #fffbeb; color: #92400e;
+}
+.dark #database-banner .database-banner { background: #451a03; color: #fde68a; }
 #tabs:has(#job-status.job-none) #job-body { display: none !important; }
 #tabs:not(:has(#job-status.job-succeeded)) #job-try-it { display: none !important; }
 #jobs-table th, #jobs-table th *, #compare-summary th, #compare-summary th * {

@@ -14,6 +14,7 @@ from tunedeck.cluster import workers as worker_registry
 from tunedeck.cluster.placement import WorkerView, job_queue, serves, waiting_reason
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job, JobNode, Worker, as_utc, utc_now
+from tunedeck.failure_kinds import DISK_HOLD_WORDS
 from tunedeck.job_states import NODE_EXITED, QUEUED, RUNNING
 
 
@@ -24,14 +25,14 @@ def cluster_overview(*, database: Database, worker_lost_seconds: float) -> dict[
         queued = job_queries.list_queued_jobs(session=session, limit=200)
         live = worker_registry.live_worker_views(session=session,
                                                  silent_seconds=worker_lost_seconds)
-        in_slurm = _slurm_reasons(session, queued)
+        noted = _noted_reasons(session, queued)
     now = utc_now()
     by_worker = _running_by_worker(running, nodes)
     return {
         "workers": [_worker(worker, _placements(worker.name, running, nodes), now=now,
                             worker_lost_seconds=worker_lost_seconds)
                     for worker in workers],
-        "queued": [_queued(job, live, by_worker, in_slurm) for job in queued],
+        "queued": [_queued(job, live, by_worker, noted) for job in queued],
     }
 
 
@@ -43,8 +44,8 @@ def waiting_reasons(*, session: Session, jobs: list[Job],
         return {}
     live = worker_registry.live_worker_views(session=session, silent_seconds=worker_lost_seconds)
     by_worker = _running_by_worker(*_running(session))
-    in_slurm = _slurm_reasons(session, queued)
-    return {job.id: _queued(job, live, by_worker, in_slurm)["waiting"] for job in queued}
+    noted = _noted_reasons(session, queued)
+    return {job.id: _queued(job, live, by_worker, noted)["waiting"] for job in queued}
 
 
 def _running(session: Session) -> tuple[list[Job], list[JobNode]]:
@@ -66,20 +67,23 @@ def _running_by_worker(running: list[Job], nodes: list[JobNode]) -> dict[str, li
 
 
 def _queued(job: Job, live: list[WorkerView], running: dict[str, list[int]],
-            in_slurm: dict[int, str]) -> dict[str, Any]:
+            noted: dict[int, str]) -> dict[str, Any]:
     spec = job.spec_model
-    waiting = in_slurm.get(job.id) or waiting_reason(spec, live, running)
+    waiting = noted.get(job.id) or waiting_reason(spec, live, running)
     return {"id": job.id, "name": job.name, "queue": job_queue(spec), "host": spec.host,
             "num_gpus": spec.num_gpus, "waiting": waiting}
 
 
-def _slurm_reasons(session: Session, queued: list[Job]) -> dict[int, str]:
-    """A job its Slurm executor submitted waits in Slurm's queue: what Slurm says (the
-    executor's newest placement note), not what TuneDeck's own placement would."""
-    submitted = [job.id for job in queued if job.slurm_job_id is not None]
-    notes = job_queries.latest_placement_notes(session=session, job_ids=submitted)
-    return {job.id: notes.get(job.id, f"waiting: submitted to Slurm as job {job.slurm_job_id}")
-            for job in queued if job.slurm_job_id is not None}
+def _noted_reasons(session: Session, queued: list[Job]) -> dict[int, str]:
+    """What only the job's newest placement note knows, not TuneDeck's own placement: Slurm's
+    word on a job its executor submitted, and a worker's hold for room on its disk."""
+    notes = job_queries.latest_placement_notes(session=session, job_ids=[job.id for job in queued])
+    reasons = {job.id: notes[job.id] for job in queued
+               if DISK_HOLD_WORDS in notes.get(job.id, "")}
+    reasons.update({job.id: notes.get(job.id, f"waiting: submitted to Slurm as job "
+                                              f"{job.slurm_job_id}")
+                    for job in queued if job.slurm_job_id is not None})
+    return reasons
 
 
 def _placements(worker_name: str, running: list[Job], nodes: list[JobNode]) -> list[dict[str, Any]]:

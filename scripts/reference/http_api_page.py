@@ -56,7 +56,8 @@ def _body(operation: dict[str, Any], link) -> str:
 
 
 def render() -> str:
-    from app.auth.middleware import PUBLIC_PATHS
+    from app.auth.middleware import OUTAGE_GRACE_SECONDS, PUBLIC_PATHS
+    from tunedeck.db.outage import DATABASE_UNREACHABLE, RETRY_AFTER_SECONDS
 
     document = build_openapi()
     schemas = document.get("components", {}).get("schemas", {})
@@ -87,6 +88,12 @@ def render() -> str:
              "404 as a missing one does, an admin-only route answers 403 to a user, and a request "
              "the job's state refuses answers 409 with the reason in `detail`. A 422's `detail` "
              "is a list of problems, each naming its field in `loc`.", "",
+             "While the web cannot reach its database, every route that needs it (and every "
+             "request whose credentials this web has not checked in the last "
+             f"{OUTAGE_GRACE_SECONDS / 60:g} minutes) answers 503 with `Retry-After: "
+             f"{RETRY_AFTER_SECONDS}` and `{{\"detail\": \"{DATABASE_UNREACHABLE}\"}}`, "
+             "never 500: ask again later. `/healthz` answers 503 too, and `/metrics` counts "
+             "these answers in `tunedeck_database_unreachable_responses_total`.", "",
              "## Routes", ""]
     lines += table(["method", "path", "summary"],
                    ([method, f"[{code(path)}](#{anchor(method + ' ' + path)})",

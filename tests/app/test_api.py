@@ -10,7 +10,7 @@ SPEC = {"name": "api-test", "model": "builtin:tiny-llama", "dataset": "builtin:a
 
 
 def test_healthz(client):
-    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/healthz").json() == {"status": "ok", "database": "ok"}
 
 
 def test_submit_stores_a_queued_job_and_enqueues_its_id(client, tmp_path):

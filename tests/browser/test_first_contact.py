@@ -5,11 +5,13 @@ empty without an error, Gradio's "Use via API" is replaced by a link to the REST
 Screenshots go to SCREENS, to be looked at."""
 from __future__ import annotations
 
+import math
 import re
 import time
 
 import pytest
 
+from app.ui.database_banner import CHECK_SECONDS
 from app.ui.job_page.job_handlers import NO_JOB_HEADLINE
 from harness.servers import RunningServer
 from tests.browser.conftest import SCREEN_VIEWPORT, SCREENS, signed_in_page
@@ -88,15 +90,20 @@ def test_the_jobs_and_cluster_tables_refresh_only_while_their_tab_is_shown(fresh
 
     expect(fresh_page.locator("#new-job-submit")).to_be_visible()
     time.sleep(1)  # the page's load events are done
-    assert _events_sent(fresh_page, 5) == 0, "a page left on the New job tab sends nothing"
+    # The database banner's check (app/ui/database_banner.py) is all an idle page sends;
+    # a shown table's refresh comes on top of it.
+    window = 8
+    banner_checks = math.ceil(window / CHECK_SECONDS) + 1
+    idle = _events_sent(fresh_page, window)
+    assert idle <= banner_checks, "a page left on the New job tab sends only the banner's check"
     for name in ("Jobs", "Cluster"):
         fresh_page.get_by_role("tab", name=name, exact=True).click()
-        assert _events_sent(fresh_page, 5) >= 2, f"the {name} tab refreshes while shown"
+        assert _events_sent(fresh_page, window) >= idle + 2, f"the {name} tab refreshes while shown"
     fresh_page.get_by_role("tab", name="Compare", exact=True).click()
     time.sleep(1)
     fresh_page.get_by_role("tab", name="New job", exact=True).click()
     time.sleep(1)  # a tick already on its way
-    assert _events_sent(fresh_page, 5) == 0, "the tabs' timers stopped when hidden"
+    assert _events_sent(fresh_page, window) <= banner_checks, "the tabs' timers stopped when hidden"
 
 
 def test_submit_opens_the_job_at_its_status_and_compare_backends_opens_compare(

@@ -69,7 +69,7 @@ assert main(["migrate"]) == 0
 from app.main import create_app
 
 client = TestClient(create_app(with_ui=True))
-assert client.get("/healthz").json() == {"status": "ok"}
+assert client.get("/healthz").json() == {"status": "ok", "database": "ok"}
 plan = client.post("/api/plan", json={"spec": {"model": "builtin:tiny-llama", "max_steps": 2}})
 assert plan.status_code == 200, plan.text
 job = client.post("/api/jobs", json={"max_steps": 2})

@@ -20,7 +20,8 @@ def test_nan_loss_divides_the_learning_rate_by_ten_and_leaves_fp16_for_bf16():
     assert bf16.label == "learning rate 3e-05" and bf16.spec.precision == "bf16"
 
 
-@pytest.mark.parametrize("kind", ["comm_timeout", "killed_by_signal", "worker_lost", "error", None])
+@pytest.mark.parametrize("kind", ["comm_timeout", "killed_by_signal", "worker_lost", "disk_full",
+                                  "error", None])
 def test_failures_that_say_nothing_against_the_spec_retry_it_unchanged(kind):
     change = retry_change(SPEC, kind)
     assert (change.label, change.spec) == (SAME_SPEC, SPEC)

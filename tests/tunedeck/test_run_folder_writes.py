@@ -29,3 +29,23 @@ def test_two_writers_of_one_file_never_rename_each_others_partial(tmp_path):
     assert errors == []
     assert read_json(target)["round"] == 199
     assert [path.name for path in tmp_path.iterdir()] == ["spec.json"]
+
+
+def test_a_checkpoint_is_complete_only_under_its_final_name_with_its_marker(tmp_path):
+    from tunedeck.run_folder import CHECKPOINT_STATE_FILE, RunFolder, remove_partial_checkpoints
+
+    run = RunFolder(tmp_path)
+    complete, staged, unmarked = (run.checkpoint_dir(2), run.partial_checkpoint_dir(4),
+                                  run.checkpoint_dir(6))
+    for folder in (complete, staged, unmarked):
+        folder.mkdir(parents=True)
+        (folder / "__0_0.distcp").write_bytes(b"\0")
+    write_json(complete / CHECKPOINT_STATE_FILE, {"step": 2})
+    write_json(staged / CHECKPOINT_STATE_FILE, {"step": 4})  # marked, never renamed
+    assert staged.name == ".step-00000004.partial"
+
+    assert run.completed_checkpoints() == [(2, complete)]
+    assert run.partial_checkpoints() == [staged, unmarked]
+    assert remove_partial_checkpoints(run) == [staged, unmarked]
+    assert sorted(run.checkpoints_dir.iterdir()) == [complete]
+    assert remove_partial_checkpoints(run) == []

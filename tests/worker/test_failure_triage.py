@@ -155,3 +155,88 @@ def test_labels_and_descriptions():
     assert failure_label(None, 1) == ""
     reason = classify(returncode=1, log_tail=TORCHRUN_SIGKILL_REPORT)
     assert describe_failure(reason) == "failure: killed by a signal on rank 1: SIGKILL"
+
+
+# A full disk in the words of what met it (captured on a tmpfs that filled up, torch 2.13):
+# torch.distributed.checkpoint's save as the trainer's notice gives it (its first and last
+# lines; the traceback between them is torch's own frames), torch.save's zip writer, Python,
+# and safetensors (what save_pretrained writes merged/ with).
+DCP_FULL_DISK_NOTICE = (
+    "CheckpointException: CheckpointException ranks:dict_keys([0])\n"
+    "Traceback (most recent call last): (RANK 0)\n"
+    '  File "/venv/lib/python3.11/site-packages/torch/serialization.py", line 854, in __exit__\n'
+    "    self.file_like.write_end_of_file()\n"
+    "RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598\n")
+TORCH_SAVE_FULL_DISK = ("RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos "
+                        "576 vs 534")
+TORCH_STREAM_WRITER = ("RuntimeError: PytorchStreamWriter failed writing file data/0: file write "
+                       "failed")
+PYTHON_FULL_DISK = ("OSError: [Errno 28] No space left on device: "
+                    "'/var/tunedeck/runs/job-7/metrics/rank-0.jsonl'")
+SAFETENSORS_FULL_DISK = ("SafetensorError: Error while serializing: I/O error: No space left on "
+                         "device (os error 28)")
+DISK_WORDS = ("the disk under /var/tunedeck/runs/job-7 is full (0.9 MB free): free space, lower "
+              "keep_checkpoints, or move TUNEDECK_HOME")
+
+
+@pytest.mark.parametrize("message", [DCP_FULL_DISK_NOTICE, TORCH_SAVE_FULL_DISK,
+                                     TORCH_STREAM_WRITER, PYTHON_FULL_DISK, SAFETENSORS_FULL_DISK],
+                         ids=["dcp", "torch.save", "stream-writer", "python", "safetensors"])
+def test_every_word_for_a_full_disk_names_the_disk_and_its_free_space(message):
+    # Plenty of room by now (the job's folder was cleared): the notice alone decides.
+    reason = classify(returncode=1, error_notices=((3.0, 1, message),),
+                      run_dir="/var/tunedeck/runs/job-7", free_bytes=900_000)
+    assert (reason.kind, reason.rank, reason.detail) == ("disk_full", 1, DISK_WORDS)
+    assert reason.label == "disk full (rank 1)"
+    assert describe_failure(reason) == f"failure: the disk filled up on rank 1: {DISK_WORDS}"
+
+
+def test_a_full_disk_beats_an_earlier_peer_timeout_and_is_no_input_error():
+    reason = classify(returncode=1, free_bytes=10**12, error_notices=(
+        (1.0, 0, GLOO_PEER_CLOSED), (2.0, 1, PYTHON_FULL_DISK)))
+    assert (reason.kind, reason.rank) == ("disk_full", 1)
+
+
+def test_a_full_disk_that_swallowed_every_notice_is_named_by_the_room_left():
+    # The ranks' notices and torchrun's log are on that disk: nothing may have been written.
+    reason = classify(returncode=1, run_dir="/runs/job-3", free_bytes=4096)
+    assert (reason.kind, reason.rank) == ("disk_full", None)
+    assert reason.detail.startswith("the disk under /runs/job-3 is full (0.0 MB free): ")
+    # With room, the same silence is an error like any other.
+    assert classify(returncode=1, run_dir="/runs/job-3", free_bytes=10**10).kind == "error"
+    assert classify(returncode=1).kind == "error"  # free space not measured
+
+
+def test_torchruns_log_says_the_disk_filled_when_no_notice_did():
+    report = "Root" + TORCHRUN_EXCEPTION_REPORT.split("Root", 1)[1]  # torchrun's, no notice
+    log_tail = ("[rank0]:   File \"/venv/lib/python3.11/site-packages/torch/serialization.py\"\n"
+                f"[rank0]: {TORCH_SAVE_FULL_DISK}\n{report}")
+    reason = classify(returncode=1, log_tail=log_tail, free_bytes=10**10, run_dir="/runs/job-4")
+    assert reason.kind == "disk_full"
+    assert "(10,000.0 MB free)" in reason.detail
+
+
+def test_out_of_memory_first_is_still_out_of_memory_on_a_nearly_full_disk():
+    notice = ("out of memory on rank 1 (allocated 70.10 GB, reserved 78.00 GB): "
+              "OutOfMemoryError: CUDA out of memory.")
+    reason = classify(returncode=1, error_notices=((1.0, 1, notice),), free_bytes=0)
+    assert reason.kind == "out_of_memory"
+
+
+
+def test_torch_saving_to_a_real_full_disk_says_it_in_words_the_triage_knows(tmp_path):
+    """The words above, from torch itself now: torch.save onto a 256 KB tmpfs."""
+    from harness.small_disk import mount_problem, small_disk
+
+    if mount_problem():
+        pytest.skip(mount_problem())
+    import torch
+
+    with small_disk(tmp_path / "disk", 256 * 1024) as disk:
+        with pytest.raises(RuntimeError) as raised:
+            torch.save(torch.zeros(1_000_000), disk.path / "t.pt")
+        free_bytes = disk.free_bytes
+    message = f"{type(raised.value).__name__}: {raised.value}"
+    reason = classify(returncode=1, error_notices=((1.0, 0, message),), free_bytes=free_bytes,
+                      run_dir=str(tmp_path / "disk"))
+    assert reason.kind == "disk_full", message

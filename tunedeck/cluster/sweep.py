@@ -13,12 +13,13 @@ from datetime import timedelta
 from typing import Callable
 
 from prometheus_client import Counter
+from sqlalchemy import false, update
 from sqlalchemy.orm import Session
 
 from tunedeck import job_queries, job_store
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.db.engine import Database
-from tunedeck.db.models import Job, StoredSpecInvalid, utc_now
+from tunedeck.db.models import Job, StoredSpecInvalid, Worker, utc_now
 from tunedeck.failure_kinds import INPUT_ERROR, WORKER_LOST
 from tunedeck.job_spec import JobSpec
 from tunedeck.settings import Settings
@@ -94,9 +95,16 @@ class Sweeper:
         self._reachable_since = None
 
     def sweep(self) -> SweepResult:
-        now = self._clock()
+        asked = self._clock()
         try:
             with self._database.transaction() as session:
+                take_write_lock(session)
+                now = self._clock()
+                # Writers were kept out (SQLite's file locked by another process) while
+                # readers were not: the workers' heartbeats waited as long as this did, so
+                # their silence says nothing until they have had time to beat again.
+                if now - asked > self._settings.heartbeat_seconds:
+                    self.note_unreachable()
                 result = sweep_cluster(
                     session=session, worker_lost_seconds=self._settings.worker_lost_seconds,
                     redispatch_seconds=self._settings.redispatch_seconds,
@@ -133,6 +141,13 @@ class Sweeper:
     def _trusts_silence(self, now: float) -> bool:
         return (self._reachable_since is not None
                 and now - self._reachable_since >= self._settings.worker_lost_seconds)
+
+
+def take_write_lock(session: Session) -> None:
+    """Start the session's transaction as a writer (an update of no row): it waits here, as
+    long as the database makes writers wait, rather than at the sweep's first real write
+    after deciding on what it read before the wait."""
+    session.execute(update(Worker).where(false()).values(state=Worker.state))
 
 
 def settle_lost_workers(*, session: Session, silent_seconds: float, result: SweepResult) -> None:

@@ -93,6 +93,7 @@ class TrackerExport:
                             job_id, cursor_file, error)
         self._wake, self._stop = threading.Event(), threading.Event()
         self._outcome: str | None = None
+        self._cursor_unsaved = False
         self._thread = threading.Thread(target=self._loop, name=f"trackers-job-{job_id}",
                                         daemon=True)
 
@@ -199,7 +200,15 @@ class TrackerExport:
 
     def _save_cursor(self, state: _TrackerState) -> None:
         state.failures = 0 if state.started else state.failures
-        write_json(self._run.tracker_cursor_file(state.tracker.name), state.cursor())
+        try:
+            write_json(self._run.tracker_cursor_file(state.tracker.name), state.cursor())
+        except OSError as error:
+            # The run folder's disk is full, say: the export goes on from the cursor in
+            # memory; only a worker restart would export some rows again. Said once a job.
+            if not self._cursor_unsaved:
+                self._cursor_unsaved = True
+                log.warning("job %s: could not save the trackers' cursor (%s); exporting on",
+                            self._job_id, error)
 
 
 def _advance(state: _TrackerState, rows: ExportRows, last_step: int) -> None:

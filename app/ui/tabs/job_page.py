@@ -10,6 +10,7 @@ import gradio as gr
 
 from app.auth.principal import principal_of
 from app.ui import compare_handlers
+from app.ui.database_outage import answers_while_unreachable
 from app.ui.job_page import job_actions, job_handlers, step_charts
 from app.ui.job_page.job_handlers import JobPage
 from app.ui.charts.page_assets import HOVER_JS
@@ -151,6 +152,8 @@ def build_job_page_tab(*, database, celery_app, settings, tab: gr.Tab) -> JobPag
         return job_actions.retry_from_page(selected_job_id, database=database,
                                            celery_app=celery_app, principal=principal_of(request))
 
+    # No ids while the database is unreachable: build_ui opens Compare on the ids given.
+    @answers_while_unreachable(lambda: (gr.skip(), None))
     def compare_backends(selected_job_id, request: gr.Request):
         return compare_handlers.compare_backends_from_page(
             selected_job_id, database=database, celery_app=celery_app,

@@ -9,6 +9,7 @@ import gradio as gr
 from app.auth.principal import OPEN_PRINCIPAL, principal_of
 from app.ui.new_job import (column_handlers, form_handlers, option_visibility,
                             preflight_handlers, target_handlers, upload_handlers)
+from app.ui.database_outage import answers_while_unreachable
 from app.ui.new_job.form_handlers import form_values
 from app.ui.new_job.form_labels import COLUMN_ROLES, FORM_FIELDS
 from app.ui.request_polling import build_request_polling, still_waiting
@@ -77,6 +78,9 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
         return (f"#### {shown.config_title}", shown.config_json, shown.trainer_json,
                 shown.command_line, shown.message, *plan_updates(shown.plan), *marks)
 
+    # No job id while the database is unreachable, so build_ui's "open the new job" opens
+    # none (not the one submitted before); nor the last submit's confirmation, now untrue.
+    @answers_while_unreachable(lambda: (None, ""))
     def submit(request: gr.Request, *values):
         try:
             principal = principal_of(request)

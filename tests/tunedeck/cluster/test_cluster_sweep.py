@@ -159,3 +159,21 @@ def test_the_sweeper_that_claims_a_lost_worker_counts_it_once(database, tmp_path
     assert sweeper.sweep().lost_workers == ["lost@gpu-1"]
     sweeper.sweep()
     assert LOST_WORKERS_COLLECTOR._value.get() == before + 1
+
+
+def test_a_sweep_kept_waiting_to_write_trusts_no_silence_until_workers_could_beat(database,
+                                                                                 tmp_path):
+    """SQLite's file write-locked by another process: readers go on, writers wait. A sweep
+    that waited longer than a heartbeat to write saw heartbeats that could not be written,
+    so it starts its trust in silence again from when it could write."""
+    with database.transaction() as session:
+        heartbeat(session, "quiet@gpu-1")
+        silence(session, "quiet@gpu-1", 60)
+    # (asked, could write) of each sweep; heartbeat_seconds is 5.
+    times = iter([1000.0, 1000.0, 1025.0, 1031.0, 1040.0, 1040.0, 1052.0, 1052.0])
+    sweeper = Sweeper(database=database, settings=Settings(home=tmp_path, worker_lost_seconds=20),
+                      send=lambda job_id, spec: None, clock=lambda: next(times))
+    sweeper.sweep()
+    assert sweeper.sweep().lost_workers == []  # 25 s trusted, but it waited 6 s to write
+    assert sweeper.sweep().lost_workers == []  # 9 s of writing since
+    assert sweeper.sweep().lost_workers == ["quiet@gpu-1"]  # 21 s
