@@ -115,3 +115,15 @@ def private_postgres(folder: Path) -> Iterator[PrivatePostgres]:
     finally:
         if server.answers():
             server.stop()
+
+
+@contextmanager
+def private_postgres_or_skip(folder: Path) -> Iterator[PrivatePostgres]:
+    """`private_postgres`, or the test skipped with the reason this machine cannot run one."""
+    import pytest
+
+    reason = why_no_private_postgres()
+    if reason:
+        pytest.skip(reason)
+    with private_postgres(folder) as server:
+        yield server

@@ -54,3 +54,13 @@ def database(request) -> Database:
     database = Database(url)
     yield database
     database.dispose()
+
+
+@pytest.fixture
+def private_postgres_server(tmp_path):
+    """A PostgreSQL cluster of the test's own, which it may stop as a crash would and start
+    again (harness/private_postgres.py); skipped where this machine cannot run one."""
+    from harness.private_postgres import private_postgres_or_skip
+
+    with private_postgres_or_skip(tmp_path / "postgres") as server:
+        yield server

@@ -11,7 +11,6 @@ anywhere; that token opens nothing else. Otherwise it needs an account, as the A
 """
 from __future__ import annotations
 
-import hashlib
 import hmac
 import ipaddress
 import json
@@ -27,6 +26,7 @@ from pydantic import SecretStr
 from starlette.requests import Request
 
 from app.auth.principal import OPEN_PRINCIPAL, Principal
+from app.auth.vouched_credentials import VouchedCredentials
 from tunedeck.accounts import audit, throttle, users as accounts
 from tunedeck.db.engine import Database
 from tunedeck.db.outage import is_database_unreachable
@@ -41,11 +41,6 @@ SCRAPE_PATH = "/metrics"
 # How long "are there any accounts?" is trusted: the first account made with the CLI
 # closes open access within this long, without a restart.
 ACCOUNTS_CHECK_SECONDS = 2.0
-# How long a credential this web checked stays good while the database is unreachable: an
-# outage (a PostgreSQL restart, a failover) is seconds to minutes; a page left open longer
-# signs in again once the database is back.
-OUTAGE_GRACE_SECONDS = 600.0
-MAX_VOUCHED = 10_000
 # Stands for "no credential" in VouchedCredentials: a request without one acts as the open
 # principal only where no accounts exist, and that is what it was vouched as.
 OPEN_CREDENTIAL = "open"
@@ -229,41 +224,6 @@ class AccessMiddleware:
         return exists
 
 
-class VouchedCredentials:
-    """The credentials this process found valid within the last `grace_seconds`, by their
-    digest (never the secret itself), with whom they act for: honoured only while the
-    database cannot be asked. In memory only: a restart forgets them all."""
-
-    def __init__(self, grace_seconds: float = OUTAGE_GRACE_SECONDS):
-        self.grace_seconds = grace_seconds
-        self._seen: dict[str, tuple[Principal, float]] = {}
-        self._lock = threading.Lock()
-
-    def remember(self, credential: str | None, principal: Principal) -> None:
-        if credential is None:
-            return
-        now = time.monotonic()
-        with self._lock:
-            self._seen[_digest(credential)] = (principal, now)
-            if len(self._seen) > MAX_VOUCHED:  # forget the stale ones, not the live
-                self._seen = {key: seen for key, seen in self._seen.items()
-                              if now - seen[1] < self.grace_seconds}
-
-    def forget(self, credential: str | None) -> None:
-        if credential is not None:
-            with self._lock:
-                self._seen.pop(_digest(credential), None)
-
-    def principal_for(self, credential: str | None) -> Principal | None:
-        if credential is None:
-            return None
-        with self._lock:
-            seen = self._seen.get(_digest(credential))
-        if seen is None or time.monotonic() - seen[1] >= self.grace_seconds:
-            return None
-        return seen[0]
-
-
 def _credential_of(request: Request) -> str | None:
     """What identifies the request's caller: its bearer token, its session cookie, or for
     an open TuneDeck (no accounts) the open marker, so it stays open through an outage."""
@@ -273,10 +233,6 @@ def _credential_of(request: Request) -> str | None:
         return f"bearer:{token.strip()}" if scheme.lower() == "bearer" and token.strip() else None
     cookie = request.cookies.get(SESSION_COOKIE)
     return f"session:{cookie}" if cookie else OPEN_CREDENTIAL
-
-
-def _digest(credential: str) -> str:
-    return hashlib.sha256(credential.encode()).hexdigest()
 
 
 def _wants_a_page(request: Request) -> bool:

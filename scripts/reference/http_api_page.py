@@ -56,7 +56,8 @@ def _body(operation: dict[str, Any], link) -> str:
 
 
 def render() -> str:
-    from app.auth.middleware import OUTAGE_GRACE_SECONDS, PUBLIC_PATHS
+    from app.auth.middleware import PUBLIC_PATHS
+    from app.auth.vouched_credentials import OUTAGE_GRACE_SECONDS
     from tunedeck.db.outage import DATABASE_UNREACHABLE, RETRY_AFTER_SECONDS
 
     document = build_openapi()

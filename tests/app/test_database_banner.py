@@ -19,7 +19,6 @@ from app.ui.build_ui import build_ui
 from app.ui.database_banner import (BANNER_ID, banner_updates, database_banner_updates)
 from app.ui.database_outage import (answers_while_unreachable, unchanged,
                                     unchanged_while_unreachable, wait_out_database_outages)
-from harness.private_postgres import private_postgres, why_no_private_postgres
 from tests.app.test_ui_handlers import RecordingCelery
 from tunedeck.db.engine import Database
 from tunedeck.db.outage import DATABASE_UNREACHABLE, is_database_unreachable
@@ -193,28 +192,19 @@ def test_banner_updates_only_when_what_it_says_changes():
     assert banner_updates(reachable=False, banner_shown=True) == (gr.skip(), gr.skip())
 
 
-@pytest.fixture
-def postgres(tmp_path):
-    reason = why_no_private_postgres()
-    if reason:
-        pytest.skip(reason)
-    with private_postgres(tmp_path / "postgres") as server:
-        yield server
-
-
-def test_banner_shows_while_postgres_is_stopped_and_hides_once_it_is_back(postgres):
-    database = Database(postgres.url)
+def test_banner_shows_while_postgres_is_stopped_and_hides_once_it_is_back(private_postgres_server):
+    database = Database(private_postgres_server.url)
     try:
         assert database_banner_updates(database, False) == (gr.skip(), gr.skip())
         count_rows(database)  # a pooled connection, cut by the stop below
 
-        postgres.stop_immediately()
+        private_postgres_server.stop_immediately()
         assert banner_answer(database_banner_updates(database, False)) == (True, True)
         handler = unchanged_while_unreachable(lambda: count_rows(database),
                                               lambda: unchanged(2))
         assert handler() == (gr.skip(), gr.skip())
 
-        postgres.start()
+        private_postgres_server.start()
         assert banner_answer(database_banner_updates(database, True)) == (False, False)
         assert handler() == 0  # the next tick draws fresh data
     finally:

@@ -12,7 +12,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from harness.private_postgres import private_postgres, why_no_private_postgres
 from tunedeck.accounts import users as accounts
 from tunedeck.db.outage import DATABASE_UNREACHABLE, RETRY_AFTER_SECONDS
 from tunedeck.migrate import upgrade_database
@@ -56,17 +55,10 @@ def answers_during_outage(client: TestClient, app, headers: dict) -> dict[tuple[
     return statuses
 
 
-@pytest.fixture
-def postgres(tmp_path):
-    reason = why_no_private_postgres()
-    if reason:
-        pytest.skip(reason)
-    with private_postgres(tmp_path / "postgres") as server:
-        yield server
-
-
-def test_postgres_stopped_every_route_answers_503_and_all_recovers(tmp_path, postgres):
-    settings = Settings(home=tmp_path / "home", database_url=postgres.url, broker_url=None)
+def test_postgres_stopped_every_route_answers_503_and_all_recovers(tmp_path,
+                                                                   private_postgres_server):
+    settings = Settings(home=tmp_path / "home", database_url=private_postgres_server.url,
+                        broker_url=None)
     app = create_app(settings, with_ui=False, with_sweeper=False)
     token = add_user(app, "ops")
     headers = {"Authorization": f"Bearer {token}"}
@@ -83,7 +75,7 @@ def test_postgres_stopped_every_route_answers_503_and_all_recovers(tmp_path, pos
         assert client.delete(f"/api/tokens/{old['id']}", headers=headers).status_code == 204
         assert client.get("/api/jobs", headers=revoked_headers).status_code == 401
 
-        postgres.stop_immediately()
+        private_postgres_server.stop_immediately()
         # A route that needs no database (the API's schema) tells who got past the access
         # check: the token checked a moment ago does; one revoked, or never seen, does not.
         assert client.get("/openapi.json", headers=headers).status_code == 200
@@ -109,7 +101,7 @@ def test_postgres_stopped_every_route_answers_503_and_all_recovers(tmp_path, pos
                                   scrape, re.MULTILINE)[1])
         assert refused >= sum(status == 503 for status in statuses.values())
 
-        postgres.start()
+        private_postgres_server.start()
         # The pool's dead connections are replaced as they are next used: no restart.
         deadline = time.monotonic() + 30
         while client.get("/healthz").status_code != 200:

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from app.ui.database_banner import BANNER_ID, CHECK_SECONDS
-from harness.private_postgres import private_postgres, why_no_private_postgres
+from harness.private_postgres import private_postgres_or_skip
 from harness.servers import add_account, fake_trainer_environment, running_tunedeck
 from tests.browser.conftest import (LONG_JOB, PASSWORD, SCREEN_VIEWPORT, SCREENS,
                                     SERVER_START_SECONDS, USER, signed_in_page)
@@ -34,10 +34,7 @@ BANNER_SECONDS = CHECK_SECONDS + 8
 
 @pytest.fixture(scope="module")
 def postgres(tmp_path_factory):
-    reason = why_no_private_postgres()
-    if reason:
-        pytest.skip(reason)
-    with private_postgres(tmp_path_factory.mktemp("postgres")) as server:
+    with private_postgres_or_skip(tmp_path_factory.mktemp("postgres")) as server:
         yield server
 
 
