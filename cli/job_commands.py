@@ -58,10 +58,16 @@ def _job_cells(row: dict[str, Any]) -> list[str]:
     spec = row.get("spec") or {}
     latest = row.get("latest") or {}
     return [str(row["id"]), row.get("name") or "", row["status"],
-            f"{spec.get('method', '?')}/{spec.get('backend', '?')}",
+            f"{_training_words(spec)}/{spec.get('backend', '?')}",
             step_text(latest.get("step"), spec.get("max_steps")),
             f"{latest['loss']:.4f}" if latest.get("loss") is not None else "-",
             short_time(row.get("updated_at"))]
+
+
+def _training_words(spec: dict[str, Any]) -> str:
+    """"lora", or "dpo lora": the API's spec, read as JobSpec.training_words reads it."""
+    objective, method = spec.get("objective") or "sft", spec.get("method", "?")
+    return method if objective == "sft" else f"{objective} {method}"
 
 
 def step_text(step: int | None, max_steps: int | None) -> str:
@@ -92,7 +98,7 @@ def status_text(job: dict[str, Any], train: list[dict[str, Any]]) -> str:
     if spec.get("tags"):
         field("tags", " ".join(f"#{tag}" for tag in spec["tags"]))
     field("model", f"{spec.get('model')} · dataset {spec.get('dataset')}")
-    field("training", f"{spec.get('method')} · {spec.get('backend')} · "
+    field("training", f"{_training_words(spec)} · {spec.get('backend')} · "
           f"{ranks_text(job, spec)} · {spec.get('precision')}")
     field("progress", _progress_text(job, spec, train))
     for label, key in (("created", "created_at"), ("started", "started_at"),

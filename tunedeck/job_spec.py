@@ -205,9 +205,17 @@ class JobSpec(JobSpecFields):
         return self.num_gpus * self.num_nodes
 
     @property
+    def training_words(self) -> str:
+        """What it trains, for a list or a legend: "lora", or "dpo lora" (SFT goes unsaid:
+        it is every job that names no objective)."""
+        return self.method if self.objective == "sft" else f"{self.objective} {self.method}"
+
+    @property
     def display_name(self) -> str:
-        """The spec's name, or one saying what it trains: "tiny-llama-lora-zero2"."""
-        return self.name or f"{model_stem(self.model)}-{self.method}-{self.backend}"
+        """The spec's name, or one saying what it trains: "tiny-llama-lora-zero2",
+        "tiny-llama-dpo-lora-zero2"."""
+        return self.name or "-".join([model_stem(self.model), *self.training_words.split(),
+                                      self.backend])
 
 
 def spec_field(location: str) -> FieldInfo:

@@ -44,8 +44,9 @@ SPLIT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(\[[0-9:%-]{0,32}\])?(\+[A-Za-
 class JobSpecFields(StrictModel):
     name: str | None = Field(
         None, max_length=200, title="Name",
-        description="A name for the job's page and table; unset: its model, method and "
-                    "backend (`tiny-llama-lora-zero2`).")
+        description="A name for the job's page and table; unset: its model, objective "
+                    "(unless sft), method and backend (`tiny-llama-lora-zero2`, "
+                    "`tiny-llama-dpo-lora-zero2`).")
     tags: list[str] = Field(
         default_factory=list, max_length=16, title="Tags",
         json_schema_extra={"items": {"type": "string", "pattern": TAG_PATTERN}},

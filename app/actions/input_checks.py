@@ -7,15 +7,17 @@ or a chosen and a rejected answer (dpo); a built-in dataset of the other objecti
 or an unknown one.
 
 Only what exists here is judged: a path missing on the web host may exist on the worker's,
-which checks it again before the job takes a GPU."""
+which checks it again before the job takes a GPU; the form notes it under its field
+(`missing_here`) without refusing it."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from app.auth.principal import Principal
-from app.auth.spec_access import spec_access_problems
+from app.auth.spec_access import allowed_roots_for, spec_access_problems
 from tunedeck.data.columns import peek_columns
-from tunedeck.data.input_paths import is_local_reference
+from tunedeck.data.input_paths import PATH_FIELDS, is_local_reference, reference_problem
 from tunedeck.data.records import builtin_dataset_problem, columns_problem
 from tunedeck.job_spec import JobSpec
 from tunedeck.settings import Settings
@@ -40,6 +42,30 @@ def input_problems(spec: JobSpec, *, principal: Principal,
             message = _dataset_columns_problem(field, reference, split, spec)
             problems += [(field, message)] if message else []
     return problems
+
+
+def reference_problems(references: dict[str, str], *, principal: Principal,
+                       settings: Settings) -> list[tuple[str, str]]:
+    """(field, message) for the model, dataset and eval_dataset references alone: the
+    path rule and a model folder's config.json, for a form whose other fields do not yet
+    make a spec."""
+    roots = allowed_roots_for(principal, settings)
+    problems = []
+    for field, reference in references.items():
+        message = reference and (reference_problem(field, reference, roots)
+                                 or (_model_folder_problem(reference) if field == "model"
+                                     else None))
+        problems += [(field, message)] if message else []
+    return problems
+
+
+def missing_here(spec: JobSpec) -> dict[str, str]:
+    """{field: note} for each local model or dataset path that this host does not have."""
+    return {field: (f"{reference}: not found on this machine. A worker on another host "
+                    "may have it; a worker here fails the job at once")
+            for field in PATH_FIELDS
+            if (reference := getattr(spec, field)) and is_local_reference(reference)
+            and Path(reference).is_absolute() and not os.path.lexists(reference)}
 
 
 def _model_folder_problem(reference: str) -> str | None:

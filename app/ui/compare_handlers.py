@@ -235,7 +235,10 @@ def pickable_jobs(*, database, principal: Principal, limit: int = 100) -> list[t
 
 
 def job_label(job: dict[str, Any]) -> str:
-    return f"job {job['id']} ({job.get('backend') or '?'})"
+    """"job 3 (zero2)", "job 4 (dpo · zero2)": an SFT and a DPO job never share a label."""
+    objective = job.get("objective") or "sft"
+    backend = job.get("backend") or "?"
+    return f"job {job['id']} ({backend if objective == 'sft' else f'{objective} · {backend}'})"
 
 
 def _loss_line(label: str, kind: str) -> str:

@@ -37,9 +37,9 @@ COLUMN_TYPES = {**{column: "str" for column in JOBS_TABLE_COLUMNS},
 # Each header on one line at 1440 px (the browser test measures it), the rest to the name,
 # model and reason. The owner column only for an admin, who sees everyone's jobs: anyone
 # else sees only their own, and under open access nobody owns a job.
-COLUMN_WIDTHS = dict(zip(JOBS_TABLE_COLUMNS, (3, 3, 11, 7, 8, 6, 7, 7, 10, 13, 0, 9, 16)))
+COLUMN_WIDTHS = dict(zip(JOBS_TABLE_COLUMNS, (3, 3, 11, 8, 8, 6, 7, 7, 10, 13, 0, 9, 15)))
 COLUMN_WIDTHS_WITH_OWNER = dict(zip(JOBS_TABLE_COLUMNS,
-                                    (3, 3, 11, 7, 7, 6, 7, 7, 9, 13, 7, 7, 13)))
+                                    (3, 3, 11, 8, 7, 6, 7, 7, 9, 13, 7, 7, 12)))
 REASON_CHARS = 72  # at most four lines of its column; the whole on hover
 JOBS_TABLE_LIMIT = 100
 ANY = "any"
@@ -150,7 +150,7 @@ def _job_row(job: Job, latest_step: dict[str, Any] | None, waiting: str | None) 
         format_number(latest_step.get(LOSS.field), "{:.4f}"),
         format_number(latest_step.get(TOKENS_PER_SECOND.field), "{:,.0f}"),
         format_number(latest_step.get("peak_mb"), "{:,.0f}"),
-        spec.model, f"{spec.method} · {spec.backend}", job.owner or "",
+        spec.model, f"{spec.training_words} · {spec.backend}", job.owner or "",
         format_time(job.created_at), hover_cell(_reason(job, waiting)),
     ]
 

@@ -54,6 +54,8 @@ document.addEventListener("click", (event) => {
 </script>
 """
 
+# The footer keeps only Gradio's Settings (no "Use via API", no "Built with"): the dot that
+# separated them from it would stand alone.
 # The database banner (database_banner.py) is a warning, not an error: the page waits the
 # outage out. Amber on both themes, full width, above the tabs it speaks for.
 # The New job form's radio groups keep each option on one line: an option that did not fit
@@ -66,13 +68,16 @@ document.addEventListener("click", (event) => {
 # CodeMirror's hidden width spacer), and the fold markers, placed by the same estimate,
 # are left out (nothing in a preview this short is worth folding).
 # Table headers never break inside a word, and the Jobs and Events cells only between words
-# (names break at their hyphens: "tiny-llama-/lora-zero2"); the error colour is the theme's. The Jobs table's
-# tick boxes are read-only checkboxes (see tabs/jobs.py): drawn as enabled ones, and a click
+# (names break at their hyphens: "tiny-llama-/lora-zero2"), except the last column (a
+# reason or a message), where a path wider than the column must break somewhere. Gradio 6
+# draws cells as divs (role=gridcell) where Gradio 5 drew <td>. The error colour is the
+# theme's. The Jobs table's tick boxes are read-only checkboxes (see tabs/jobs.py): drawn as enabled ones, and a click
 # passes through the box to its cell, whose select event toggles the tick. A click there
 # ticks and anywhere else opens the job, so Gradio's cell selection (a ring, and buttons that
 # would cover the id link) means nothing in that table. The Job tab's body and Try it panel
 # show by the headline's class (tabs/job_page.headline_classes).
 CSS = """
+footer .divider { display: none !important; }
 #database-banner .database-banner {
   padding: 10px 14px; border-radius: var(--radius-md); font-weight: 600;
   border: 1px solid #f59e0b; border-left-width: 6px; background: #fffbeb; color: #92400e;
@@ -83,8 +88,13 @@ CSS = """
 #jobs-table th, #jobs-table th *, #compare-summary th, #compare-summary th * {
   word-break: keep-all !important; overflow-wrap: normal !important; white-space: nowrap;
 }
-#jobs-table td, #jobs-table td *, #job-events td, #job-events td * {
+#jobs-table td, #jobs-table td *, #job-events td, #job-events td *,
+#jobs-table [role=gridcell], #jobs-table [role=gridcell] *,
+#job-events [role=gridcell], #job-events [role=gridcell] * {
   word-break: normal !important; overflow-wrap: normal !important;
+}
+#jobs-table [role=gridcell]:last-child *, #job-events [role=gridcell]:last-child * {
+  overflow-wrap: anywhere !important;
 }
 div.field-error, div.field-error *, .block.field-error .info-text {
   color: var(--error-text-color, #b91c1c) !important;

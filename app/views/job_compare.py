@@ -108,7 +108,7 @@ def wall_time_split(job: Job, train: list[dict[str, Any]]) -> dict[str, float | 
 def job_summary(job: Job) -> dict[str, Any]:
     spec = job.spec_model
     return {"id": job.id, "name": job.name, "status": job.status,
-            "backend": spec.backend, "method": spec.method,
+            "backend": spec.backend, "method": spec.method, "objective": spec.objective,
             "max_steps": spec.max_steps, "error": job.error,
             "started_at": _iso(job.started_at), "finished_at": _iso(job.finished_at)}
 

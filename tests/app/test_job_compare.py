@@ -265,7 +265,7 @@ def test_a_dpo_jobs_preference_figures_are_overlaid_and_an_sft_comparison_has_no
     assert {row["job_id"] for row in compared["series"]["logps_rejected"]} == {dpo}
     comparison = compare_handlers.load_comparison(f"{dpo}, {sft}", database=database,
                                                   principal=OPEN_PRINCIPAL)
-    label = f"job {dpo} (zero2)"
+    label = f"job {dpo} (dpo · zero2)"  # never the same label as an SFT job's
     assert comparison.lines["rewards"] == [f"{label} chosen", f"{label} rejected"]
     assert comparison.lines["reward_margin"] == comparison.lines["reward_accuracy"] == [label]
     rewards = comparison.preference["rewards"]
@@ -289,7 +289,8 @@ def test_a_dpo_jobs_preference_figures_are_overlaid_and_an_sft_comparison_has_no
     queued = create_job(database, objective="dpo", dataset="builtin:arithmetic-preference")
     early = compare_handlers.load_comparison(f"{sft}, {queued}", database=database,
                                              principal=OPEN_PRINCIPAL)
-    assert early.lines["logps"] == [f"job {queued} (zero2) chosen", f"job {queued} (zero2) rejected"]
+    assert early.lines["logps"] == [f"job {queued} (dpo · zero2) chosen",
+                                    f"job {queued} (dpo · zero2) rejected"]
 
 
 def test_each_jobs_lines_have_its_dash_pattern_on_every_compare_chart():

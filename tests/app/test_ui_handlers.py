@@ -150,6 +150,41 @@ def test_every_bad_field_is_named():
     assert "max_steps" in problems
 
 
+def test_a_path_is_judged_under_its_field_whatever_else_is_wrong(tmp_path):
+    """A bad learning rate does not hide that the model lies outside the allowed folders:
+    both are marked at once, and fixing the rate leaves the model marked."""
+    settings = Settings(home=tmp_path / "home")
+    both = form_handlers.preview_form(make_form(model="/etc/passwd-folder", learning_rate=-0.001),
+                                      principal=OPEN_PRINCIPAL, settings=settings)
+    assert not both.valid and set(both.field_errors) == {"model", "learning_rate"}
+    assert "outside the allowed folders" in both.field_errors["model"]
+    assert "Model (model)" in both.message and "Learning rate (learning_rate)" in both.message
+    no_config = tmp_path / "home" / "data" / "my-model"
+    no_config.mkdir(parents=True)
+    folder = form_handlers.preview_form(make_form(model=str(no_config), learning_rate=-1),
+                                        principal=OPEN_PRINCIPAL, settings=settings)
+    assert "no config.json" in folder.field_errors["model"]
+    rate_fixed = form_handlers.preview_form(make_form(model="/etc/passwd-folder"),
+                                            principal=OPEN_PRINCIPAL, settings=settings)
+    assert set(rate_fixed.field_errors) == {"model"}
+
+
+def test_a_dataset_missing_on_this_machine_is_noted_under_its_field_not_refused(tmp_path):
+    """The worker that reads it may be on another host: a note under the field, and the
+    form stays valid; a file that is there gets no note."""
+    settings = Settings(home=tmp_path / "home")
+    missing = settings.home_dir / "data" / "missing.jsonl"
+    preview = form_handlers.preview_form(make_form(dataset=str(missing)),
+                                         principal=OPEN_PRINCIPAL, settings=settings)
+    assert preview.valid and preview.field_errors == {}
+    assert preview.field_infos["dataset"].startswith(f"{missing}: not found on this machine")
+    missing.parent.mkdir(parents=True)
+    missing.write_text('{"prompt": "What is 1 + 1?", "response": "2"}\n')
+    there = form_handlers.preview_form(make_form(dataset=str(missing)),
+                                       principal=OPEN_PRINCIPAL, settings=settings)
+    assert "dataset" not in there.field_infos
+
+
 def test_hidden_lora_fields_do_not_block_a_full_fine_tune():
     spec, problems = form_handlers.form_to_spec(make_form(method="full", lora_r=0))
     assert problems == "" and spec.method == "full"
@@ -166,7 +201,8 @@ def test_zero2_preview_shows_the_deepspeed_json_and_the_torchrun_command():
     assert preview.command_line.startswith("torchrun ")
     assert "--nproc_per_node 2 --log-dir" in preview.command_line
     assert "--tee 3 -m trainer --run-dir" in preview.command_line
-    assert "var/runs/job-<id>" in preview.command_line
+    # The folder this host's worker gives the job (TUNEDECK_HOME), its id not yet known.
+    assert f"--run-dir {Settings().runs_dir}/job-<id>" in preview.command_line.replace("'", "")
 
 
 def test_fsdp_preview_shows_the_fsdp_settings():
@@ -285,6 +321,9 @@ def test_jobs_table_has_one_row_a_job_newest_first(database):
     assert rows[1]["progress"] == "2 / 20 (10%)"
     assert rows[1]["loss"] == "2.2500" and rows[1]["tokens/s"] == "501"
     assert rows[1]["method · backend"] == "lora · zero2"
+    create_job(database, objective="dpo", dataset="builtin:arithmetic-preference")
+    newest = jobs_table.jobs_table(database=database, principal=OPEN_PRINCIPAL).iloc[0]
+    assert newest["method · backend"] == "dpo lora · zero2"  # not to be taken for an SFT job
     # A queued job's reason, as the cluster page says it.
     assert "waiting: no live worker serves queue 'default'" in rows[1]["reason"]
 

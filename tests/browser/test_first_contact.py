@@ -61,6 +61,8 @@ def test_the_footer_has_no_use_via_api_and_the_rest_api_docs_draw_offline(
 
     expect(fresh_page.locator("#new-job-submit")).to_be_visible()
     expect(fresh_page.get_by_text("Use via API")).to_have_count(0)
+    # Nor a separating dot left standing before Settings.
+    assert fresh_page.locator("footer").inner_text().strip().startswith("Settings")
     link = fresh_page.locator("#rest-api-docs")
     expect(link).to_have_attribute("href", "/docs")
     # Everything the docs page loads comes from this server: none of it from a CDN.

@@ -148,7 +148,7 @@ def test_compare_overlays_the_dpo_jobs_preference_figures(browser, tunedeck_serv
         expect(page.locator("#compare-message")).to_contain_text(f"job {sft}")
         for plot in COMPARE_PLOTS:
             expect(page.locator(plot)).to_be_visible()
-        one, two = f"job {first} (fsdp)", f"job {second} (fsdp)"
+        one, two = f"job {first} (dpo · fsdp)", f"job {second} (dpo · fsdp)"
         plot = "#compare-reward-margin-plot"
         expect(page.locator(f"{plot} g.mark-line path")).to_have_count(2)  # not the SFT job's
         assert sorted(line_points(page, plot)) == [STEPS, STEPS]

@@ -26,11 +26,14 @@ def test_the_jobs_table_shows_status_method_step_and_loss():
              "updated_at": "2026-12-03T06:41:51.123+00:00"},
             {"id": 3, "name": "waiting", "status": "queued", "spec": {**SPEC, "method": "full",
                                                                       "backend": "fsdp"},
-             "latest": None, "updated_at": None}]
+             "latest": None, "updated_at": None},
+            {"id": 4, "name": "prefs", "status": "queued",
+             "spec": {**SPEC, "objective": "dpo"}, "latest": None, "updated_at": None}]
     assert jobs_table(rows).splitlines() == [
-        "ID  NAME     STATUS   METHOD          STEP    LOSS  UPDATED",
-        "12  arith    running  lora/zero2  40 / 100  1.2346  2026-12-03 06:41:51",
-        " 3  waiting  queued   full/fsdp    - / 100       -  -"]
+        "ID  NAME     STATUS   METHOD              STEP    LOSS  UPDATED",
+        "12  arith    running  lora/zero2      40 / 100  1.2346  2026-12-03 06:41:51",
+        " 3  waiting  queued   full/fsdp        - / 100       -  -",
+        " 4  prefs    queued   dpo lora/zero2   - / 100       -  -"]
     assert jobs_table([]) == "no jobs"
 
 
@@ -59,6 +62,8 @@ def test_status_says_cpu_ranks_and_why_a_finished_job_has_no_downloads():
            "gpu_indices": [], "artifacts": {}}
     text = " ".join(status_text(job, []).split())
     assert "lora · zero2 · 2 CPU ranks x 1 node · bf16" in text  # a worker without GPUs took it
+    dpo = " ".join(status_text({**job, "spec": {**SPEC, "objective": "dpo"}}, []).split())
+    assert "training dpo lora · zero2 · 2 CPU ranks" in dpo
     assert "downloads none: the job was cancelled" in text and "none yet" not in text
     failed = " ".join(status_text({**job, "status": "failed"}, []).split())
     assert "downloads none: the job failed" in failed

@@ -224,3 +224,12 @@ def test_tags_are_short_labels_and_a_bad_one_is_refused_naming_tags():
             JobSpec(max_steps=1, tags=bad)
         [line] = format_validation_error(refused.value).splitlines()
         assert line.startswith("tags: ") and message in line, line
+
+
+def test_an_unnamed_job_is_named_for_what_it_trains_dpo_included():
+    sft = JobSpec(model="builtin:tiny-llama", dataset="builtin:arithmetic", max_steps=5)
+    dpo = JobSpec(model="builtin:tiny-llama", dataset="builtin:arithmetic-preference",
+                  objective="dpo", backend="fsdp", max_steps=5)
+    assert (sft.display_name, sft.training_words) == ("tiny-llama-lora-zero2", "lora")
+    assert (dpo.display_name, dpo.training_words) == ("tiny-llama-dpo-lora-fsdp", "dpo lora")
+    assert dpo.model_copy(update={"name": "mine"}).display_name == "mine"

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from app.actions import submit
 from app.actions.errors import Invalid
-from app.actions.input_checks import input_problems
+from app.actions.input_checks import input_problems, missing_here, reference_problems
 from app.auth.principal import Principal
 from app.ui.new_job.form_labels import (COLUMN_ROLES, FORM_FIELDS, OBJECTIVE_COLUMN_ROLES,
                                         TYPED_FIELDS, field_errors, label_fields,
@@ -26,6 +26,7 @@ from app.views.cluster import slurm_site_for
 from tunedeck.backends import backend_of
 from tunedeck.backend_config import backend_config, build_torchrun_argv, trainer_settings
 from tunedeck.cluster.host_capability import host_problems
+from tunedeck.data.input_paths import PATH_FIELDS
 from tunedeck.job_spec import JobSpec
 from tunedeck.spec_text import format_validation_error
 from tunedeck.planner.shape_source import has_experts
@@ -33,7 +34,8 @@ from tunedeck.settings import Settings
 from tunedeck.spec_sections import LoraSettings
 from tunedeck.slurm.sbatch_script import preview_script
 
-PREVIEW_RUN_DIR = "var/runs/job-<id>"
+# The run folder a job of this web's host gets, its id not yet known.
+PREVIEW_RUN_FOLDER = "job-<id>"
 # The FSDP compute-dtype dropdown's first choice: leave the spec's fsdp.param_dtype unset.
 SAME_AS_PRECISION = "same as precision"
 CPU_RANKS_MEMORY_INFO = "not used: no GPU worker; planned on RAM per rank"
@@ -273,13 +275,21 @@ def preview_form(form: dict[str, Any], *, principal: Principal, settings: Settin
     can run (submit refuses them the same way)."""
     spec, raw_problems = _validated(form)
     if spec is None:
+        # The paths are judged whatever else is wrong: fixing the learning rate must not be
+        # what reveals that the model folder is outside the allowed ones.
+        flagged = {line.split(":", 1)[0] for line in raw_problems.splitlines()}
+        references = {name: _text(form[name]) for name in PATH_FIELDS}
+        raw_problems = "\n".join([raw_problems, *(
+            f"{name}: {message}" for name, message in reference_problems(
+                references, principal=principal, settings=settings) if name not in flagged)])
         return FormPreview("Generated config: the last valid form's (fix the fields marked in red)",
                            "", "", "", problems_markdown(label_fields(raw_problems)),
                            valid=False, field_errors=field_errors(raw_problems))
     title = backend_of(spec).preview_title
     config_json = json.dumps(backend_config(spec), indent=2)
     trainer_json = json.dumps(trainer_preview(spec), indent=2)
-    command_line = shlex.join(build_torchrun_argv(spec, PREVIEW_RUN_DIR))
+    command_line = shlex.join(build_torchrun_argv(
+        spec, str(settings.runs_dir / PREVIEW_RUN_FOLDER)))
     site = (None if database is None else slurm_site_for(
         spec, database=database, worker_lost_seconds=settings.worker_lost_seconds))
     if site is not None:  # its queue is a Slurm executor's: the script it would submit
@@ -288,6 +298,8 @@ def preview_form(form: dict[str, Any], *, principal: Principal, settings: Settin
                                                               settings=settings)
     plan = plan_view(spec, form, principal=principal, settings=settings, workers=workers)
     infos = {"gpu_memory_gb": CPU_RANKS_MEMORY_INFO} if plan.per == "rank" else {}
+    # Not an error: a worker on another host may hold the path (it checks on its own).
+    infos.update(missing_here(spec))
     # The checks submit makes, so a bad input is marked under its field before Submit.
     refused = input_problems(spec, principal=principal, settings=settings) + \
         host_problems(spec, workers)
