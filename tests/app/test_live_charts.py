@@ -95,6 +95,26 @@ def test_on_a_cpu_host_the_sampled_chart_is_each_ranks_rss():
     assert not charts.has_mfu  # CPU steps carry no MFU: the chart stays hidden
 
 
+def test_a_job_too_short_for_the_sampler_charts_its_ranks_own_rss_readings():
+    """Sampled once a second, a 3-second job has one reading a rank; its ranks logged one
+    a step: those make the lines. With the sampler's lines, the sampler's are drawn."""
+    epoch = START.timestamp()
+    once = [{"time": epoch + 1.0, "host": "h", "rank": rank, "rss_mb": 440.0} for rank in (0, 1)]
+    own = [{"time": epoch + 0.1 * step, "rank": rank, "step": step, "rss_mb": 480.0 + step,
+            "reserved_mb": None} for step in range(1, 21) for rank in (0, 1)]
+    series = {"train": _steps(20), "processes": once, "memory": own}
+    charts = live_charts.live_charts(spec=SPEC, series=series, status="succeeded",
+                                     started_at=START, finished_at=START, now=START)
+    frame = charts.sampled_memory
+    assert "RSS" in charts.sampled_memory_title
+    assert len(frame[frame["series"] == "rank 0"]) == 20 and max(frame["memory_mb"]) == 500.0
+    sampled = [{**row, "time": epoch + second} for second in range(1, 6) for row in once]
+    charts = live_charts.live_charts(spec=SPEC, series={**series, "processes": sampled},
+                                     status="succeeded", started_at=START, finished_at=START,
+                                     now=START)
+    assert set(charts.sampled_memory["memory_mb"]) == {440.0}
+
+
 def test_gpu_ranks_nobody_sampled_chart_their_own_allocator_readings():
     """A Slurm job: no worker samples its nodes, its GPU ranks report memory_reserved."""
     epoch = START.timestamp()

@@ -104,8 +104,13 @@ def live_charts(*, spec: JobSpec, series: dict[str, list[dict[str, Any]]],
                                 field=RESERVED_MB)
         title = RANK_RESERVED_TITLE
     else:
-        # The worker's samples; a job run before the worker sampled has the ranks' own.
-        processes = series.get("processes") or _rank_rss_readings(series.get("memory") or [])
+        # The worker's samples; a job run before the worker sampled has the ranks' own. The
+        # worker samples once a second, so a job of a few seconds has one reading a rank (a
+        # dot on an axis a tenth of a second wide): then the ranks' own, one a step, say more.
+        sampled = series.get("processes") or []
+        own = _rank_rss_readings(series.get("memory") or [])
+        processes = own if len(sampled) <= spec.world_size and len(own) > len(sampled) \
+            else sampled
         memory = rank_rss_frame(processes, world_size=spec.world_size, origin=origin)
         title = PROCESS_RSS_MB.title
     return LiveCharts(
