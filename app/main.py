@@ -28,7 +28,7 @@ from app.monitoring.endpoint import metrics_router, web_registry  # noqa: E402
 from app.monitoring.database_outage import (DatabaseOutageMiddleware,  # noqa: E402
                                             unreachable_counter)
 from app.monitoring.request_latency import RequestLatencyMiddleware  # noqa: E402
-from tunedeck.broker import enqueue_job, make_celery  # noqa: E402
+from tunedeck.services.broker import enqueue_job, make_celery  # noqa: E402
 from tunedeck.cluster.sweep import Sweeper  # noqa: E402
 from tunedeck.db.engine import Database  # noqa: E402
 from tunedeck.settings import Settings, load_settings  # noqa: E402

@@ -1,6 +1,6 @@
 """The web's access log and request ids: each request gets an id (the caller's X-Request-ID
 when it is a plain token, else a new one), sent back in X-Request-ID and on every log line
-written while it is served (tunedeck/service_logs.py); once answered, one line: method,
+written while it is served (tunedeck/services/logs.py); once answered, one line: method,
 path, status, milliseconds, client address.
 
 The line has no query string, header or cookie: tokens and session secrets travel in
@@ -13,7 +13,7 @@ import re
 import time
 import uuid
 
-from tunedeck.service_logs import REQUEST_ID
+from tunedeck.services.logs import REQUEST_ID
 
 log = logging.getLogger("tunedeck.access")
 _CALLER_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")

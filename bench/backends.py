@@ -23,10 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from trainer_runs import run_plain_torchrun  # noqa: E402
 
-from tunedeck.job_spec import BACKENDS, METHODS, PRECISIONS, JobSpec  # noqa: E402
-from tunedeck.planner.memory_plan import GpuSet, plan_strategies  # noqa: E402
+from tunedeck.spec.fields import BACKEND_NAMES, METHODS, PRECISIONS  # noqa: E402
+from tunedeck.spec.job_spec import JobSpec
+from tunedeck.planner.gpu_cards import GpuSet  # noqa: E402
+from tunedeck.planner.memory_plan import plan_strategies
 from tunedeck.planner.shape_source import resolve_model_shape  # noqa: E402
-from tunedeck.spec_text import format_validation_error  # noqa: E402
+from tunedeck.spec.text import format_validation_error  # noqa: E402
 
 PARTS = ("params", "grads", "optimizer")
 
@@ -72,7 +74,7 @@ def main() -> int:
     parser.add_argument("--cells", default="", help="backend:method:precision,... (default all)")
     arguments = parser.parse_args()
     cells = ([tuple(cell.split(":")) for cell in arguments.cells.split(",")] if arguments.cells
-             else [(b, m, p) for m in METHODS for p in PRECISIONS for b in BACKENDS])
+             else [(b, m, p) for m in METHODS for p in PRECISIONS for b in BACKEND_NAMES])
     step_seconds: dict[tuple[str, str, str], float] = {}
     worst_ratio = 1.0
     print(f"{'cell':<20} {'rank':>4} {'step s':>8} " + " ".join(
@@ -102,7 +104,7 @@ def main() -> int:
     print("\nFSDP step time / ZeRO-2 step time (same method and precision):")
     for method in METHODS:
         for precision in PRECISIONS:
-            zero2, fsdp = (step_seconds.get((b, method, precision)) for b in BACKENDS)
+            zero2, fsdp = (step_seconds.get((b, method, precision)) for b in BACKEND_NAMES)
             if zero2 and fsdp:
                 print(f"  {method}/{precision}: {fsdp / zero2:.2f}")
     print(f"\nworst measured/planned ratio over every cell and part: {worst_ratio:.4f} "

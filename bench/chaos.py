@@ -34,7 +34,7 @@ from ingest import postgres_database  # noqa: E402
 
 from harness.chaos_scenarios import (ChaosReport, database_unreachable, killed_worker,  # noqa: E402
                                      longer_than_visibility_timeout, redis_restarted, web_restarted)
-from tunedeck.migrate import upgrade_database  # noqa: E402
+from tunedeck.db.migrate import upgrade_database  # noqa: E402
 
 DETECT_LIMIT_SECONDS = 30.0
 SCENARIOS = ("killed", "redis", "visibility", "web", "database")

@@ -22,7 +22,7 @@ from markdown_table import MarkdownTable  # noqa: E402
 from random_llama import SHAPES  # noqa: E402
 
 from tunedeck.backends import BACKENDS  # noqa: E402
-from tunedeck.job_spec import JobSpec  # noqa: E402
+from tunedeck.spec.job_spec import JobSpec  # noqa: E402
 from tunedeck.planner.advice import verdict  # noqa: E402
 from tunedeck.planner.gpu_cards import GpuSet  # noqa: E402
 from tunedeck.planner.memory_plan import plan_strategies  # noqa: E402

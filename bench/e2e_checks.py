@@ -15,8 +15,8 @@ from typing import Any
 
 from app.ui.job_page.planned_memory import (memory_comparison_markdown, peak_reserved_gb_by_rank,
                                             planned_breakdown)
-from tunedeck.job_spec import JobSpec
-from tunedeck.job_states import SUCCEEDED
+from tunedeck.spec.job_spec import JobSpec
+from tunedeck.jobs.states import SUCCEEDED
 from tunedeck.run_folder import RunFolder
 from tunedeck.units import GB, MIB, format_size
 from worker.sampler import visible_gpu_ids

@@ -46,8 +46,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from harness.servers import running_tunedeck  # noqa: E402
-from tunedeck.backend_config import backend_config, build_torchrun_argv  # noqa: E402
-from tunedeck.job_spec import JobSpec  # noqa: E402
+from tunedeck.launch_config import backend_config, build_torchrun_argv  # noqa: E402
+from tunedeck.spec.job_spec import JobSpec  # noqa: E402
 from tunedeck.metrics.events import decode_event  # noqa: E402
 from tunedeck.run_folder import RunFolder, write_run_folder  # noqa: E402
 from tunedeck.torch_extensions import environment_extensions_dir  # noqa: E402

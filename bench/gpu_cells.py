@@ -19,10 +19,10 @@ from typing import get_args
 
 from random_llama import SHAPES
 
-from tunedeck.job_spec import Backend, Method
+from tunedeck.spec.fields import BackendName, Method
 
 METHODS = get_args(Method)
-BACKENDS = get_args(Backend)
+BACKENDS = get_args(BackendName)
 # A speed value's parts -> the spec fields they set (over PLAIN).
 PLAIN = {"kernels": "none"}
 SPEED_OPTIONS = {"liger": {"kernels": "liger"}, "auto": {"kernels": "auto"},

@@ -54,12 +54,12 @@ from random_llama import SHAPES, build_random_llama, write_long_rows  # noqa: E4
 from app.actions.submit import submit as submit_action  # noqa: E402
 from app.auth.principal import OPEN_PRINCIPAL  # noqa: E402
 from harness.services import REPO, running_service  # noqa: E402
-from tunedeck import job_queries  # noqa: E402
-from tunedeck.broker import make_celery  # noqa: E402
+from tunedeck.jobs import queries as job_queries
+from tunedeck.services.broker import make_celery  # noqa: E402
 from tunedeck.cluster.workers import live_worker_views  # noqa: E402
 from tunedeck.db.engine import Database  # noqa: E402
-from tunedeck.job_spec import JobSpec  # noqa: E402
-from tunedeck.job_states import FINISHED_STATUSES, SUCCEEDED  # noqa: E402
+from tunedeck.spec.job_spec import JobSpec  # noqa: E402
+from tunedeck.jobs.states import FINISHED_STATUSES, SUCCEEDED  # noqa: E402
 from tunedeck.metrics.series import read_job_series  # noqa: E402
 from tunedeck.run_folder import RunFolder  # noqa: E402
 from tunedeck.settings import Settings  # noqa: E402

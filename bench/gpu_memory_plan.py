@@ -36,8 +36,9 @@ from markdown_table import MarkdownTable  # noqa: E402
 from random_llama import (add_model_arguments, build_random_llama, shape_from_arguments,  # noqa: E402
                           write_long_rows)
 
-from tunedeck.job_spec import JobSpec  # noqa: E402
-from tunedeck.planner.memory_plan import GpuSet, spec_plan  # noqa: E402
+from tunedeck.spec.job_spec import JobSpec  # noqa: E402
+from tunedeck.planner.gpu_cards import GpuSet  # noqa: E402
+from tunedeck.planner.memory_plan import spec_plan
 from tunedeck.planner.shape_source import resolve_model_shape  # noqa: E402
 from tunedeck.units import GB, MIB  # noqa: E402
 

@@ -52,7 +52,7 @@ from random_llama import SHAPES, build_random_llama, write_long_rows, write_mode
 from throughput_rows import (COLUMNS, GIB, HEADER, NOTE, CellResult, markdown_row,  # noqa: E402
                              text_row)
 
-from tunedeck.job_spec import JobSpec  # noqa: E402
+from tunedeck.spec.job_spec import JobSpec  # noqa: E402
 from tunedeck.planner.gpu_cards import GpuSet, peak_flops_for  # noqa: E402
 from tunedeck.planner.memory_plan import spec_plan  # noqa: E402
 from tunedeck.planner.shape_source import resolve_model_shape  # noqa: E402

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.trainer_runs import run_plain_torchrun  # noqa: E402
 from harness.uneven_answers import write_uneven_answers  # noqa: E402
-from tunedeck.job_spec import JobSpec  # noqa: E402
+from tunedeck.spec.job_spec import JobSpec  # noqa: E402
 
 TARGET_GAP = 1e-3
 

@@ -5,7 +5,7 @@ store taking them into the database, SQLite and PostgreSQL.
 metrics/rank-K.jsonl for `--seconds` (one writer thread a job). For each job, an ingest loop
 does what the worker's supervise loop does every poll: read the new whole lines
 (worker.metrics_tail.MetricsTail) and store them and read the cancel flag in one transaction
-(tunedeck.metrics.store, tunedeck.job_store). It prints points written, points stored (lost
+(tunedeck.metrics.store, tunedeck.jobs.store). It prints points written, points stored (lost
 = written - stored, must be 0), points per second sustained, the ratio of the ingest rate to
 the write rate (target 1.00: ingest keeps up) and the p95 lag from a line's write to its row.
 
@@ -40,13 +40,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tunedeck import job_queries, job_store  # noqa: E402
+from tunedeck.jobs import queries as job_queries
+
+from tunedeck.jobs import store as job_store
 from tunedeck.db.engine import Database  # noqa: E402
-from tunedeck.job_spec import JobSpec  # noqa: E402
+from tunedeck.spec.job_spec import JobSpec  # noqa: E402
 from tunedeck.metrics import store as metric_store  # noqa: E402
 from tunedeck.metrics.events import encode_event  # noqa: E402
-from tunedeck.migrate import upgrade_database  # noqa: E402
-from tunedeck.job_spec import TRACKERS  # noqa: E402
+from tunedeck.db.migrate import upgrade_database  # noqa: E402
+from tunedeck.spec.fields import TRACKERS  # noqa: E402
 from tunedeck.run_folder import RunFolder, read_json  # noqa: E402
 from tunedeck.settings import Settings  # noqa: E402
 from worker.metrics_tail import MetricsTail  # noqa: E402

@@ -43,7 +43,7 @@ def export_with(base: Path, run_dir: Path, export_dtype: str) -> Path:
     from trainer.model.export import export_weights
     from trainer.model.method import apply_method
     from trainer.model.model_source import load_base_model
-    from tunedeck.job_spec import JobSpec
+    from tunedeck.spec.job_spec import JobSpec
     from tunedeck.run_folder import RunFolder
 
     spec = JobSpec.model_validate({"model": str(base), "max_steps": 1, "export_dtype": export_dtype})

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trainer_runs import Summary, read_summary, run_plain_torchrun  # noqa: E402
 
 from harness.servers import running_tunedeck  # noqa: E402
-from tunedeck.job_spec import JobSpec  # noqa: E402
+from tunedeck.spec.job_spec import JobSpec  # noqa: E402
 
 
 def bench_spec(steps: int, backend: str) -> JobSpec:

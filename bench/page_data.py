@@ -36,11 +36,11 @@ from fastapi.testclient import TestClient  # noqa: E402
 from ingest import postgres_database  # noqa: E402
 
 from app.main import create_app  # noqa: E402
-from tunedeck import job_store  # noqa: E402
+from tunedeck.jobs import store as job_store
 from tunedeck.db.engine import Database  # noqa: E402
-from tunedeck.job_spec import JobSpec  # noqa: E402
+from tunedeck.spec.job_spec import JobSpec  # noqa: E402
 from tunedeck.metrics import store as metric_store
-from tunedeck.migrate import upgrade_database  # noqa: E402
+from tunedeck.db.migrate import upgrade_database  # noqa: E402
 from tunedeck.settings import Settings  # noqa: E402
 
 TARGET_SECONDS = 0.3

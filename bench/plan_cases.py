@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tunedeck.job_spec import JobSpec  # noqa: E402
+from tunedeck.spec.job_spec import JobSpec  # noqa: E402
 from tunedeck.planner.advice import plan_memory  # noqa: E402
 from tunedeck.planner.gpu_cards import GpuSet  # noqa: E402
 from tunedeck.planner.memory_plan import napkin_ddp_bytes, plan_strategies  # noqa: E402

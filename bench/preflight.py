@@ -72,7 +72,7 @@ def main() -> int:
 
 
 def run(folder: Path, arguments: argparse.Namespace) -> None:
-    from tunedeck.job_spec import JobSpec
+    from tunedeck.spec.job_spec import JobSpec
     from trainer.data.dataset_preflight import (SAMPLE_LIMIT, _sample_indices, _spec_tokenizer,
                                                 collection_paused, preflight_report)
     from trainer.data.datasets import load_examples, tokenize_examples

@@ -30,7 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.first_point import FINISHED, job_spec, wait_for_first_point, wait_until_idle  # noqa: E402
-from harness.servers import running_service, running_tunedeck, running_web, wait_until  # noqa: E402
+from harness.services import running_service  # noqa: E402
+from harness.servers import running_tunedeck, running_web, wait_until
 
 
 def timed_runs(server, runs: int, *, warm: bool) -> list[float]:
@@ -54,7 +55,7 @@ def local(runs: int, *, warm: bool) -> list[float]:
 
 
 def slurm(runs: int, poll_seconds: float) -> list[float]:
-    from tunedeck.migrate import upgrade_database
+    from tunedeck.db.migrate import upgrade_database
 
     with tempfile.TemporaryDirectory(prefix="tunedeck-bench-slurm-") as home, ExitStack() as stack:
         url = f"sqlite:///{home}/tunedeck.db"

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from trainer.model.builtin_model import _WORDS, ensure_builtin_model  # noqa: E402
 from trainer.model.model_source import load_tokenizer  # noqa: E402
 from trainer.data.tokenized_data import read_tokenized, tokenize_example_splits, write_tokenized  # noqa: E402
-from tunedeck.job_spec import JobSpec  # noqa: E402
+from tunedeck.spec.job_spec import JobSpec  # noqa: E402
 from tunedeck.units import MIB  # noqa: E402
 
 

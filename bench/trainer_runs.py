@@ -19,9 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tunedeck.backend_config import backend_config, build_torchrun_argv  # noqa: E402
-from tunedeck.job_spec import JobSpec  # noqa: E402
-from tunedeck.failure_kinds import ERROR  # noqa: E402
+from tunedeck.launch_config import backend_config, build_torchrun_argv  # noqa: E402
+from tunedeck.spec.job_spec import JobSpec  # noqa: E402
+from tunedeck.jobs.failure_kinds import ERROR  # noqa: E402
 from tunedeck.metrics.events import NOTICE, PHASE, STEP, decode_event, phase_text  # noqa: E402
 from tunedeck.run_folder import RunFolder, write_run_folder  # noqa: E402
 from worker.failure_triage import FailureEvidence, classify_failure, describe_failure  # noqa: E402

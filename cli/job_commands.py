@@ -9,7 +9,7 @@ from typing import Any
 
 from cli.server_calls import get_from_server, post_to_server
 from cli.text_table import text_table
-from tunedeck.job_states import CANCELLED, FAILED, QUEUED, RUNNING, STATUSES
+from tunedeck.jobs.states import CANCELLED, FAILED, QUEUED, RUNNING, STATUSES
 from tunedeck.metrics.eta import eta_seconds, format_duration
 
 JOB_COLUMNS = ("ID", "NAME", "STATUS", "METHOD", "STEP", "LOSS", "UPDATED")

@@ -142,7 +142,7 @@ def _settings_with(arguments: argparse.Namespace):
 
 
 def _configure_logs(settings, service: str, worker_name: str | None = None) -> None:
-    from tunedeck.service_logs import configure_logging
+    from tunedeck.services.logs import configure_logging
 
     configure_logging(service=service, log_format=settings.log_format, level=settings.log_level,
                       worker_name=worker_name)
@@ -187,7 +187,7 @@ def _run_worker(arguments: argparse.Namespace) -> int:
 
 def _run_migrate(_arguments: argparse.Namespace) -> int:
     from tunedeck.accounts.redaction import redact_url
-    from tunedeck.migrate import upgrade_database
+    from tunedeck.db.migrate import upgrade_database
     from tunedeck.settings import load_settings
 
     settings = load_settings()
@@ -270,7 +270,7 @@ def _run_plan(arguments: argparse.Namespace) -> int:
 
     from pydantic import ValidationError
 
-    from tunedeck.spec_text import format_validation_error
+    from tunedeck.spec.text import format_validation_error
     from tunedeck.planner.plan_request import GpuRequest, plan_json
 
     spec = load_spec_or_exit(arguments.spec)
@@ -294,7 +294,7 @@ def _run_plan(arguments: argparse.Namespace) -> int:
 
 
 def _run_render(arguments: argparse.Namespace) -> int:
-    from tunedeck.backend_config import backend_config, build_torchrun_argv
+    from tunedeck.launch_config import backend_config, build_torchrun_argv
     from tunedeck.run_folder import RunFolder, write_json
 
     spec = load_spec_or_exit(arguments.spec)

@@ -46,7 +46,7 @@ def _load_request_or_exit(path: Path):
     from pydantic import ValidationError
 
     from tunedeck.data.preflight_request import PreflightRequest
-    from tunedeck.spec_text import format_validation_error
+    from tunedeck.spec.text import format_validation_error
 
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))

@@ -16,7 +16,7 @@ def load_spec_or_exit(path: Path, assignments: Sequence[str] = ()):
     each field at fault."""
     from pydantic import ValidationError
 
-    from tunedeck.spec_text import format_validation_error, load_spec_file
+    from tunedeck.spec.text import format_validation_error, load_spec_file
 
     try:
         return load_spec_file(path, assignments=assignments)

@@ -14,16 +14,16 @@ from tunedeck.settings import Settings
 
 
 def run_worker(settings: Settings) -> int:
-    from tunedeck.broker import PREFLIGHT_THREADS
+    from tunedeck.services.broker import PREFLIGHT_THREADS
     from tunedeck.cluster.placement import broker_queues_of_worker
     from worker.tasks import build_worker
 
     from celery.signals import setup_logging
 
-    from tunedeck.service_logs import set_worker_name
+    from tunedeck.services.logs import set_worker_name
 
     # Any receiver of setup_logging keeps Celery from configuring logging itself: the
-    # process's one set-up (tunedeck/service_logs.py) stays.
+    # process's one set-up (tunedeck/services/logs.py) stays.
     setup_logging.connect(lambda **_kwargs: None, weak=False)
     worker = build_worker(settings)
     identity = worker.identity
@@ -59,8 +59,8 @@ def run_web_and_worker(settings: Settings) -> int:
     check: nothing runs a job while it refuses) `tunedeck worker`; stop both when either
     stops."""
     from tunedeck.accounts.redaction import redact_url
-    from tunedeck.line_server import installed_module
-    from tunedeck.migrate import upgrade_database
+    from tunedeck.services.line_server import installed_module
+    from tunedeck.db.migrate import upgrade_database
 
     upgrade_database(settings.resolved_database_url)
     environment = {**os.environ, "TUNEDECK_HOME": str(settings.home_dir),

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import psutil
 
-from harness.servers import (RunningServer, private_redis, running_service, running_web,
-                             wait_for_steps, wait_for_workers, wait_until)
+from harness.servers import (RunningServer, private_redis, running_web, wait_for_steps,
+                             wait_for_workers, wait_until)
+from harness.services import running_service
 
 FINISHED = {"succeeded", "failed", "cancelled"}
 # One CPU rank under FSDP: no DeepSpeed op to build, so a job starts in seconds.

@@ -99,7 +99,7 @@ class PrivatePostgres:
 def private_postgres(folder: Path) -> Iterator[PrivatePostgres]:
     """A started private cluster, migrated for TuneDeck, stopped (and its folder kept for the
     test's logs) afterwards."""
-    from tunedeck.migrate import upgrade_database
+    from tunedeck.db.migrate import upgrade_database
 
     server = PrivatePostgres(folder)
     server.create()

@@ -16,7 +16,7 @@ from typing import Iterator
 import httpx
 
 from harness.services import REPO, running_service, stop_service
-from tunedeck.line_server import installed_module
+from tunedeck.services.line_server import installed_module
 
 
 def free_port() -> int:

@@ -1,1 +1,1 @@
-"""Alembic migrations; `tunedeck migrate` runs them (see tunedeck/migrate.py)."""
+"""Alembic migrations; `tunedeck migrate` runs them (see tunedeck/db/migrate.py)."""

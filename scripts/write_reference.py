@@ -15,7 +15,7 @@
 The output depends on the code only: commands, routes and fields are sorted, no path of
 this machine and no time is written, and argparse's terminal width is never consulted.
 A spec field's label and description are its own (`Field(title=..., description=...)` in
-tunedeck/job_spec.py and tunedeck/spec_sections.py); a field without a description stops
+tunedeck/spec/job_spec.py and tunedeck/spec/sections.py); a field without a description stops
 the script, so a new field cannot reach the page undescribed.
 """
 from __future__ import annotations

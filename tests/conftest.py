@@ -9,7 +9,7 @@ import pytest
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from tunedeck.db.engine import Database  # noqa: E402
-from tunedeck.migrate import upgrade_database  # noqa: E402
+from tunedeck.db.migrate import upgrade_database  # noqa: E402
 
 POSTGRES_URL = os.environ.get("TUNEDECK_TEST_POSTGRES_URL",
                               "postgresql+psycopg://postgres@127.0.0.1:5432/test")

@@ -29,8 +29,8 @@ FORBIDDEN = {
     "app": {"worker", "trainer", START_UP, "torch", "deepspeed", "transformers", "peft",
             "datasets", "tunedeck.data.sources", *NOT_THE_PRODUCT},
     "worker": {"app", START_UP, *NOT_THE_PRODUCT},
-    "trainer": {"app", "worker", START_UP, "tunedeck.db", "tunedeck.job_store",
-                "tunedeck.job_queries", "tunedeck.metrics.store", "tunedeck.settings",
+    "trainer": {"app", "worker", START_UP, "tunedeck.db", "tunedeck.jobs.store",
+                "tunedeck.jobs.queries", "tunedeck.metrics.store", "tunedeck.settings",
                 "tunedeck.accounts",
                 "tunedeck.cluster", "sqlalchemy", "celery", "gradio", "fastapi",
                 *NOT_THE_PRODUCT},
@@ -41,15 +41,15 @@ FORBIDDEN = {
 }
 # The app may import these only inside a function (they load torch or the worker's stack).
 APP_MODULE_LEVEL_FORBIDDEN = {"torch", "deepspeed", "transformers", "peft", "worker"}
-PURE_MODULES = ["tunedeck/job_spec.py", "tunedeck/spec_sections.py", "tunedeck/torch_extensions.py",
-                "tunedeck/lora_targets_text.py", "tunedeck/backend_config.py", "tunedeck/run_folder.py",
-                "tunedeck/metrics/events.py", "tunedeck/metrics/figures.py", "tunedeck/job_states.py",
-                "tunedeck/units.py", "tunedeck/metrics/eta.py",
-                "tunedeck/safetensors_headers.py", "tunedeck/data/records.py",
-                "tunedeck/data/sources.py", "tunedeck/data/columns.py",
+PURE_MODULES = ["tunedeck/spec/job_spec.py", "tunedeck/spec/sections.py",
+                "tunedeck/torch_extensions.py", "tunedeck/lora_targets_text.py",
+                "tunedeck/launch_config.py", "tunedeck/run_folder.py", "tunedeck/metrics/events.py",
+                "tunedeck/metrics/figures.py", "tunedeck/jobs/states.py", "tunedeck/units.py",
+                "tunedeck/metrics/eta.py", "tunedeck/safetensors_headers.py",
+                "tunedeck/data/records.py", "tunedeck/data/sources.py", "tunedeck/data/columns.py",
                 "tunedeck/data/file_formats.py", "tunedeck/data/file_check.py",
                 "tunedeck/data/preference_records.py", "tunedeck/worker_requests/states.py",
-                "tunedeck/spec_text.py"]
+                "tunedeck/spec/text.py"]
 HEAVY = {"torch", "deepspeed", "transformers", "peft", "sqlalchemy", "celery", "gradio",
          "fastapi", "yaml", "numpy", "datasets", "pyarrow", "huggingface_hub"}
 
@@ -119,7 +119,7 @@ def _fresh_interpreter(code: str, home: Path) -> subprocess.CompletedProcess:
 
 
 def test_the_web_app_loads_without_torch(tmp_path):
-    code = ("import sys; from app.main import create_app; from tunedeck.migrate import "
+    code = ("import sys; from app.main import create_app; from tunedeck.db.migrate import "
             "upgrade_database; from tunedeck.settings import load_settings; "
             "upgrade_database(load_settings().resolved_database_url); create_app(with_ui=True); "
             "bad = [m for m in ('torch', 'deepspeed', 'worker.tasks') if m in sys.modules]; "

@@ -21,7 +21,7 @@ from trainer.startup.startup_gc import pause_collection
 # Before the heavy imports below and in train(), which resumes it once they are done.
 pause_collection()
 
-from tunedeck.job_spec import JobSpec  # noqa: E402
+from tunedeck.spec.job_spec import JobSpec  # noqa: E402
 from tunedeck.run_folder import RunFolder, read_json  # noqa: E402
 
 from trainer.failure_notice import accelerator_memory_reading, error_notice  # noqa: E402

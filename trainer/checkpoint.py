@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import (CHECKPOINT_STATE_FILE, RunFolder, read_json,
                                  remove_partial_checkpoints, write_json)
 

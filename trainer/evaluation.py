@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunedeck.data.records import Example, eval_split_problem, split_eval_examples
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
-from trainer.data.datasets import IGNORE_INDEX, TokenizedExample, load_spec_examples
+from trainer.token_loss import IGNORE_INDEX
+from trainer.data.datasets import TokenizedExample, load_spec_examples
 from trainer.rank import RankContext
 from trainer.telemetry import Telemetry
 

@@ -1,6 +1,6 @@
 """Text from a trained job's model, for the job page's "Try it" panel: a process the worker
 keeps alive while prompts keep coming (`python -m trainer.generation --serve`, one JSON
-question a line, tunedeck/line_server.py), so the second prompt finds the model loaded.
+question a line, tunedeck/services/line_server.py), so the second prompt finds the model loaded.
 
 A question names the weights (a model folder or id, and an adapter folder on top of it for
 the adapter variant), the device, the conversation and the sampling. The prompt is rendered
@@ -118,7 +118,7 @@ def answer_with(shelf: ModelShelf):
 def main() -> int:
     """`--serve`: answer generation questions a line each, for the worker
     (worker/generation.py), which stops this process once it has been idle a while."""
-    from tunedeck.line_server import serve_lines
+    from tunedeck.services.line_server import serve_lines
 
     serve_lines(answer_with(ModelShelf()))
     return 0

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as dist
 
-from tunedeck.backend_config import quantization_config
-from tunedeck.job_spec import JobSpec
+from tunedeck.launch_config import quantization_config
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder, read_json
 
 from trainer.backends import TrainingBackend, backend_class

@@ -13,8 +13,8 @@ from tunedeck.data.input_paths import spec_path_problems
 from tunedeck.data.preflight_request import PreflightRequest
 from tunedeck.data.preflight_store import PREFLIGHTS
 from tunedeck.db.engine import Database
-from tunedeck.spec_text import format_validation_error
-from tunedeck.line_server import LineServer, LineServerError, installed_module
+from tunedeck.spec.text import format_validation_error
+from tunedeck.services.line_server import LineServer, LineServerError, installed_module
 from tunedeck.settings import Settings
 from tunedeck.worker_requests.states import DONE, FAILED
 from worker.input_check import _model_problem, worker_input_roots

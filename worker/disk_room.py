@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from tunedeck.failure_kinds import DISK_ADVICE, DISK_HOLD_WORDS, megabytes
-from tunedeck.job_spec import JobSpec
+from tunedeck.jobs.failure_kinds import DISK_ADVICE, DISK_HOLD_WORDS, megabytes
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.disk_need import disk_need
 from tunedeck.planner.shape_source import resolve_model_shape
 from tunedeck.run_folder import RunFolder, remove_partial_checkpoints

@@ -10,7 +10,7 @@ import re
 import signal
 from dataclasses import dataclass, field, replace
 
-from tunedeck.failure_kinds import (CANCELLED, COMM_TIMEOUT, DISK_FULL, ERROR, INPUT_ERROR,
+from tunedeck.jobs.failure_kinds import (CANCELLED, COMM_TIMEOUT, DISK_FULL, ERROR, INPUT_ERROR,
                                      KILLED_BY_SIGNAL, NAN_LOSS, NODE_FAIL, NOT_CACHED_OFFLINE,
                                      OUT_OF_MEMORY, TIMEOUT, WORKER_LOST, disk_full_words,
                                      failure_label)

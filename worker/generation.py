@@ -12,14 +12,14 @@ import threading
 import time
 from pathlib import Path
 
-from tunedeck import job_queries
+from tunedeck.jobs import queries as job_queries
 from tunedeck.cluster.placement import free_gpus
 from tunedeck.db.engine import Database
 from tunedeck.generation.request import GenerationRequest
 from tunedeck.generation.store import GENERATIONS
 from tunedeck.generation.weights import missing_weights, variant_weights
-from tunedeck.job_states import SUCCEEDED
-from tunedeck.line_server import LineServer, LineServerError, installed_module
+from tunedeck.jobs.states import SUCCEEDED
+from tunedeck.services.line_server import LineServer, LineServerError, installed_module
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
 from tunedeck.worker_requests.states import DONE, FAILED

@@ -16,8 +16,8 @@ from tunedeck.data.input_paths import spec_path_problems
 from tunedeck.data.records import builtin_dataset_problem, eval_split_problem
 from tunedeck.data.sources import (count_source_records, load_source_examples, load_source_pairs,
                                    spec_source)
-from tunedeck.failure_kinds import offline_cache_advice
-from tunedeck.job_spec import JobSpec
+from tunedeck.jobs.failure_kinds import offline_cache_advice
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.settings import Settings
 
 BUILTIN_MODELS = ("builtin:tiny-llama",)

@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
-from tunedeck import job_queries, job_store
+from tunedeck.jobs import queries as job_queries
+
+from tunedeck.jobs import store as job_store
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.cluster.placement import WorkerView, room_for, serves, waiting_reason
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job, StoredSpecInvalid
-from tunedeck.job_spec import JobSpec
-from tunedeck.job_states import QUEUED, InvalidTransition
+from tunedeck.spec.job_spec import JobSpec
+from tunedeck.jobs.states import QUEUED, InvalidTransition
 from worker.disk_room import DiskRoom
 from worker.worker_identity import WorkerIdentity
 

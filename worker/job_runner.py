@@ -13,10 +13,12 @@ from typing import Callable
 
 from sqlalchemy.exc import DBAPIError
 
-from tunedeck import job_queries, job_store
+from tunedeck.jobs import queries as job_queries
+
+from tunedeck.jobs import store as job_store
 from tunedeck.db.engine import Database
-from tunedeck.failure_kinds import COMM_TIMEOUT, DISK_FULL, ERROR
-from tunedeck.job_states import NODE_ASSIGNED, InvalidTransition
+from tunedeck.jobs.failure_kinds import COMM_TIMEOUT, DISK_FULL, ERROR
+from tunedeck.jobs.states import NODE_ASSIGNED, InvalidTransition
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
 from worker.disk_room import DiskRoom, clear_half_checkpoints, free_bytes_under

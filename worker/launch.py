@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from tunedeck import job_store
-from tunedeck.backend_config import backend_config, build_torchrun_argv
+from tunedeck.jobs import store as job_store
+from tunedeck.launch_config import backend_config, build_torchrun_argv
 from tunedeck.db.engine import Database
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder, write_run_folder
 from tunedeck.settings import Settings
 from tunedeck.torch_extensions import environment_extensions_dir

@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from tunedeck import job_queries, job_store
+from tunedeck.jobs import queries as job_queries
+
+from tunedeck.jobs import store as job_store
 from tunedeck.db.engine import Database
-from tunedeck.failure_kinds import ERROR
-from tunedeck.job_states import InvalidTransition
+from tunedeck.jobs.failure_kinds import ERROR
+from tunedeck.jobs.states import InvalidTransition
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
 from worker.failure_triage import FailureEvidence, classify_failure

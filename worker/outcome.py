@@ -1,5 +1,5 @@
 """What a worker's task for a job id ended as: how a run here ended, or why the id did not
-run here. Not a job status (those are tunedeck/job_states.py, the row's state machine):
+run here. Not a job status (those are tunedeck/jobs/states.py, the row's state machine):
 an outcome is what happened on this worker. Its values are the strings the worker logged
 before it had a type for them, so several are spelled like the job status they mirror."""
 from __future__ import annotations

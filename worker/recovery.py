@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 from sqlalchemy.orm import Session
 
-from tunedeck import job_queries
+from tunedeck.jobs import queries as job_queries
 from tunedeck.cluster.sweep import SweepResult, give_up_job
 
 

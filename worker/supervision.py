@@ -14,7 +14,9 @@ from typing import Callable
 
 from sqlalchemy.exc import DBAPIError
 
-from tunedeck import job_queries, job_store
+from tunedeck.jobs import queries as job_queries
+
+from tunedeck.jobs import store as job_store
 from tunedeck.db.engine import Database
 from tunedeck.metrics import events as metrics_event, samples as sample_store, store as metric_store
 from tunedeck.run_folder import RunFolder

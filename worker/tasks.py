@@ -13,14 +13,14 @@ from pathlib import Path
 
 from celery.signals import worker_ready, worker_shutting_down
 
-from tunedeck.broker import (GENERATE_TASK, PREFLIGHT_DATASET_TASK, RUN_JOB_NODE_TASK,
+from tunedeck.services.broker import (GENERATE_TASK, PREFLIGHT_DATASET_TASK, RUN_JOB_NODE_TASK,
                              RUN_JOB_TASK, enqueue_job, make_celery, send_generation,
                              send_node_to_worker, send_to_worker)
 from tunedeck.data.preflight_store import PREFLIGHTS
 from tunedeck.db.engine import Database
 from tunedeck.db.models import utc_now
 from tunedeck.generation.store import GENERATIONS
-from tunedeck.service_logs import for_job
+from tunedeck.services.logs import for_job
 from tunedeck.settings import Settings
 from worker.dataset_preflight import run_dataset_preflight
 from worker.generation import WarmGenerator, run_generation
@@ -197,7 +197,8 @@ def _register_tasks(worker: WorkerProcess) -> None:
 
     @task(name=PREFLIGHT_DATASET_TASK, shared=False)
     def preflight_dataset_task(preflight_id: int) -> str:
-        """A few seconds on the worker's spare thread (tunedeck.broker.PREFLIGHT_THREADS)."""
+        """A few seconds on the worker's spare thread
+        (tunedeck.services.broker.PREFLIGHT_THREADS)."""
         return run_dataset_preflight(preflight_id, settings=worker.settings,
                                      database=worker.database, worker_name=worker.identity.name)
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import psutil
 
-from tunedeck.job_spec import JobSpec
-from tunedeck.line_server import installed_module
+from tunedeck.spec.job_spec import JobSpec
+from tunedeck.services.line_server import installed_module
 from worker.process_group import die_with_worker
 
 log = logging.getLogger(__name__)

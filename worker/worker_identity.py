@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 import psutil
 
 from tunedeck.cluster.placement import WorkerView
-from tunedeck.job_spec import SPEED_PACKAGES
+from tunedeck.spec.sections import SPEED_PACKAGES
 from tunedeck.settings import Settings
 from tunedeck.units import MIB
 from trainer.speed.host_support import package_installed
@@ -37,7 +37,7 @@ class WorkerIdentity:
     # How other hosts reach this one (node 0 of a job on several nodes hosts its
     # rendezvous here); None: the host name.
     reachable_at: str | None = None
-    # The speed options' packages the ranks can import (tunedeck.job_spec.SPEED_PACKAGES);
+    # The speed options' packages the ranks can import (tunedeck.spec.job_spec.SPEED_PACKAGES);
     # None: not known here (a Slurm executor's ranks run in its nodes' environment).
     speed_packages: frozenset[str] | None = None
 

@@ -12,9 +12,10 @@ from typing import Any
 from app.actions.errors import Conflict
 from app.actions.job_lookup import find_visible_job
 from app.auth.principal import Principal
-from tunedeck import job_store
+from tunedeck.jobs import states as job_states
+from tunedeck.jobs import store as job_store
 from tunedeck.accounts import audit
-from tunedeck.broker import enqueue_job
+from tunedeck.services.broker import enqueue_job
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
 from tunedeck.run_folder import CHECKPOINT_STATE_FILE, RunFolder
@@ -51,7 +52,7 @@ def resume(principal: Principal, job_id: int, *, database: Database, celery_app,
     not see, NothingToResume (a Conflict) for one without a checkpoint or in another state."""
     with database.transaction() as session:
         job = find_visible_job(session=session, principal=principal, job_id=job_id)
-        if job.status not in (job_store.FAILED, job_store.CANCELLED):
+        if job.status not in (job_states.FAILED, job_states.CANCELLED):
             raise NothingToResume(f"job {job_id} is {job.status}; only a failed or cancelled "
                                   "job can be resumed")
         checkpoints = list_checkpoints(job)
@@ -62,7 +63,7 @@ def resume(principal: Principal, job_id: int, *, database: Database, celery_app,
         try:
             job = job_store.resume_job(session=session, job_id=job_id,
                                        checkpoint_step=checkpoints[0]["step"])
-        except job_store.InvalidTransition as error:
+        except job_states.InvalidTransition as error:
             raise NothingToResume(str(error)) from error
         audit.record(session=session, actor=principal.name, action=audit.RESUME, job_id=job_id,
                      client=client)

@@ -7,11 +7,12 @@ from app.actions.errors import Conflict
 from app.actions.job_lookup import find_visible_job
 from app.actions.submit import submit_job
 from app.auth.principal import Principal
-from tunedeck import job_store
+from tunedeck.jobs import store as job_store
 from tunedeck.accounts import audit
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
-from tunedeck.job_spec import BACKENDS, JobSpec
+from tunedeck.spec.fields import BACKEND_NAMES
+from tunedeck.spec.job_spec import JobSpec
 
 DEFAULT_COMPARE_STEPS = 50  # enough steps for throughput and memory to settle, cheap to run
 
@@ -42,7 +43,7 @@ def backend_variants(spec: JobSpec, max_steps: int | None = None) -> list[JobSpe
                                     # Unnamed: each copy gets its own default name,
                                     # which already says its backend.
                                     "name": f"{spec.name} ({backend})" if spec.name else None})
-            for backend in BACKENDS]
+            for backend in BACKEND_NAMES]
 
 
 def compare_backends(principal: Principal, job_id: int, *, database: Database, celery_app,

@@ -18,9 +18,9 @@ from app.actions.worker_requests import (NO_WORKER, RequestAnswer, await_request
                                          send_or_fail)
 from app.auth.job_access import owner_for_new_job
 from app.auth.principal import Principal
-from tunedeck import job_queries
+from tunedeck.jobs import queries as job_queries
 from tunedeck.accounts import audit
-from tunedeck.broker import send_generation
+from tunedeck.services.broker import send_generation
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.cluster.placement import free_gpus
 from tunedeck.db.engine import Database
@@ -29,7 +29,7 @@ from tunedeck.db.request_rows import JobGeneration
 from tunedeck.generation.request import GenerationRequest
 from tunedeck.generation.store import GENERATIONS, generation_to_dict
 from tunedeck.generation.weights import missing_weights
-from tunedeck.job_states import SUCCEEDED
+from tunedeck.jobs.states import SUCCEEDED
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
 from tunedeck.worker_requests.states import PENDING

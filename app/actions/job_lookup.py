@@ -6,9 +6,9 @@ from sqlalchemy.orm import Session
 from app.actions.errors import NotFound
 from app.auth.job_access import visible_job
 from app.auth.principal import Principal
-from tunedeck import job_queries
+from tunedeck.jobs import queries as job_queries
 from tunedeck.db.models import Job
-from tunedeck.job_queries import MAX_JOB_ID
+from tunedeck.jobs.queries import MAX_JOB_ID
 
 
 def find_visible_job(*, session: Session, principal: Principal, job_id: int) -> Job:

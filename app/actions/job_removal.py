@@ -12,7 +12,7 @@ from pathlib import Path
 from app.actions.errors import Conflict
 from app.actions.job_lookup import find_visible_job
 from app.auth.principal import Principal
-from tunedeck import job_store
+from tunedeck.jobs import store as job_store
 from tunedeck.accounts import audit
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job

@@ -19,8 +19,8 @@ from pathlib import Path
 from app.actions.errors import Invalid, Unavailable
 from app.auth.principal import Principal
 from app.auth.spec_access import model_access_problems
-from tunedeck.job_spec import JobSpec
-from tunedeck.line_server import LineServer, LineServerError, installed_module
+from tunedeck.spec.job_spec import JobSpec
+from tunedeck.services.line_server import LineServer, LineServerError, installed_module
 from tunedeck.settings import Settings
 
 # Importing torch, transformers and peft is most of it (seconds; more on a busy host), paid

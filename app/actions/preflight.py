@@ -15,7 +15,7 @@ from app.auth.job_access import owner_for_new_job
 from app.auth.principal import Principal
 from app.auth.spec_access import spec_access_problems
 from tunedeck.accounts import audit
-from tunedeck.broker import send_preflight
+from tunedeck.services.broker import send_preflight
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.cluster.placement import job_queue, serves
 from tunedeck.data.preflight_request import PreflightRequest

@@ -11,7 +11,7 @@ from tunedeck import presets as preset_store
 from tunedeck.accounts import audit
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Preset
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 
 def _name(name: str) -> str:

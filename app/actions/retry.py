@@ -1,17 +1,17 @@
 """"Retry with…": a failed job becomes a new queued job whose spec carries the change that
-would help (tunedeck.retry_changes picks it); the old job's events say which job retried it."""
+would help (tunedeck.jobs.retry_changes picks it); the old job's events say which job retried it."""
 from __future__ import annotations
 
 from app.actions.errors import Conflict
 from app.actions.job_lookup import find_visible_job
 from app.actions.submit import enqueue_stored_job
 from app.auth.principal import Principal
-from tunedeck import job_store
+from tunedeck.jobs import store as job_store
 from tunedeck.accounts import audit
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
-from tunedeck.job_states import FAILED
-from tunedeck.retry_changes import NoRetry, RetryChange, retried_spec, retry_change
+from tunedeck.jobs.states import FAILED
+from tunedeck.jobs.retry_changes import NoRetry, RetryChange, retried_spec, retry_change
 
 
 class RetryRefused(Conflict):

@@ -10,15 +10,15 @@ from app.actions.job_lookup import find_visible_job
 from app.auth.job_access import owner_for_new_job
 from app.auth.principal import Principal
 from app.actions.input_checks import input_problems
-from tunedeck import job_store
+from tunedeck.jobs import store as job_store
 from tunedeck.accounts import audit
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.cluster.host_capability import host_problems
 from tunedeck.cluster.placement import WorkerView
-from tunedeck.broker import enqueue_job
+from tunedeck.services.broker import enqueue_job
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.settings import Settings
 
 log = logging.getLogger(__name__)

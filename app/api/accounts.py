@@ -13,7 +13,7 @@ from app.api.params import name_filter
 from app.auth.principal import principal_of
 from tunedeck.accounts import audit, users as accounts
 from tunedeck.db.models import Credential
-from tunedeck.job_queries import MAX_JOB_ID
+from tunedeck.jobs.queries import MAX_JOB_ID
 
 account_router = APIRouter()
 

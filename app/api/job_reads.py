@@ -19,10 +19,10 @@ from app.views.cluster import cluster_overview
 from app.views.job_compare import BadJobIds, compare_jobs, parse_job_ids
 from app.views.jobs import (job_artifacts, job_config, job_log_file, job_to_dict,
                              latest_step_figures, read_job_log_chunk, read_job_log_tail_and_size)
-from tunedeck import job_queries
+from tunedeck.jobs import queries as job_queries
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job
-from tunedeck.job_states import STATUSES
+from tunedeck.jobs.states import STATUSES
 from tunedeck.metrics import store as metric_store
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
 from tunedeck.metrics.series import read_job_series

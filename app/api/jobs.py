@@ -19,7 +19,7 @@ from app.api.params import JobId
 from app.auth.principal import principal_of
 from app.views.jobs import job_to_dict
 from tunedeck.db.outage import RETRY_AFTER_SECONDS, database_reachable, unreachable_body
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.plan_request import PlanRequest
 
 router = APIRouter()

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import Path, Query
 
-from tunedeck.job_queries import MAX_JOB_ID
+from tunedeck.jobs.queries import MAX_JOB_ID
 
 JobId = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
 # A worker request's id (a preflight's, a generation's): ids share the jobs' bound.

@@ -12,7 +12,7 @@ from app.actions.errors import Invalid
 from app.api.errors import client_of, http_error
 from app.auth.principal import principal_of
 from tunedeck.db.models import Preset, as_utc
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.presets import NAME_MAX_LENGTH
 
 preset_router = APIRouter()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from tunedeck import job_queries
+from tunedeck.jobs import queries as job_queries
 from tunedeck.db.models import Job
 
 

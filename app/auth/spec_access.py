@@ -10,7 +10,7 @@ from pathlib import Path
 
 from app.auth.principal import Principal
 from tunedeck.data.input_paths import spec_path_problems
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.settings import Settings
 
 TRUST_REMOTE_CODE_REFUSED = (

@@ -20,7 +20,7 @@ from sqlalchemy import func, select
 
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job, MetricPoint, Worker
-from tunedeck.job_states import FINISHED_STATUSES, RUNNING, STATUSES
+from tunedeck.jobs.states import FINISHED_STATUSES, RUNNING, STATUSES
 from tunedeck.metrics.events import KINDS
 
 log = logging.getLogger(__name__)

@@ -15,9 +15,9 @@ from app.auth.principal import Principal
 from app.ui.charts.line_chart import typed_frame
 from app.ui.job_ids import parse_job_id
 from app.views.job_compare import BadJobIds, compare_jobs, parse_job_ids
-from tunedeck import job_queries
-from tunedeck.job_spec import JobSpec
-from tunedeck.job_states import FINISHED_STATUSES
+from tunedeck.jobs import queries as job_queries
+from tunedeck.spec.job_spec import JobSpec
+from tunedeck.jobs.states import FINISHED_STATUSES
 from tunedeck.metrics.eta import format_duration
 from tunedeck.metrics.figures import PREFERENCE_CHARTS, FigureChart
 

@@ -16,8 +16,8 @@ from app.ui.figure_text import first_line, format_number, format_time, step_prog
 from app.ui.job_ids import job_id_from_cell, job_link
 from app.views.cluster import waiting_reasons
 from tunedeck.db.models import Job
-from tunedeck.failure_kinds import failure_label
-from tunedeck.job_states import FAILED, QUEUED, STATUSES
+from tunedeck.jobs.failure_kinds import failure_label
+from tunedeck.jobs.states import FAILED, QUEUED, STATUSES
 from tunedeck.metrics import store as metric_store
 from tunedeck.metrics.figures import LOSS, TOKENS_PER_SECOND
 from tunedeck.settings import Settings

@@ -9,13 +9,13 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tunedeck import job_queries
+from tunedeck.jobs import queries as job_queries
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.cluster.placement import WorkerView, job_queue, serves, waiting_reason
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job, JobNode, Worker, as_utc, utc_now
-from tunedeck.failure_kinds import DISK_HOLD_WORDS
-from tunedeck.job_states import NODE_EXITED, QUEUED, RUNNING
+from tunedeck.jobs.failure_kinds import DISK_HOLD_WORDS
+from tunedeck.jobs.states import NODE_EXITED, QUEUED, RUNNING
 
 
 def cluster_overview(*, database: Database, worker_lost_seconds: float) -> dict[str, Any]:

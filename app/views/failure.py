@@ -9,8 +9,8 @@ from pathlib import Path
 from app.actions.retry import RetryRefused, planned_retry
 from app.views.jobs import job_run_folder
 from tunedeck.db.models import Job
-from tunedeck.failure_kinds import failure_label
-from tunedeck.job_states import FAILED
+from tunedeck.jobs.failure_kinds import failure_label
+from tunedeck.jobs.states import FAILED
 
 RANK_LOG_LINES = 30
 _TAIL_BYTES = 64 * 1024  # a rank's log can be GBs; the tail is all we show

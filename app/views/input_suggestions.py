@@ -14,7 +14,7 @@ from pathlib import Path
 
 from app.auth.job_access import visible_jobs
 from app.auth.principal import Principal
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.settings import Settings
 
 RECENT_JOBS = 50

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunedeck import job_queries
+from tunedeck.jobs import queries as job_queries
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job, as_utc, utc_now
-from tunedeck.job_queries import MAX_JOB_ID
+from tunedeck.jobs.queries import MAX_JOB_ID
 from tunedeck.metrics import store as metric_store
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
 from tunedeck.metrics.figures import (EVAL_LOSS, LOSS, PREFERENCE_CHARTS, REWARD_ACCURACY,

@@ -5,9 +5,9 @@ from pathlib import Path
 from typing import Any
 
 from app.views.artifacts import ARTIFACT_KINDS, artifact_summary
-from tunedeck.backend_config import backend_config, build_torchrun_argv
+from tunedeck.launch_config import backend_config, build_torchrun_argv
 from tunedeck.db.models import Job
-from tunedeck.job_states import FINISHED_STATUSES
+from tunedeck.jobs.states import FINISHED_STATUSES
 from tunedeck.run_folder import RunFolder, read_json
 from tunedeck.slurm.sbatch_script import SCRIPT_NAME as SBATCH_SCRIPT_NAME
 
@@ -22,7 +22,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         # The user's own labels (the spec's `tags`; a spec stored before them has none).
         "tags": list((job.spec or {}).get("tags") or []),
         "error": job.error,
-        # Why it failed (tunedeck.failure_kinds) and the rank that failed first, when known.
+        # Why it failed (tunedeck.jobs.failure_kinds) and the rank that failed first, when known.
         "failure_kind": job.failure_kind,
         "failed_rank": job.failed_rank,
         "cancel_requested": job.cancel_requested,

@@ -15,7 +15,7 @@ from .schema_fields import schema_constraints, schema_default, schema_type
 def build_openapi() -> dict[str, Any]:
     """The OpenAPI document of a web app on a fresh, migrated SQLite in a temporary home."""
     from app.main import create_app
-    from tunedeck.migrate import upgrade_database
+    from tunedeck.db.migrate import upgrade_database
     from tunedeck.settings import Settings
 
     with tempfile.TemporaryDirectory(prefix="tunedeck-reference-") as home:

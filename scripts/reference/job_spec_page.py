@@ -8,7 +8,7 @@ from typing import Any
 from .markdown import GENERATED, anchor, code, paragraphs, table
 from .schema_fields import ref_name, schema_constraints, schema_default, schema_type
 
-# Rules the validators of tunedeck/job_spec.py and tunedeck/spec_sections.py apply across
+# Rules the validators of tunedeck/spec/job_spec.py and tunedeck/spec/sections.py apply across
 # fields (a schema cannot say them); each breaks with a 422 naming the field.
 SPEC_RULES = (
     "Exactly one of `max_steps` and `epochs`.",
@@ -71,7 +71,7 @@ def _models_in_order(root: str, schemas: dict[str, dict[str, Any]]) -> list[str]
 
 
 def render() -> str:
-    from tunedeck.job_spec import JobSpec
+    from tunedeck.spec.job_spec import JobSpec
 
     schema = JobSpec.model_json_schema()
     schemas = {"JobSpec": schema, **schema.get("$defs", {})}

@@ -5,7 +5,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from tunedeck.db.engine import Database
-from tunedeck.migrate import upgrade_database
+from tunedeck.db.migrate import upgrade_database
 from tunedeck.settings import Settings
 
 

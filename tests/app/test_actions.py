@@ -11,10 +11,11 @@ from app.actions.lora_preview import preview_lora_targets
 from app.actions.upload import DatasetRefused, DatasetUpload, safe_upload_name
 from app.api.errors import http_error
 from app.auth.principal import OPEN_PRINCIPAL, Principal
-from tunedeck import job_queries, job_store
+from tunedeck.jobs import queries as job_queries
+from tunedeck.jobs import store as job_store
 from tunedeck.accounts import audit
-from tunedeck.broker import make_celery
-from tunedeck.job_spec import JobSpec
+from tunedeck.services.broker import make_celery
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.plan_request import PlanRequest
 from tunedeck.settings import Settings
 

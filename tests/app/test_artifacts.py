@@ -11,8 +11,8 @@ from app.auth.principal import OPEN_PRINCIPAL
 from app.ui.job_page import job_handlers
 from app.views import artifacts
 from app.views.artifacts import artifact_summary, artifact_zip, readable_bytes, summary_text
-from tunedeck import job_store
-from tunedeck.job_spec import JobSpec
+from tunedeck.jobs import store as job_store
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 
 

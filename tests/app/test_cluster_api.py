@@ -4,10 +4,10 @@ from datetime import timedelta
 from sqlalchemy import update
 
 from app.ui.cluster_handlers import cluster_tables
-from tunedeck import job_store
+from tunedeck.jobs import store as job_store
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.db.models import Worker, utc_now
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 GPUS = [{"index": index, "id": str(index), "model": "NVIDIA H100 80GB HBM3",
          "used_mb": 1000.0 * (index + 1), "total_mb": 81559.0, "utilization_percent": 50}

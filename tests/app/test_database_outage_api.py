@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from tunedeck.accounts import users as accounts
 from tunedeck.db.outage import DATABASE_UNREACHABLE, RETRY_AFTER_SECONDS
-from tunedeck.migrate import upgrade_database
+from tunedeck.db.migrate import upgrade_database
 from tunedeck.settings import Settings
 
 SPEC = {"model": "builtin:tiny-llama", "dataset": "builtin:arithmetic", "max_steps": 2}

@@ -14,8 +14,8 @@ from app.ui.new_job import form_handlers, option_visibility
 from app.ui.new_job.form_labels import COLUMN_ROLES, TYPED_FIELDS
 from app.ui.new_job.preset_handlers import fields_the_form_lacks
 from tests.app.test_ui_handlers import RecordingCelery
-from tunedeck import job_queries
-from tunedeck.job_spec import JobSpec, spec_field
+from tunedeck.jobs import queries as job_queries
+from tunedeck.spec.job_spec import JobSpec, spec_field
 from tunedeck.settings import Settings
 
 DPO_FIELDS = ("dpo_beta", "dpo_loss", "dpo_label_smoothing", "dpo_reference", "dpo_sft_weight",

@@ -1,8 +1,9 @@
 """The New-job form's export dtype: its choices are the spec's, and the choice reaches the spec."""
 from app.ui.build_ui import build_ui
 from app.ui.new_job import form_handlers
-from tunedeck.job_spec import EXPORT_DTYPES, JobSpec
-from tunedeck.spec_text import parse_spec_text
+from tunedeck.spec.fields import EXPORT_DTYPES
+from tunedeck.spec.job_spec import JobSpec
+from tunedeck.spec.text import parse_spec_text
 
 
 class NoBroker:

@@ -8,7 +8,7 @@ import gradio as gr
 from app.ui.build_ui import build_ui
 from app.ui.new_job.form_labels import FORM_ONLY_LABELS, SPEC_FORM_FIELDS, spec_location
 from tests.app.test_ui_handlers import RecordingCelery
-from tunedeck.job_spec import JobSpec, spec_field
+from tunedeck.spec.job_spec import JobSpec, spec_field
 from tunedeck.settings import Settings
 
 

@@ -11,12 +11,13 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from tests.trainer.conftest import builtin_model_dir, tunedeck_home  # noqa: F401 (fixtures)
-from tunedeck import job_queries, job_store
+from tunedeck.jobs import queries as job_queries
+from tunedeck.jobs import store as job_store
 from tunedeck.accounts import audit, users as accounts
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.db.models import utc_now
-from tunedeck.job_spec import JobSpec
-from tunedeck.migrate import upgrade_database
+from tunedeck.spec.job_spec import JobSpec
+from tunedeck.db.migrate import upgrade_database
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
 from worker.generation import WarmGenerator, run_generation

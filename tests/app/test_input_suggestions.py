@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from app.auth.principal import Principal
 from app.views.input_suggestions import input_suggestions
-from tunedeck import job_store
-from tunedeck.job_spec import JobSpec
+from tunedeck.jobs import store as job_store
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.settings import Settings
 
 

@@ -8,9 +8,10 @@ from app.actions.compare_backends import ComparisonRefused, backend_variants
 from app.auth.principal import OPEN_PRINCIPAL
 from app.ui import compare_handlers
 from app.views.job_compare import BadJobIds, compare_jobs, parse_job_ids, spec_diff
-from tunedeck import job_queries, job_store
+from tunedeck.jobs import queries as job_queries
+from tunedeck.jobs import store as job_store
 from tunedeck.db.engine import Database
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.metrics import store as metric_store
 
 

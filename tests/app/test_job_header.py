@@ -3,7 +3,7 @@ from datetime import datetime, timezone
 
 from app.ui.job_page.job_handlers import _what_ran
 from tunedeck.db.models import Job
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 
 def header(spec: JobSpec) -> str:

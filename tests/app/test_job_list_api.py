@@ -3,8 +3,8 @@ as a download, as a tail and from an offset."""
 
 import pytest
 
-from tunedeck import job_store
-from tunedeck.job_spec import JobSpec
+from tunedeck.jobs import store as job_store
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 
 

@@ -6,10 +6,11 @@ import pytest
 from app.actions import job_removal
 from app.actions.errors import Conflict, NotFound
 from app.auth.principal import Principal
-from tunedeck import job_queries, job_store
+from tunedeck.jobs import queries as job_queries
+from tunedeck.jobs import store as job_store
 from tunedeck.accounts import audit
 from tunedeck.db.models import JobEvent, JobNode, JobSample, MetricPoint
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.settings import Settings
 
 ALICE, BOB = Principal("alice", is_admin=False), Principal("bob", is_admin=False)

@@ -11,8 +11,8 @@ from app.auth.principal import OPEN_PRINCIPAL
 from app.ui import jobs_table
 from app.ui.job_ids import job_id_from_cell
 from app.ui.job_page import live_charts
-from tunedeck import job_store
-from tunedeck.job_spec import JobSpec
+from tunedeck.jobs import store as job_store
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.metrics import store as metric_store
 
 SPEC = JobSpec(model="builtin:tiny-llama", method="lora", backend="zero2", num_gpus=2,

@@ -8,8 +8,8 @@ from app.auth.principal import OPEN_PRINCIPAL
 from app.ui.job_page import job_handlers
 from app.ui.tabs.job_page import log_html
 from app.views.log_noise import quiet_log_tail
-from tunedeck import job_store
-from tunedeck.job_spec import JobSpec
+from tunedeck.jobs import store as job_store
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 
 # A real torchrun log, as written (`torchrun --nproc-per-node 2 --tee 3`, 2 CPU ranks,

@@ -13,12 +13,14 @@ import pytest
 
 from app.auth.principal import OPEN_PRINCIPAL, Principal
 from app.ui.new_job import form_handlers
+from app.ui.new_job.form_labels import FORM_FIELDS
 from app.ui.new_job.plan_handlers import apply_setup, fit_warning, missing_fields, plan_frame
 from app.ui.new_job.plan_handlers import PlanView
 from app.ui.tabs.plan_panel import MAX_SETUPS, apply_clicked, plan_updates
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.plan_request import GpuRequest, plan_json
-from tunedeck.planner.plan_text import format_size, plan_as_html, plan_as_text
+from tunedeck.units import format_size
+from tunedeck.planner.plan_text import plan_as_html, plan_as_text
 from tunedeck.settings import Settings
 
 
@@ -188,8 +190,8 @@ def test_the_panel_offers_apply_buttons_only_for_what_the_form_can_make(monkeypa
     assert [button["visible"] for button in buttons] == [True, True, False, False]
     assert updates[-1] == list(view.setups)
     # A click writes the set-up into the form's fields, in FORM_FIELDS order.
-    values = [make_form(**FORM_13B)[name] for name in form_handlers.FORM_FIELDS]
-    written = dict(zip(form_handlers.FORM_FIELDS, apply_clicked(0, list(view.setups), *values)))
+    values = [make_form(**FORM_13B)[name] for name in FORM_FIELDS]
+    written = dict(zip(FORM_FIELDS, apply_clicked(0, list(view.setups), *values)))
     assert written["fsdp_activation_checkpointing"] is True and written["backend"] == "fsdp"
     assert written["model"] == gr.skip() and written["num_gpus"] == gr.skip()
     # A set-up the form already has needs no button.

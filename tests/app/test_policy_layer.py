@@ -30,7 +30,7 @@ def _imported_names(path: Path, module: str) -> set[str]:
 def test_front_ends_only_read_job_rows(front_end):
     writes = {str(path.relative_to(REPO)): sorted(
                   name for name in _attribute_calls(path, "job_store")
-                  | _imported_names(path, "tunedeck.job_store")
+                  | _imported_names(path, "tunedeck.jobs.store")
                   if not name.startswith(READS) and not name.isupper())
               for path in (REPO / front_end).rglob("*.py")}
     assert not {path: names for path, names in writes.items() if names}

@@ -10,7 +10,7 @@ from app.ui.new_job import form_handlers
 from app.ui.new_job.preflight_handlers import check_form_data, poll_data_check
 from tests.app.test_ui_handlers import RecordingCelery
 from tests.trainer.conftest import builtin_model_dir, tunedeck_home  # noqa: F401 (fixtures)
-from tunedeck.broker import PREFLIGHT_DATASET_TASK
+from tunedeck.services.broker import PREFLIGHT_DATASET_TASK
 from tunedeck.settings import Settings
 from worker.dataset_preflight import run_dataset_preflight
 

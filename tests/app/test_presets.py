@@ -6,7 +6,7 @@ from app.actions import presets
 from app.actions.errors import Invalid, NotFound
 from app.auth.principal import OPEN_PRINCIPAL, Principal
 from tunedeck.accounts import audit
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 ALICE, BOB = Principal("alice", is_admin=False), Principal("bob", is_admin=False)
 ROOT = Principal("root", is_admin=True)

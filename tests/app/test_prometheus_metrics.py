@@ -11,12 +11,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import update
 
 from app.main import create_app
-from tunedeck import job_store
+from tunedeck.jobs import store as job_store
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.db.models import Job, Worker, utc_now
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.metrics.store import add_metric_points
-from tunedeck.migrate import upgrade_database
+from tunedeck.db.migrate import upgrade_database
 from tunedeck.settings import Settings
 
 

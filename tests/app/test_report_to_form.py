@@ -1,7 +1,8 @@
 """The New-job form's "Report to": a multiselect of the spec's trackers, reaching the spec."""
 from app.ui.build_ui import build_ui
 from app.ui.new_job import form_handlers
-from tunedeck.job_spec import TRACKERS, JobSpec
+from tunedeck.spec.fields import TRACKERS
+from tunedeck.spec.job_spec import JobSpec
 
 
 class NoBroker:

@@ -3,7 +3,7 @@ broker, and a run folder laid out the way the trainer leaves it."""
 import json
 
 
-from tunedeck import job_store
+from tunedeck.jobs import store as job_store
 from tunedeck.run_folder import CHECKPOINT_STATE_FILE, RunFolder
 
 SPEC = {"name": "resume-test", "max_steps": 20, "checkpoint_every_steps": 5}

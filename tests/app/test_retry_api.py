@@ -11,7 +11,8 @@ from app.ui.job_page.job_handlers import error_html, load_job_page
 from app.ui.jobs_table import jobs_table
 from app.ui.tabs.failure_panel import show_failure
 from app.views.failure import failure_html, failure_view, rank_log_tail
-from tunedeck import job_queries, job_store
+from tunedeck.jobs import queries as job_queries
+from tunedeck.jobs import store as job_store
 from tunedeck.run_folder import RunFolder
 from tests.hub_cache import offline_hub, offline_hub_error  # noqa: F401
 

@@ -14,7 +14,7 @@ from app.ui.job_page import try_it
 from tests.app.test_generate_api import WORKER, finished_job, heartbeat
 from tests.trainer.conftest import builtin_model_dir, tunedeck_home  # noqa: F401 (fixtures)
 from tunedeck.db.request_rows import JobGeneration
-from tunedeck.migrate import upgrade_database
+from tunedeck.db.migrate import upgrade_database
 from tunedeck.settings import Settings
 from worker.generation import WarmGenerator, run_generation
 

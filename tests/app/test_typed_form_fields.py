@@ -20,8 +20,8 @@ from app.ui.new_job.form_labels import (FORM_FIELDS, LAID_OUT_FIELDS, LEFT_OUT, 
 from app.ui.new_job.typed_fields import typed_field
 from tests.app.test_field_words import _locations
 from tests.app.test_ui_handlers import RecordingCelery
-from tunedeck import job_store
-from tunedeck.job_spec import JobSpec, spec_field
+from tunedeck.jobs import store as job_store
+from tunedeck.spec.job_spec import JobSpec, spec_field
 from tunedeck.settings import Settings
 
 

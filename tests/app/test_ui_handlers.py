@@ -14,10 +14,11 @@ from app.ui.build_ui import build_ui
 from app.ui.job_ids import job_id_from_cell, job_link
 from app.ui.job_page import job_actions, job_handlers, step_charts
 from app.ui.new_job import form_handlers, option_visibility
-from tunedeck import job_queries, job_store
-from tunedeck.broker import RUN_JOB_TASK
+from tunedeck.jobs import queries as job_queries
+from tunedeck.jobs import store as job_store
+from tunedeck.services.broker import RUN_JOB_TASK
 from tunedeck.db.engine import Database
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.metrics import store as metric_store
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 from tunedeck.units import MIB
 

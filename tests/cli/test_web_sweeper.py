@@ -6,9 +6,10 @@ import time
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from tunedeck import job_queries, job_store
-from tunedeck.job_spec import JobSpec
-from tunedeck.migrate import upgrade_database
+from tunedeck.jobs import queries as job_queries
+from tunedeck.jobs import store as job_store
+from tunedeck.spec.job_spec import JobSpec
+from tunedeck.db.migrate import upgrade_database
 from tunedeck.settings import Settings
 
 

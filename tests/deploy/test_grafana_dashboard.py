@@ -10,7 +10,7 @@ from prometheus_client import generate_latest
 
 from app.main import create_app
 from tests.deploy.compose_file import REPO
-from tunedeck.migrate import upgrade_database
+from tunedeck.db.migrate import upgrade_database
 from tunedeck.settings import Settings
 from worker.monitoring.exporter import WorkerGauges, worker_registry
 

@@ -14,7 +14,7 @@ from tests.deploy.compose_file import REPO
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.db.engine import Database
 from tunedeck.db.models import utc_now
-from tunedeck.migrate import upgrade_database
+from tunedeck.db.migrate import upgrade_database
 
 SCRIPT = REPO / "docker" / "worker_healthcheck.py"
 

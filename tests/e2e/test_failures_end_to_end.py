@@ -12,8 +12,8 @@ import pytest
 
 from harness.servers import running_tunedeck, stand_in_trainer_environment
 from tests.e2e.test_up_end_to_end import _job_processes, _wait_for_first_step
-from tunedeck.job_spec import JobSpec
-from tunedeck.retry_changes import memory_retry
+from tunedeck.spec.job_spec import JobSpec
+from tunedeck.jobs.retry_changes import memory_retry
 from tunedeck.run_folder import RunFolder
 from worker.sampler import rank_of_process
 

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from harness.servers import REPO, running_tunedeck
+from harness.services import REPO
+from harness.servers import running_tunedeck
 
 pytestmark = [pytest.mark.torchrun]
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.servers import REPO, running_tunedeck, stand_in_trainer_environment
+from harness.services import REPO
+from harness.servers import running_tunedeck, stand_in_trainer_environment
 
 pytestmark = [pytest.mark.torchrun]
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from harness.chaos_scenarios import FINISHED, SMALL_JOB
-from harness.servers import running_service, running_web, wait_for_steps, wait_until
+from harness.services import running_service
+from harness.servers import running_web, wait_for_steps, wait_until
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.slurm]
 REPO = Path(__file__).resolve().parents[2]

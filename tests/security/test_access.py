@@ -16,7 +16,7 @@ from app.auth.middleware import OpenAccessRefused
 from app.main import create_app
 from tunedeck.accounts import users as accounts
 from tunedeck.db.models import Credential, utc_now
-from tunedeck.migrate import upgrade_database
+from tunedeck.db.migrate import upgrade_database
 from tunedeck.settings import Settings
 
 PASSWORD = "correct horse battery"

@@ -22,9 +22,10 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
 from app.views.artifacts import ARTIFACT_KINDS
-from tunedeck import job_queries, job_store
-from tunedeck.failure_kinds import OUT_OF_MEMORY
-from tunedeck.job_spec import JobSpec
+from tunedeck.jobs import queries as job_queries
+from tunedeck.jobs import store as job_store
+from tunedeck.jobs.failure_kinds import OUT_OF_MEMORY
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 
 # Per operation, generation mode and pinned path: about 1,500 requests, some 40 s a

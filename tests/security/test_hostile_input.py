@@ -8,8 +8,8 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from tunedeck.job_spec import JobSpec
-from tunedeck.job_queries import MAX_JOB_ID
+from tunedeck.spec.job_spec import JobSpec
+from tunedeck.jobs.queries import MAX_JOB_ID
 
 SPEC = {"name": "hostile", "model": "builtin:tiny-llama", "dataset": "builtin:arithmetic",
         "method": "lora", "backend": "fsdp", "num_gpus": 1, "max_steps": 5}

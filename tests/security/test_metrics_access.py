@@ -11,7 +11,7 @@ from pydantic import SecretStr
 
 from app.main import create_app
 from tests.security.test_access import add_user, bearer
-from tunedeck.migrate import upgrade_database
+from tunedeck.db.migrate import upgrade_database
 from tunedeck.settings import Settings
 
 SCRAPE_TOKEN = "scrape-token-0123456789abcdef"

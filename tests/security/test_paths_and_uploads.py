@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from app.auth.principal import Principal
 from app.ui.new_job import form_handlers
 from tunedeck.accounts import users as accounts
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from worker.input_check import find_input_problems, worker_input_roots
 
 JOB = {"max_steps": 1}
@@ -343,7 +343,7 @@ def test_the_forms_upload_keeps_a_good_file_and_refuses_a_bad_one(tmp_path):
     from app.auth.principal import Principal
     from app.ui.new_job.upload_handlers import upload_dataset_from_form
     from tunedeck.db.engine import Database
-    from tunedeck.migrate import upgrade_database
+    from tunedeck.db.migrate import upgrade_database
     from tunedeck.settings import Settings
 
     settings = Settings(home=tmp_path / "home", database_url=None, broker_url=None)

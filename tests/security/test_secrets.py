@@ -22,7 +22,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.servers import REPO, free_port, running_tunedeck
+from harness.services import REPO
+from harness.servers import free_port, running_tunedeck
 from tunedeck.accounts.redaction import REDACTED, redact_url
 
 # Distinctive values: any hit is one of them, never a coincidence.
@@ -235,7 +236,7 @@ def test_an_unreachable_database_or_broker_is_reported_without_the_password(tmp_
     driver's error names host and port, SQLAlchemy's and kombu's reprs hide the password."""
     import traceback
 
-    from tunedeck.broker import make_celery
+    from tunedeck.services.broker import make_celery
     from tunedeck.db.engine import Database
     from tunedeck.settings import Settings
 
@@ -257,7 +258,7 @@ def test_an_unreachable_database_or_broker_is_reported_without_the_password(tmp_
 
 def test_the_ranks_get_the_hub_token_and_launch_json_records_only_tunedecks_own_variables(
         tmp_path, monkeypatch):
-    from tunedeck.job_spec import JobSpec
+    from tunedeck.spec.job_spec import JobSpec
     from tunedeck.run_folder import RunFolder, read_json
     from tunedeck.settings import Settings
     from worker.launch import NodeLaunch, prepare_run_folder
@@ -340,8 +341,8 @@ HOSTILE = ["job; rm -rf /", "$(id)", "`id`", "a b\tc", "x && y || z", "'\"", "*"
 
 @pytest.mark.parametrize("hostile", HOSTILE)
 def test_a_run_folder_with_shell_characters_is_one_argv_item_each_time(hostile):
-    from tunedeck.backend_config import build_torchrun_argv
-    from tunedeck.job_spec import JobSpec
+    from tunedeck.launch_config import build_torchrun_argv
+    from tunedeck.spec.job_spec import JobSpec
 
     spec = JobSpec.model_validate({**SECRETS_JOB, "name": hostile})
     run_dir = f"/srv/tunedeck/runs/{hostile}"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tunedeck.backend_config import backend_config, build_torchrun_argv
-from tunedeck.job_spec import JobSpec
+from tunedeck.launch_config import backend_config, build_torchrun_argv
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.metrics.events import decode_event
 from tunedeck.run_folder import RunFolder, write_run_folder
 from tunedeck.torch_extensions import environment_extensions_dir

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from tunedeck.backends.fsdp import fsdp_settings
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 from trainer.backends.fsdp import FsdpBackend
 from trainer.model.method import apply_method

@@ -13,10 +13,10 @@ import sys
 import torch
 import torch.distributed as dist
 
-from tunedeck.backend_config import quantization_config
+from tunedeck.launch_config import quantization_config
 from tunedeck.backends.fsdp import fsdp_settings
 from tunedeck.backends.zero2 import zero2_config
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 from trainer.backends.fsdp_sharding import shard_model
 from trainer.backends.zero2 import Zero2Backend

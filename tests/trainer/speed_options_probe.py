@@ -8,11 +8,12 @@ import sys
 
 import torch
 
-from tunedeck.backend_config import backend_config
-from tunedeck.job_spec import JobSpec
+from tunedeck.launch_config import backend_config
+from tunedeck.spec.job_spec import JobSpec
 
 from trainer.backends import backend_class
-from trainer.data.datasets import IGNORE_INDEX, TokenizedExample, collate
+from trainer.token_loss import IGNORE_INDEX
+from trainer.data.datasets import TokenizedExample, collate
 from trainer.model.method import apply_method, set_training_mode
 from trainer.objectives import build_objective
 from trainer.model.model_source import load_base_model

@@ -10,7 +10,7 @@ import pytest
 from harness.small_disk import mount_problem, small_disk
 from tests.trainer.conftest import BASE_SPEC, launch_trainer, write_run
 from tests.trainer.test_checkpoint_resume import run_events
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.disk_need import checkpoint_bytes
 from tunedeck.planner.model_shapes import BUILTIN_TINY_LLAMA
 from tunedeck.run_folder import CHECKPOINT_STATE_FILE

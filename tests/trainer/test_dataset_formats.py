@@ -10,7 +10,8 @@ from tests.hub_cache import add_hub_dataset, offline_hub  # noqa: F401
 from trainer.data.datasets import load_examples, load_spec_examples
 from tunedeck.data.records import Example, single_turn
 from tunedeck.data.sources import DatasetSource
-from tunedeck.job_spec import ColumnMapping, JobSpec
+from tunedeck.spec.sections import ColumnMapping
+from tunedeck.spec.job_spec import JobSpec
 
 QUESTIONS = {"question": ["What is 1 + 1?", "What is 2 + 3?"], "answer": ["2", "5"],
              "persona": ["Answer with digits.", ""]}

@@ -7,9 +7,10 @@ import json
 import pytest
 
 from trainer.data.dataset_preflight import preflight_report
-from trainer.data.datasets import IGNORE_INDEX, load_examples, tokenize_examples
+from trainer.token_loss import IGNORE_INDEX
+from trainer.data.datasets import load_examples, tokenize_examples
 from tunedeck.data.preflight_text import marked_text, summary_lines
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 SEQ_LEN = 64
 

@@ -3,10 +3,10 @@ import json
 import pytest
 
 from trainer.data.builtin_dataset import ARITHMETIC_SIZE, arithmetic_pairs
-from trainer.data.datasets import (
-                                   IGNORE_INDEX, Example, collate, load_examples, micro_batches, rank_shard_order,
-                                   render_prompt, tokenize_example, tokenize_examples,
-                                   )
+from trainer.token_loss import IGNORE_INDEX
+from tunedeck.data.records import Example
+from trainer.data.datasets import (collate, load_examples, micro_batches, rank_shard_order,
+                                   render_prompt, tokenize_example, tokenize_examples)
 
 
 def write_jsonl(path, records):

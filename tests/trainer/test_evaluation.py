@@ -1,9 +1,11 @@
 import pytest
 import torch
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from trainer.data.builtin_dataset import ARITHMETIC_SIZE
-from trainer.data.datasets import IGNORE_INDEX, Example, TokenizedExample, collate, tokenize_example
+from trainer.token_loss import IGNORE_INDEX
+from tunedeck.data.records import Example
+from trainer.data.datasets import TokenizedExample, collate, tokenize_example
 from trainer.evaluation import load_train_and_eval_examples, rank_eval_batches
 from trainer.token_loss import summed_token_loss
 

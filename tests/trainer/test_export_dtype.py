@@ -95,7 +95,7 @@ def test_export_casts_the_fp32_merge_once_to_the_chosen_dtype(export_dtype, expe
     from trainer.model.export import export_weights
     from trainer.model.method import apply_method
     from trainer.model.model_source import load_base_model
-    from tunedeck.job_spec import JobSpec
+    from tunedeck.spec.job_spec import JobSpec
     from tunedeck.run_folder import RunFolder
 
     spec = JobSpec.model_validate({"model": str(bf16_base), "max_steps": 1,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
-from tunedeck.line_server import LineServer
+from tunedeck.services.line_server import LineServer
 from trainer.data.datasets import prompt_token_ids, tokenize_example
 from tunedeck.data.records import single_turn
 

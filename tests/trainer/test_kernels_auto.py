@@ -8,9 +8,9 @@ import torch
 from trainer.rank import RankContext, configure_cuda_allocator
 from trainer.speed.options import resolve_auto_kernels
 from trainer.telemetry import allocator_peaks, first_step_memory_text
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.architectures import KNOWN_MODEL_TYPES
-from tunedeck.spec_sections import LIGER_FAMILIES, auto_kernels
+from tunedeck.spec.sections import LIGER_FAMILIES, auto_kernels
 
 LLAMA_ONLY = frozenset({"llama"})
 

@@ -3,7 +3,7 @@ and meta-device models: no torchrun."""
 import pytest
 import torch
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 from tests.trainer.model_families import FAMILIES, MOE_FAMILIES, build_family_model, write_family_model
 from trainer.model.lora_targets import resolve_lora_targets

@@ -7,8 +7,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from trainer import mfu as mfu_module
 from trainer.data.datasets import TokenizedExample, micro_batches
-from trainer.mfu import (FlopsPerToken, MfuMeter, context_length, matmul_parameter_count,
-                         peak_flops_for)
+from trainer.mfu import FlopsPerToken, MfuMeter, context_length, matmul_parameter_count
+from tunedeck.planner.gpu_cards import peak_flops_for
 from trainer.data.packing import pack_examples
 
 # Per layer: q 16x16, k and v 16x8 (2 KV heads of 4), o 16x16, gate and up 16x32, down

@@ -3,7 +3,9 @@ compute alone (transformers turns the restarting position ids into a block-diago
 import pytest
 import torch
 
-from trainer.data.datasets import IGNORE_INDEX, Example, TokenizedExample, collate, tokenize_example
+from trainer.token_loss import IGNORE_INDEX
+from tunedeck.data.records import Example
+from trainer.data.datasets import TokenizedExample, collate, tokenize_example
 from trainer.token_loss import summed_token_loss
 from trainer.data.packing import pack_examples
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from tests.trainer.model_families import build_family_model
-from trainer.data.datasets import IGNORE_INDEX, TokenizedExample, collate, collate_padding_free
+from trainer.token_loss import IGNORE_INDEX
+from trainer.data.datasets import TokenizedExample, collate, collate_padding_free
 from trainer.data.packing import pack_examples
 from trainer.token_loss import loss_token_count, micro_batch_objective, router_aux_loss_coefficient
 

@@ -15,9 +15,9 @@ from statistics import mean
 import pytest
 import torch
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
-from tunedeck.spec_text import format_validation_error
+from tunedeck.spec.text import format_validation_error
 from worker.input_check import find_input_problems
 from tests.trainer.conftest import launch_trainer, write_run
 
@@ -139,7 +139,8 @@ def test_each_rank_holds_the_bytes_the_memory_planner_predicts(backend, method, 
                                                                 cell_run):
     """Issue 4's check against real runs: parameters, gradients and optimizer state per rank,
     measured on the tensors (trainer/footprint.py), within 2% of tunedeck/planner/memory_plan.py."""
-    from tunedeck.planner.memory_plan import GpuSet, plan_strategies
+    from tunedeck.planner.gpu_cards import GpuSet
+    from tunedeck.planner.memory_plan import plan_strategies
     from tunedeck.planner.model_shapes import BUILTIN_TINY_LLAMA
     from tunedeck.run_folder import read_json
 

@@ -9,7 +9,7 @@ import pytest
 
 from trainer.data.builtin_dataset import ARITHMETIC_PREFERENCE_SIZE
 from trainer.data.preference_data import load_pairs, load_spec_pairs
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 
 def dpo_spec(**fields) -> JobSpec:

@@ -14,7 +14,7 @@ from trainer.startup.progress import (LOADING_WEIGHTS_DESC, Phase, download_prog
                                       loading_weights_progress)
 from trainer.telemetry import FileTelemetry
 from trainer.data.tokenized_data import tokenize_example_splits
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.metrics.events import PHASE_FIELDS, decode_event, phase_text
 from tunedeck.units import GB, format_size
 

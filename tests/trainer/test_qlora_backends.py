@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
-from tunedeck.spec_text import format_validation_error
+from tunedeck.spec.text import format_validation_error
 from tests.trainer.conftest import run_probe
 
 pytestmark = pytest.mark.torchrun

@@ -8,7 +8,7 @@ from trainer.rank import RankContext
 from trainer.speed.host_support import speed_option_problems
 from trainer.speed.liger import liger_family_problem
 from trainer.speed.options import attn_implementation, check_speed_options, loss_in_model
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 
 def spec(**fields) -> JobSpec:

@@ -6,7 +6,9 @@ import sys
 
 import pytest
 
-from trainer.data.datasets import IGNORE_INDEX, Example, tokenize_example, tokenize_examples
+from trainer.token_loss import IGNORE_INDEX
+from tunedeck.data.records import Example
+from trainer.data.datasets import tokenize_example, tokenize_examples
 from trainer.startup.startup_clock import StartupClock
 
 EXAMPLES = [
@@ -44,7 +46,7 @@ def run_python(script: str) -> str:
 
 UNUSED_LIBRARIES_SCRIPT = """
 import os, sys
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from trainer.startup.unused_libraries import keep_unused_libraries_out
 spec = JobSpec.model_validate({{"model": "builtin:tiny-llama", "dataset": "builtin:arithmetic",
                                "method": "{method}", "backend": "{backend}", "max_steps": 1,

@@ -4,7 +4,8 @@ gradient (the torchrun tests in test_token_weighted_loss.py check ranks and back
 import pytest
 import torch
 
-from trainer.data.datasets import Example, collate, tokenize_example
+from tunedeck.data.records import Example
+from trainer.data.datasets import collate, tokenize_example
 from trainer.token_loss import (IGNORE_INDEX, loss_token_count, micro_batch_objective,
                                 router_aux_loss_coefficient, step_loss_weight)
 

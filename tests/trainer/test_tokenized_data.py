@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from trainer.data.tokenized_data import MANIFEST_FILE, read_tokenized, tokenize_example_splits, write_tokenized
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tunedeck.backends.zero2 import zero2_config
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.torch_extensions import environment_extensions_dir
 
 from trainer.backends.zero2 import Zero2Backend, config_for_host, ops_to_compile

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tunedeck.backend_config import build_torchrun_argv, trainer_settings
+from tunedeck.launch_config import build_torchrun_argv, trainer_settings
 from tunedeck.backends.fsdp import fsdp_settings
 from tunedeck.backends.zero2 import zero2_config
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from tunedeck.broker import RUN_JOB_TASK, make_celery
+from tunedeck.services.broker import RUN_JOB_TASK, make_celery
 from tunedeck.settings import Settings
 
 
@@ -26,8 +26,8 @@ def test_a_worker_reading_the_queue_while_the_web_sends_never_reads_half_a_messa
     # reader between the two read an empty message: the worker's consumer stopped on it.
     from kombu.transport.virtual import Empty
 
-    from tunedeck.broker import JOBS_QUEUE
-    from tunedeck.broker_files import Transport
+    from tunedeck.services.broker import JOBS_QUEUE
+    from tunedeck.services.broker_files import Transport
 
     sender, receiver = make_celery(Settings(home=tmp_path)), make_celery(Settings(home=tmp_path))
     sent, received, failures = 300, [], []

@@ -1,7 +1,7 @@
 """Spec choices no registered worker can run are refused by field, with what to pick."""
 from tunedeck.cluster.host_capability import host_problems
 from tunedeck.cluster.placement import WorkerView
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 CPU = WorkerView(name="cpu@box", host="box", queues=("default",), gpu_indices=None,
                  concurrency=1)

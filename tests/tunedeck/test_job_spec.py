@@ -4,9 +4,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
-from tunedeck.spec_text import format_validation_error, load_spec_file, parse_spec_text
+from tunedeck.spec.text import format_validation_error, load_spec_file, parse_spec_text
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -179,7 +179,7 @@ def test_splits_of_an_id_or_folder_are_kept():
 
 
 def test_the_speed_options_refuse_what_cannot_run_together_naming_the_field():
-    from tunedeck.spec_text import format_validation_error
+    from tunedeck.spec.text import format_validation_error
 
     def problems(**fields) -> str:
         with pytest.raises(ValueError) as raised:

@@ -1,9 +1,11 @@
 """The store and its state machine, on SQLite and (marked) PostgreSQL."""
 import pytest
 
-from tunedeck import job_queries, job_store
-from tunedeck.job_spec import JobSpec
-from tunedeck.job_states import ALLOWED_TRANSITIONS, FINISHED_STATUSES, InvalidTransition
+from tunedeck.jobs import queries as job_queries
+
+from tunedeck.jobs import store as job_store
+from tunedeck.spec.job_spec import JobSpec
+from tunedeck.jobs.states import ALLOWED_TRANSITIONS, FINISHED_STATUSES, InvalidTransition
 from tunedeck.metrics import store as metric_store
 
 SPEC = JobSpec(name="store-test", max_steps=3)
@@ -32,7 +34,7 @@ def test_an_unnamed_job_is_named_for_its_model_method_and_backend_and_told_apart
 
 
 def test_a_model_reference_gives_its_last_part_as_the_name_stem():
-    from tunedeck.job_spec import model_stem
+    from tunedeck.spec.job_spec import model_stem
 
     assert [model_stem(model) for model in ("builtin:tiny-llama", "Qwen/Qwen2-0.5B",
                                             "/models/qwen2-0.5b/", "gpt2")] == \

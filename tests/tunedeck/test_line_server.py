@@ -1,18 +1,18 @@
-"""tunedeck/line_server.py: a helper process kept between questions, that prints cannot
+"""tunedeck/services/line_server.py: a helper process kept between questions, that prints cannot
 confuse, that a too-big or too-slow question cannot take the asking service down with."""
 import os
 import sys
 
 import pytest
 
-from tunedeck.line_server import LineServer, LineServerError
+from tunedeck.services.line_server import LineServer, LineServerError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # A server whose answer to {"n": N} is N+1, that prints noise first, allocates {"megabytes"},
 # sleeps {"sleep"} seconds, and raises for {"fail"}.
 SERVER = """
 import os, time
-from tunedeck.line_server import serve_lines
+from tunedeck.services.line_server import serve_lines
 
 def answer(request):
     print("noise on stdout")

@@ -10,7 +10,7 @@ def alembic_config(url: str):
     """The project's migrations against `url`, for alembic's command API."""
     from alembic.config import Config
 
-    from tunedeck.migrate import MIGRATIONS_DIR
+    from tunedeck.db.migrate import MIGRATIONS_DIR
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))

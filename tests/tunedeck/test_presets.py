@@ -3,7 +3,7 @@ spec read back as the typed model."""
 import pytest
 
 from tunedeck import presets
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 SPEC = JobSpec(name="preset-test", max_steps=7, backend="fsdp", learning_rate=1e-3,
                lora={"r": 16, "alpha": 32})

@@ -3,9 +3,9 @@ import re
 
 import pytest
 
-from tunedeck.job_spec import JobSpec, model_stem
+from tunedeck.spec.job_spec import JobSpec, model_stem
 from tunedeck.planner.setups import apply_spec_changes
-from tunedeck.retry_changes import (SAME_SPEC, NoRetry, fallback_memory_retry, memory_retry,
+from tunedeck.jobs.retry_changes import (SAME_SPEC, NoRetry, fallback_memory_retry, memory_retry,
                                     planner_setups, retried_spec, retry_change)
 
 SPEC = JobSpec(name="job", num_gpus=2, max_steps=10, micro_batch_size=8, grad_accum=2,
@@ -39,7 +39,8 @@ def test_a_hub_id_not_cached_offline_is_not_retried_and_not_called_a_file_to_fix
 
 
 def test_out_of_memory_applies_the_planners_best_set_up_that_changes_the_spec():
-    from tunedeck.planner.memory_plan import GpuSet, plan_strategies
+    from tunedeck.planner.gpu_cards import GpuSet
+    from tunedeck.planner.memory_plan import plan_strategies
     from tunedeck.planner.shape_source import resolve_model_shape
 
     change = memory_retry(SPEC)

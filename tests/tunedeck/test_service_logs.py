@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from tunedeck import service_logs
+from tunedeck.services import logs as service_logs
 
 
 @pytest.fixture

@@ -2,8 +2,8 @@
 the key named when an assignment cannot be made."""
 import pytest
 
-from tunedeck.spec_text import parse_spec_text
-from tunedeck.spec_overrides import with_assignments
+from tunedeck.spec.text import parse_spec_text
+from tunedeck.spec.overrides import with_assignments
 
 
 def test_assignments_set_fields_and_section_fields_with_yaml_values():

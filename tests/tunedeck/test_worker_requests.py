@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from tunedeck import job_store
+from tunedeck.jobs import store as job_store
 from tunedeck.data.preflight_request import PreflightRequest
 from tunedeck.data.preflight_store import PREFLIGHTS
 from tunedeck.generation.request import GenerationRequest
 from tunedeck.generation.store import GENERATIONS
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.worker_requests import states
 from tunedeck.worker_requests.store import RequestNotFound
 

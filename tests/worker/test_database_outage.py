@@ -10,9 +10,10 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from harness.db_outage_proxy import OutageProxy
-from tunedeck import job_queries, job_store
+from tunedeck.jobs import queries as job_queries
+from tunedeck.jobs import store as job_store
 from tunedeck.db.engine import Database
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.metrics import store as metric_store
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings

@@ -9,8 +9,8 @@ import pytest
 
 from harness.small_disk import mount_problem, small_disk
 from tests.worker.test_job_claim import heartbeat, submit
-from tunedeck import job_queries
-from tunedeck.job_spec import JobSpec
+from tunedeck.jobs import queries as job_queries
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.disk_need import disk_need
 from tunedeck.planner.model_shapes import BUILTIN_TINY_LLAMA
 from tunedeck.run_folder import CHECKPOINT_STATE_FILE, RunFolder, write_json

@@ -2,7 +2,7 @@
 error notices, PyTorch's and NCCL's own messages."""
 import pytest
 
-from tunedeck.failure_kinds import failure_label
+from tunedeck.jobs.failure_kinds import failure_label
 from worker.failure_triage import FailureEvidence, classify_failure, describe_failure, parse_rank_exits
 
 TORCHRUN_SIGKILL_REPORT = """\

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(mount_problem() is not None, reason=str(mount_pr
 
 LOGGING_WORKER = """
 import logging
-from tunedeck.service_logs import configure_logging, for_job
+from tunedeck.services.logs import configure_logging, for_job
 
 configure_logging(service="worker", worker_name="default@test")
 log = logging.getLogger("worker.job_runner")

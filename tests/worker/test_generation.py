@@ -53,7 +53,7 @@ def test_a_process_on_a_gpu_is_released_for_a_job(tunedeck_home, builtin_model_d
 def test_a_job_claiming_the_gpu_mid_answer_stops_it_at_once(tunedeck_home, builtin_model_dir):  # noqa: F811
     import threading
 
-    from tunedeck.line_server import LineServerError
+    from tunedeck.services.line_server import LineServerError
 
     generator = WarmGenerator(settings=Settings(home=tunedeck_home))
     long_question = {**QUESTION, "max_new_tokens": 4000}
@@ -81,10 +81,10 @@ def test_a_job_claiming_the_gpu_mid_answer_stops_it_at_once(tunedeck_home, built
 
 
 def test_the_worker_fails_the_row_naming_weights_gone_since_the_request(database, tmp_path):
-    from tunedeck import job_store
+    from tunedeck.jobs import store as job_store
     from tunedeck.generation.store import GENERATIONS
     from tunedeck.generation.request import GenerationRequest
-    from tunedeck.job_spec import JobSpec
+    from tunedeck.spec.job_spec import JobSpec
     from worker.generation import run_generation
     from worker.worker_identity import WorkerIdentity
 

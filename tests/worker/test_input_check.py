@@ -1,7 +1,7 @@
 import json
 
 from tests.hub_cache import add_hub_dataset, offline_hub  # noqa: F401
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from worker.input_check import find_input_problems
 
 

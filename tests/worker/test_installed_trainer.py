@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import trainer
-from tunedeck.job_spec import JobSpec
-from tunedeck.line_server import installed_module
+from tunedeck.spec.job_spec import JobSpec
+from tunedeck.services.line_server import installed_module
 from tunedeck.settings import Settings
 from worker.launch import launch_environment
 

@@ -2,10 +2,12 @@
 hands the id on to a worker with room, or leaves it queued saying what it waits for."""
 import threading
 
-from tunedeck import job_queries, job_store
+from tunedeck.jobs import queries as job_queries
+
+from tunedeck.jobs import store as job_store
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.db.models import utc_now
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from worker.job_claim import claim_job, jobs_to_offer
 from worker.worker_identity import WorkerIdentity, discover_gpu_ids
 

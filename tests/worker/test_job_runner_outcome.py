@@ -1,9 +1,11 @@
 """How the worker judges a finished launch and records it: status, error text, failure kind
 and rank on the row, and a one-line failure event."""
-from tunedeck import job_queries, job_store
-from tunedeck.job_spec import JobSpec
+from tunedeck.jobs import queries as job_queries
+from tunedeck.jobs import store as job_store
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
-from worker.job_runner import Supervision, judge_run, record_outcome
+from worker.supervision import Supervision
+from worker.job_runner import judge_run, record_outcome
 
 OOM_NOTICE = "out of memory on rank 1 (allocated 9.00 GB, reserved 10.00 GB): OutOfMemoryError: x"
 

@@ -6,8 +6,9 @@ import torch
 
 from trainer.startup.progress import Phase
 from trainer.telemetry import FileTelemetry
-from tunedeck import job_queries, job_store
-from tunedeck.job_spec import JobSpec
+from tunedeck.jobs import queries as job_queries
+from tunedeck.jobs import store as job_store
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.metrics import store as metric_store
 from tunedeck.run_folder import RunFolder
 from worker.metrics_tail import MetricsTail

@@ -1,11 +1,11 @@
-"""A worker's Celery pool has a thread more than its job slots (tunedeck.broker.
+"""A worker's Celery pool has a thread more than its job slots (tunedeck.services.broker.
 PREFLIGHT_THREADS), so a data preflight is served while every slot runs a job; the slots
 themselves, what claims count, stay the job count (tests/e2e/test_preflight_end_to_end.py
 shows a preflight served while a job holds the only slot)."""
 import subprocess
 import sys
 
-from harness.servers import REPO
+from harness.services import REPO
 
 STARTS_A_WORKER = """
 import json

@@ -3,9 +3,11 @@ failed as "worker lost", or queued again when the spec allows restarts."""
 import subprocess
 import sys
 
-from tunedeck import job_queries, job_store
+from tunedeck.jobs import queries as job_queries
+
+from tunedeck.jobs import store as job_store
 from tunedeck.db.models import utc_now
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from worker.recovery import settle_jobs_whose_launcher_is_gone
 
 

@@ -4,8 +4,8 @@ import socket
 import sys
 
 from tests.worker.test_sampler import FakeNvml
-from tunedeck import job_store
-from tunedeck.job_spec import JobSpec
+from tunedeck.jobs import store as job_store
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.metrics import samples as sample_store
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings

@@ -6,8 +6,10 @@ import time
 
 import pytest
 
-from tunedeck import job_queries, job_store
-from tunedeck.job_spec import JobSpec
+from tunedeck.jobs import queries as job_queries
+
+from tunedeck.jobs import store as job_store
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.metrics import samples as sample_store, store as metric_store
 from tunedeck.metrics.events import encode_event, decode_event
 from tunedeck.run_folder import RunFolder, read_json

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from tests.trainer.conftest import write_run
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 from worker.launch import standby_environment
 from worker.process_group import JobProcesses, live_group_members

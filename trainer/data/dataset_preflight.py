@@ -29,10 +29,11 @@ from typing import Any
 
 from tunedeck.data.records import Example, held_out_count
 from tunedeck.data.sources import spec_source
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
-from trainer.data.datasets import (IGNORE_INDEX, TokenizedExample, tokenize_all, has_answer_tokens,
-                                   load_examples, truncate_example)
+from trainer.token_loss import IGNORE_INDEX
+from trainer.data.datasets import (TokenizedExample, tokenize_all, has_answer_tokens, load_examples,
+                                   truncate_example)
 from trainer.data.packing import pack_examples
 from trainer.data.preference_data import load_spec_pairs
 
@@ -319,7 +320,7 @@ def main() -> int:
     """`--serve`: answer preflights a line each, for a worker (worker/dataset_preflight.py),
     in a process of their own: a dataset too big for memory ends this process, never the
     worker and the jobs it supervises."""
-    from tunedeck.line_server import serve_lines
+    from tunedeck.services.line_server import serve_lines
 
     serve_lines(answer)
     return 0

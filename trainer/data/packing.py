@@ -14,7 +14,8 @@ loss is taken across a boundary either.
 """
 from __future__ import annotations
 
-from trainer.data.datasets import IGNORE_INDEX, TokenizedExample
+from trainer.token_loss import IGNORE_INDEX
+from trainer.data.datasets import TokenizedExample
 
 
 def pack_examples(examples: list[TokenizedExample], seq_len: int) -> list[TokenizedExample]:

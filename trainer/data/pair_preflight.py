@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tunedeck.data.preference_records import PreferencePair
 from tunedeck.data.records import held_out_count
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 from trainer.data.dataset_preflight import (_answer_token_count, _duplicates, _length_summary,
                                             _sample_indices, _sample_note, _share,

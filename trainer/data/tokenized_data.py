@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 
 from tunedeck.metrics.events import TOKENIZE

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 
 from trainer.model.export_dtype import resolve_export_dtype, torch_dtype

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tunedeck.job_spec import LoraSettings
+from tunedeck.spec.sections import LoraSettings
 
 # The names a mixture-of-experts block gives its router, as a direct child of the block.
 ROUTER_NAMES = ("gate", "router")

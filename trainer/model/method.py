@@ -4,7 +4,8 @@ base; `qlora` adds the same adapter over a base loaded in 4-bit NF4 (see model_s
 answer; this module tells peft, and checks that peft did exactly that."""
 from __future__ import annotations
 
-from tunedeck.job_spec import JobSpec, LoraSettings
+from tunedeck.spec.job_spec import JobSpec
+from tunedeck.spec.sections import LoraSettings
 
 from trainer.model.lora_targets import LoraTargets, resolve_lora_targets
 

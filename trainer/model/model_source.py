@@ -51,7 +51,7 @@ def resolve_model_source(model: str) -> str:
 def load_base_model(source: str, *, quantization: dict[str, Any] | None = None,
                     device: torch.device | None = None, trust_remote_code: bool = False,
                     attn_implementation: str | None = None, telemetry=None):
-    """`quantization` is `BitsAndBytesConfig` keywords (tunedeck.backend_config's
+    """`quantization` is `BitsAndBytesConfig` keywords (tunedeck.launch_config's
     `quantization_config`); it needs the `device` the rank trains on. With `telemetry`, the
     load is a "load_shards" phase of the checkpoint's bytes as the weights land (transformers'
     own "Loading weights" bar, trainer/startup/progress.py), and each file fetched from the hub a

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from tunedeck.backends import backend_of
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 from trainer.model.lora_targets import resolve_lora_targets
 from trainer.model.method import apply_method, trainable_parameter_count, uses_adapter
@@ -102,7 +102,7 @@ def main() -> int:
         report, status = answer(sys.stdin.read())
         print(json.dumps(report))
         return status
-    from tunedeck.line_server import serve_lines
+    from tunedeck.services.line_server import serve_lines
 
     serve_lines(lambda spec: answer(json.dumps(spec))[0])
     return 0

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 from trainer.data.datasets import MicroBatch, TokenizedExample, rank_shard_order
 from trainer.data.preference_pairs import (TokenizedPair, collate_pairs, tokenize_pairs,

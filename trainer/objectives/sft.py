@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 from trainer.data.datasets import MicroBatch, TokenizedExample, micro_batches
 from trainer.evaluation import rank_eval_batches

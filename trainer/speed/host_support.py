@@ -1,13 +1,13 @@
 """Whether this host can run a spec's speed options: pure rules over what the host has, so the
 worker (before any GPU is taken) and each rank (before the weights load) refuse alike, with
 the field and what to do instead. Which package each option needs is the spec's table
-(tunedeck.job_spec.SPEED_PACKAGES), which the web's check of the workers reads too."""
+(tunedeck.spec.job_spec.SPEED_PACKAGES), which the web's check of the workers reads too."""
 from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 
 def package_installed(import_name: str) -> bool:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tunedeck.backend_config import ATTENTION_IMPLEMENTATIONS
-from tunedeck.job_spec import JobSpec
-from tunedeck.spec_sections import auto_kernels
+from tunedeck.launch_config import ATTENTION_IMPLEMENTATIONS
+from tunedeck.spec.job_spec import JobSpec
+from tunedeck.spec.sections import auto_kernels
 
 from trainer.rank import RankContext
 from trainer.speed.host_support import check_host_runs, package_installed

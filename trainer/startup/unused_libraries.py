@@ -10,7 +10,7 @@ import os
 import sys
 
 from tunedeck.backends import backend_of
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 
 def keep_unused_libraries_out(spec: JobSpec) -> None:

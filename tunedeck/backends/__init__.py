@@ -10,7 +10,7 @@ from tunedeck.backends.fsdp import FSDP
 from tunedeck.backends.zero2 import ZERO2
 
 if TYPE_CHECKING:
-    from tunedeck.job_spec import JobSpec
+    from tunedeck.spec.job_spec import JobSpec
 
 BACKENDS: dict[str, Backend] = {backend.name: backend for backend in (ZERO2, FSDP)}
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tunedeck.spec.fields import JobSpecFields
+from tunedeck.spec.sections import BackendSettings
 from tunedeck.units import FP32_BYTES
 
-if TYPE_CHECKING:  # the spec imports the backends to check itself, the planner them
-    from tunedeck.job_spec import JobSpec
+if TYPE_CHECKING:
+    from tunedeck.spec.job_spec import JobSpec
     from tunedeck.planner.model_shapes import ModelShape
 
 ADAM_BETAS = (0.9, 0.999)
@@ -72,8 +74,6 @@ class Backend:
     # How it holds a frozen copy of the weights (DPO's reference model of a full fine-tune),
     # for the planner's reasons: "sharded over the ranks like the weights".
     reference_words: str
-    # Its settings section sets the compute dtype itself (checked with that section).
-    sets_compute_dtype: bool = False
     # The trainer wraps each decoder layer on its own (the LoRA preview names the class).
     shards_decoder_layers: bool = False
 
@@ -146,9 +146,15 @@ class Backend:
         return spec.model_copy(update={self.name: self.settings(spec).model_copy(
             update={self.offload_field.partition(".")[2]: True})})
 
+    @property
+    def section(self) -> type[BackendSettings]:
+        """The spec's section class of this backend, which holds what the spec's own rules
+        need of it (its compute dtype, the methods it refuses)."""
+        return JobSpecFields.model_fields[self.name].annotation
+
     def method_problem(self, method: str | None) -> str | None:
         """Why this backend cannot train `method`, or None."""
-        return None
+        return self.section.method_problem(method)
 
     def cpu_precision_problem(self, precision: str | None) -> str | None:
         """Why `precision` needs a GPU under this backend, or None: a host without one

@@ -12,7 +12,7 @@ from tunedeck.units import FP32_BYTES, compute_bytes
 TORCH_CPU_ADAM_PARAMETERS_PER_S = 0.25e9  # per rank, with its share of the host's cores
 
 if TYPE_CHECKING:
-    from tunedeck.job_spec import JobSpec
+    from tunedeck.spec.job_spec import JobSpec
     from tunedeck.planner.model_shapes import ModelShape
 
 
@@ -85,7 +85,6 @@ class Fsdp(Backend):
     collective_words = "all-gathers"
     reference_words = "shards it over the ranks as it shards the weights"
     engine = "trainer.backends.fsdp:FsdpBackend"
-    sets_compute_dtype = True  # fsdp.param_dtype, else the spec's precision
     shards_decoder_layers = True
 
     def config(self, spec: JobSpec) -> dict[str, Any]:
@@ -138,18 +137,6 @@ class Fsdp(Backend):
         weights = FP32_BYTES * parameters_shard
         copies = spec.grad_accum * (2 * weights + FP32_BYTES * trainable_shard)
         return copies, TORCH_CPU_ADAM_PARAMETERS_PER_S
-
-    def method_problem(self, method: str | None) -> str | None:
-        if method != "qlora":
-            return None
-        # What tests/trainer/test_qlora_under_fsdp.py shows, in one sentence.
-        return ("qlora under fsdp: FSDP2 turns each packed 4-bit weight into a plain uint8 "
-                "shard without its quantization state, and only a bitsandbytes fallback that "
-                "rebuilds the state on every forward keeps the numbers right (on 2 CPU ranks: "
-                "exact while the weights keep their layout, logits off by over 5 once "
-                "bitsandbytes repacks them for an eval forward; not verified on GPUs); use "
-                "backend zero2 (it keeps the frozen 4-bit base whole on each rank), or method "
-                "lora under fsdp")
 
     def compiles(self, spec: JobSpec) -> bool:
         return spec.fsdp.compile

@@ -9,7 +9,7 @@ from tunedeck.backends.base import (ADAM_BETAS, ADAM_EPSILON, ADAM_STATE_BYTES, 
 from tunedeck.units import FP32_BYTES, compute_bytes
 
 if TYPE_CHECKING:
-    from tunedeck.job_spec import JobSpec
+    from tunedeck.spec.job_spec import JobSpec
     from tunedeck.planner.model_shapes import ModelShape
 
 # A reduce bucket is sized in whole MiB of elements.

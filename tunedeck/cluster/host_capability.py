@@ -15,7 +15,7 @@ from typing import Sequence
 from tunedeck.backends import backend_of
 from tunedeck.cluster.placement import (SlurmPartitionView, WorkerView, has_speed_packages,
                                         serves)
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.units import GB, MIB
 
 

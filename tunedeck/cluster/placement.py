@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Protocol, Sequence
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 DEFAULT_QUEUE = "default"
 
@@ -68,7 +68,7 @@ class WorkerView:
     concurrency: int
     # A Slurm executor's partition (what its heartbeat read from sinfo); None: a local worker.
     slurm: "SlurmPartitionView | None" = None
-    # The speed options' packages (tunedeck.job_spec.SPEED_PACKAGES) its Python environment
+    # The speed options' packages (tunedeck.spec.job_spec.SPEED_PACKAGES) its Python environment
     # has, by import name; None: not said (a Slurm executor's nodes, an older worker).
     speed_packages: frozenset[str] | None = None
     # The host's RAM in MiB, as its heartbeat read it; None: not said (an older worker).

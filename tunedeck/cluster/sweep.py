@@ -16,12 +16,14 @@ from prometheus_client import Counter
 from sqlalchemy import false, update
 from sqlalchemy.orm import Session
 
-from tunedeck import job_queries, job_store
+from tunedeck.jobs import queries as job_queries
+
+from tunedeck.jobs import store as job_store
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.db.engine import Database
 from tunedeck.db.models import Job, StoredSpecInvalid, Worker, utc_now
-from tunedeck.failure_kinds import INPUT_ERROR, WORKER_LOST
-from tunedeck.job_spec import JobSpec
+from tunedeck.jobs.failure_kinds import INPUT_ERROR, WORKER_LOST
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.settings import Settings
 
 log = logging.getLogger(__name__)

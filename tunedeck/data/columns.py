@@ -17,7 +17,7 @@ import gzip
 import json
 from pathlib import Path
 
-from tunedeck.job_spec import ColumnMapping
+from tunedeck.spec.sections import ColumnMapping
 from tunedeck.units import MIB
 
 MAX_JSON_BYTES = 16 * MIB  # a .json file is parsed whole; larger ones are not peeked

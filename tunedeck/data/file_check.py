@@ -21,7 +21,7 @@ from pathlib import Path
 from tunedeck.data.columns import guess_column_mapping
 from tunedeck.data.preference_records import pair_from_record, preference_columns_problem
 from tunedeck.data.records import columns_problem, example_from_record, is_record_file, iter_records
-from tunedeck.job_spec import ColumnMapping
+from tunedeck.spec.sections import ColumnMapping
 
 
 @dataclass(frozen=True)

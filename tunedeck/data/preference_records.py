@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
-from tunedeck.job_spec import ColumnMapping
+from tunedeck.spec.sections import ColumnMapping
 
 PREFERENCE_COLUMNS = ("prompt", "chosen", "rejected")
 EXPECTED = "prompt/chosen/rejected, or chosen/rejected chats sharing their prompt"

@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import ValidationError, create_model, field_validator, model_validator
 
-from tunedeck.job_spec import JobSpec, StrictModel, _no_nul
+from tunedeck.spec.job_spec import JobSpec
+from tunedeck.spec.sections import StrictModel, _no_nul
 
 PREFLIGHT_FIELDS = ("model", "objective", "dataset", "dataset_config", "dataset_split", "columns",
                     "seq_len", "packing", "eval_split", "trust_remote_code", "queue", "host")

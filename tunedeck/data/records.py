@@ -21,7 +21,7 @@ from typing import Any, Iterable, Iterator
 from tunedeck.data.columns import BUILTIN_DATASET_COLUMNS, guess_column_mapping
 from tunedeck.data.file_formats import RECORD_FILE_SUFFIXES  # what this module reads itself
 from tunedeck.data.preference_records import PREFERENCE_COLUMNS, preference_columns_problem
-from tunedeck.job_spec import ColumnMapping
+from tunedeck.spec.sections import ColumnMapping
 
 EXPECTED_COLUMNS = "instruction/output, prompt/response or messages"
 NO_COLUMNS = ColumnMapping()  # the usual names; one instance, not one per record

@@ -28,8 +28,8 @@ from tunedeck.data.preference_records import (PREFERENCE_COLUMNS, PreferencePair
 from tunedeck.data.records import (NO_COLUMNS, Example, columns_problem, count_file_records,
                                    examples_from_records, is_record_file, load_file_examples,
                                    read_file_records)
-from tunedeck.failure_kinds import offline_cache_advice
-from tunedeck.job_spec import ColumnMapping
+from tunedeck.jobs.failure_kinds import offline_cache_advice
+from tunedeck.spec.sections import ColumnMapping
 
 # Files `save_to_disk` writes at the top of its folder (a Dataset's, a DatasetDict's).
 SAVED_FOLDER_MARKERS = ("state.json", "dataset_dict.json")

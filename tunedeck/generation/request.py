@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from tunedeck.spec_sections import StrictModel, _no_nul
+from tunedeck.spec.sections import StrictModel, _no_nul
 
 # Which weights answer: the merged folder, the base with the adapter on top, or the base the
 # job started from (what the fine-tune changed is the difference between the two).

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tunedeck.generation.request import Variant
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 
 # What a Hugging Face model folder always has; a folder without it was never finished.

@@ -53,9 +53,9 @@ it made, so it adds nothing to this peak.
 """
 from __future__ import annotations
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.model_shapes import ModelShape, is_adapted_linear
-from tunedeck.spec_sections import LIGER_FAMILIES, auto_kernels
+from tunedeck.spec.sections import LIGER_FAMILIES, auto_kernels
 from tunedeck.units import FP32_BYTES, compute_bytes
 
 DROPOUT_MASK_BYTES = 1  # CUDA's dropout keeps a boolean mask

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.gpu_cards import GpuSet
 from tunedeck.planner.memory_plan import (STRATEGIES, StrategyPlan, model_states, napkin_ddp_bytes,
                                           plan_strategies, reference_kind)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tunedeck.backends.base import ADAM_STATE_BYTES
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.memory_plan import model_states
 from tunedeck.planner.model_shapes import ModelShape
 from tunedeck.units import FP32_BYTES, compute_bytes

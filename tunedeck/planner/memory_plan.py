@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 
 from tunedeck.backends import BACKENDS, backend_of
 from tunedeck.backends.base import ADAM_STATE_BYTES, Backend, ModelStates
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.activation_memory import activation_bytes, rows_per_micro_batch, uses_liger
 from tunedeck.planner.gpu_cards import GpuSet
 from tunedeck.planner.model_shapes import ModelShape

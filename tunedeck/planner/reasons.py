@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tunedeck.backends import BACKENDS, backend_of_strategy
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.activation_memory import rows_per_micro_batch, uses_liger
 from tunedeck.planner.gpu_cards import GpuSet
 from tunedeck.planner.memory_plan import DDP, StrategyPlan, holds_reference_copy

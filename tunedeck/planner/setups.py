@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from itertools import product
 
 from tunedeck.backends import BACKENDS, backend_of_strategy
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.gpu_cards import GpuSet
 from tunedeck.planner.memory_plan import holds_reference_copy, plan_strategies
 from tunedeck.planner.model_shapes import ModelShape

@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tunedeck.backends import backend_of_strategy
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.activation_memory import micro_batch_tokens
 from tunedeck.planner.gpu_cards import INTER_NODE_BYTES_PER_S, PCIE_BYTES_PER_S, GpuSet
 from tunedeck.planner.memory_plan import model_states

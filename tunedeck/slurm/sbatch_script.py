@@ -1,6 +1,6 @@
 """The sbatch script of a job: Slurm's resource lines, the environment the ranks get, and one
 `srun` that starts the job's torchrun once per node, with the argv the local executor
-builds (tunedeck.backend_config.build_torchrun_argv).
+builds (tunedeck.launch_config.build_torchrun_argv).
 
 Nothing a user typed reaches the script: the spec gives only numbers (nodes, ranks per
 node), the site's options are validated words, and every argv word is shell-quoted.
@@ -12,8 +12,8 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tunedeck.backend_config import build_torchrun_argv
-from tunedeck.job_spec import JobSpec
+from tunedeck.launch_config import build_torchrun_argv
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 
 SCRIPT_NAME = "job.sbatch"

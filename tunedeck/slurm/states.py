@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Literal
 
-from tunedeck.failure_kinds import NODE_FAIL, OUT_OF_MEMORY, TIMEOUT
+from tunedeck.jobs.failure_kinds import NODE_FAIL, OUT_OF_MEMORY, TIMEOUT
 
 # `|`-separated, one line a job: id, state, reason, nodes (squeue: %r %N), exit code (sacct).
 SQUEUE_FORMAT = "%i|%T|%r|%N"
@@ -37,7 +37,7 @@ class SlurmState:
 @dataclass(frozen=True)
 class Verdict:
     """What a SlurmState means for the row: its phase, the words shown (the queued
-    reason, the failure's text) and, for a failure, its kind (tunedeck.failure_kinds)."""
+    reason, the failure's text) and, for a failure, its kind (tunedeck.jobs.failure_kinds)."""
 
     phase: Phase
     words: str = ""

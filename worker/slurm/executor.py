@@ -14,10 +14,12 @@ import threading
 import time
 from typing import Callable
 
-from tunedeck import job_queries, job_store
+from tunedeck.jobs import queries as job_queries
+
+from tunedeck.jobs import store as job_store
 from tunedeck.db.engine import Database
-from tunedeck.failure_kinds import ERROR
-from tunedeck.job_states import FINISHED_STATUSES, QUEUED, RUNNING
+from tunedeck.jobs.failure_kinds import ERROR
+from tunedeck.jobs.states import FINISHED_STATUSES, QUEUED, RUNNING
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
 from tunedeck.slurm.states import Verdict, verdict

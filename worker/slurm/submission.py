@@ -9,12 +9,12 @@ import shlex
 from dataclasses import asdict
 from pathlib import Path
 
-from tunedeck import job_store
-from tunedeck.backend_config import backend_config
+from tunedeck.jobs import store as job_store
+from tunedeck.launch_config import backend_config
 from tunedeck.db.engine import Database
-from tunedeck.failure_kinds import ERROR
-from tunedeck.job_spec import JobSpec
-from tunedeck.job_states import InvalidTransition
+from tunedeck.jobs.failure_kinds import ERROR
+from tunedeck.spec.job_spec import JobSpec
+from tunedeck.jobs.states import InvalidTransition
 from tunedeck.run_folder import RunFolder, write_run_folder
 from tunedeck.settings import Settings
 from tunedeck.slurm.sbatch_script import (SCRIPT_NAME, SbatchJob, SlurmOptions, published_site,

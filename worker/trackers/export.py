@@ -15,9 +15,9 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
-from tunedeck import job_store
+from tunedeck.jobs import store as job_store
 from tunedeck.db.engine import Database
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.metrics import samples as sample_store, store as metric_store
 from tunedeck.run_folder import RunFolder, read_json, write_json
 from tunedeck.settings import Settings

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
 from worker.trackers.tracker import Scalar, flat_spec, import_or_refuse

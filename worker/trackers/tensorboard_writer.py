@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 from worker.trackers.tracker import Scalar, flat_spec, import_or_refuse
 

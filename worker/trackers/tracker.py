@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.metrics import events as metrics_event, samples as sample_source
 from tunedeck.metrics.store import TRAIN_SERIES_RANK
 

@@ -6,7 +6,7 @@ import secrets
 from itertools import groupby
 from typing import Any
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.settings import Settings
 from worker.trackers.tracker import Scalar, import_or_refuse
 

@@ -13,7 +13,7 @@ from app.actions.submit import cancel
 from app.auth.principal import Principal
 from app.ui.job_ids import parse_job_id
 from tunedeck.db.models import Job
-from tunedeck.job_states import CANCELLED, FAILED, RUNNING
+from tunedeck.jobs.states import CANCELLED, FAILED, RUNNING
 from tunedeck.units import MIB
 
 CHECKPOINT_COLUMNS = ["step", "saved (UTC)", "size (MB)", "folder"]

@@ -23,10 +23,10 @@ from app.views.artifacts import ARTIFACT_KINDS, artifact_summary, summary_text
 from app.views.failure import FailureView, failure_view
 from app.views.jobs import job_config, job_run_folder, read_job_log_tail
 from app.views.log_noise import quiet_log_tail
-from tunedeck import job_queries
+from tunedeck.jobs import queries as job_queries
 from tunedeck.db.models import Job
-from tunedeck.job_spec import JobSpec
-from tunedeck.job_states import CANCELLED, FAILED, FINISHED_STATUSES, QUEUED, RUNNING, SUCCEEDED
+from tunedeck.spec.job_spec import JobSpec
+from tunedeck.jobs.states import CANCELLED, FAILED, FINISHED_STATUSES, QUEUED, RUNNING, SUCCEEDED
 from tunedeck.metrics.figures import EVAL_LOSS, LOSS, TOKENS_PER_SECOND
 from tunedeck.metrics.series import read_job_series
 

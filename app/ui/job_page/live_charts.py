@@ -18,14 +18,15 @@ import pandas as pd
 from app.ui.charts.line_chart import typed_frame
 from app.ui.job_page.step_charts import ChartView, figure_chart_frame
 from tunedeck.db.models import as_utc
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.metrics import events as metrics_event
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
 from tunedeck.metrics.eta import eta_seconds, format_duration
 from tunedeck.metrics.figures import (GPU_USED_MB, GRAD_NORM, LEARNING_RATE, LIVE_STEP_FIGURES, MFU,
                                       PREFERENCE_CHARTS, PROCESS_RSS_MB, STEP_SECONDS,
                                       FigureChart)
-from tunedeck.planner.memory_plan import GpuSet, spec_plan
+from tunedeck.planner.gpu_cards import GpuSet
+from tunedeck.planner.memory_plan import spec_plan
 from tunedeck.planner.shape_source import resolve_model_shape
 from tunedeck.units import GB, MIB
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.metrics.figures import PEAK_RESERVED_MB
-from tunedeck.planner.memory_plan import Breakdown, GpuSet, spec_plan
+from tunedeck.planner.memory_plan import Breakdown, spec_plan
+from tunedeck.planner.gpu_cards import GpuSet
 from tunedeck.planner.shape_source import resolve_model_shape
 from tunedeck.units import GB, MB, MIB
 

@@ -24,14 +24,14 @@ from app.ui.new_job.plan_handlers import DEFAULT_GPU_MEMORY_GB, PlanView, plan_v
 from app.ui.new_job.typed_fields import number_or_none
 from app.views.cluster import slurm_site_for
 from tunedeck.backends import backend_of
-from tunedeck.backend_config import backend_config, build_torchrun_argv, trainer_settings
+from tunedeck.launch_config import backend_config, build_torchrun_argv, trainer_settings
 from tunedeck.cluster.host_capability import host_problems
 from tunedeck.data.input_paths import PATH_FIELDS
-from tunedeck.job_spec import JobSpec
-from tunedeck.spec_text import format_validation_error
+from tunedeck.spec.job_spec import JobSpec
+from tunedeck.spec.text import format_validation_error
 from tunedeck.planner.shape_source import has_experts
 from tunedeck.settings import Settings
-from tunedeck.spec_sections import LoraSettings
+from tunedeck.spec.sections import LoraSettings
 from tunedeck.slurm.sbatch_script import preview_script
 
 # The run folder a job of this web's host gets, its id not yet known.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 
 from app.ui.new_job.typed_fields import TypedField, typed_field
-from tunedeck.job_spec import JobSpec, spec_field
+from tunedeck.spec.job_spec import JobSpec, spec_field
 
 # The spec's `columns` fields. An objective reads some of them: sft a prompt and its response
 # (or a chat), dpo a prompt with a chosen and a rejected answer; the prompt (and system) both.
@@ -63,7 +63,7 @@ def spec_location(form_field: str) -> str:
     return form_field.replace("_", ".", 1) if form_field.startswith(SECTIONS) else form_field
 
 
-# Form field name -> its label: the spec field's own title (tunedeck/job_spec.py).
+# Form field name -> its label: the spec field's own title (tunedeck/spec/job_spec.py).
 FORM_LABELS: dict[str, str] = {
     name: FORM_ONLY_LABELS.get(name) or spec_field(spec_location(name)).title
     for name in SPEC_FORM_FIELDS}

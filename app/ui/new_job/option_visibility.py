@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.ui.new_job.form_labels import COLUMN_ROLES, OBJECTIVE_COLUMN_ROLES
-from tunedeck.backends import BACKENDS
+from tunedeck.spec.fields import BACKEND_NAMES
 
 METHODS_WITH_ADAPTER = ("lora", "qlora")
 
@@ -43,8 +43,8 @@ def objective_options_visible(objective: str) -> tuple[bool, ...]:
 
 
 def backend_options_visible(backend: str) -> tuple[bool, ...]:
-    """For each backend, in BACKENDS' order (ZeRO-2, FSDP): show its options."""
-    return tuple(name == backend for name in BACKENDS)
+    """For each backend, in BACKEND_NAMES' order (ZeRO-2, FSDP): show its options."""
+    return tuple(name == backend for name in BACKEND_NAMES)
 
 
 def lora_options_visible(method: str) -> bool:

@@ -16,7 +16,7 @@ from app.actions.errors import Invalid
 from app.auth.principal import Principal
 from tunedeck.cluster.host_capability import cpu_workers_for, ram_per_rank_gb
 from tunedeck.cluster.placement import WorkerView
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.memory_plan import STRATEGIES, spec_strategy
 from tunedeck.planner.plan_request import GpuRequest, PlanRequest
 from tunedeck.planner.plan_text import PART_NAMES, on_cpu, plan_as_html, rank_word, setups

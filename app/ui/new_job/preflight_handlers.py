@@ -16,7 +16,7 @@ from app.ui.new_job.form_handlers import form_to_spec_data
 from app.ui.new_job.form_labels import label_fields
 from tunedeck.data.preflight_request import PreflightRequest
 from tunedeck.data.preflight_text import bin_label, summary_lines
-from tunedeck.spec_text import format_validation_error
+from tunedeck.spec.text import format_validation_error
 from tunedeck.settings import Settings
 
 PART_TAGS = {"prompt": ("<span>", "</span>"), "trained": ("<mark>", "</mark>"),

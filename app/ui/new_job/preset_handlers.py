@@ -15,7 +15,7 @@ from app.auth.principal import Principal
 from app.ui.new_job.form_handlers import form_to_spec, spec_to_form
 from app.ui.new_job.form_labels import problem_fields
 from tunedeck.db.models import StoredSpecInvalid
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 
 @dataclass(frozen=True)

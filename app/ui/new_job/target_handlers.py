@@ -15,7 +15,7 @@ from app.auth.principal import Principal
 from app.auth.spec_access import model_access_problems
 from app.ui.new_job.form_handlers import form_to_spec
 from app.ui.new_job.option_visibility import lora_options_visible
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.lora_targets_text import preview_as_markdown
 from tunedeck.planner.shape_source import has_experts
 from tunedeck.settings import Settings

@@ -11,6 +11,7 @@ import gradio as gr
 from app.auth.principal import principal_of
 from app.ui import compare_handlers
 from app.ui.database_outage import answers_while_unreachable
+from app.ui.job_ids import parse_job_id
 from app.ui.job_page import job_actions, job_handlers, step_charts
 from app.ui.job_page.job_handlers import JobPage
 from app.ui.charts.page_assets import HOVER_JS
@@ -18,7 +19,7 @@ from app.ui.tabs.failure_panel import build_failure_panel, show_failure
 from app.ui.tabs.live_panel import (build_live_panel, build_preference_panel, build_progress,
                                     show_live, show_preference)
 from app.ui.tabs.try_it_panel import build_try_it_panel
-from tunedeck.job_states import SUCCEEDED
+from tunedeck.jobs.states import SUCCEEDED
 from app.ui.unchanged_updates import only_changed
 
 REFRESH_SECONDS = 1.0
@@ -132,14 +133,14 @@ def build_job_page_tab(*, database, celery_app, settings, tab: gr.Tab) -> JobPag
     def cancel(selected_job_id, request: gr.Request):
         message = job_actions.cancel_from_page(selected_job_id, database=database,
                                                principal=principal_of(request))
-        return message, job_handlers.parse_job_id(selected_job_id)
+        return message, parse_job_id(selected_job_id)
 
     def another_job():
         # A note, or a pending Cancel, about one job is not shown on another's page.
         return "", None, gr.Row(visible=False)
 
     def arm_cancel(selected_job_id):
-        job = job_handlers.parse_job_id(selected_job_id)
+        job = parse_job_id(selected_job_id)
         if job is None:
             return gr.skip(), gr.skip()
         return gr.Row(visible=True), gr.Button(f"Yes, cancel job {job}")

@@ -18,7 +18,7 @@ from app.ui.tabs.new_job_fields import (_backend_groups, _lora_group, _objective
 from app.ui.tabs.preset_row import preset_row, wire_presets
 from app.ui.tabs.plan_panel import build_plan_panel, plan_updates, wire_apply_buttons
 from app.views.input_suggestions import input_suggestions
-from tunedeck.backends import BACKENDS
+from tunedeck.spec.fields import BACKEND_NAMES
 from tunedeck.settings import Settings
 
 
@@ -169,7 +169,7 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
     data_check.on_tick(poll_data_check, [groups["check_data_result"]])
     # One options group a backend, named as it is (backend_options_visible's order).
     fields["backend"].change(_backend_groups, fields["backend"],
-                             [groups[name] for name in BACKENDS], show_progress="hidden")
+                             [groups[name] for name in BACKEND_NAMES], show_progress="hidden")
     fields["method"].change(_lora_group, fields["method"], groups["lora"], show_progress="hidden")
     # The objective shows its settings and its columns as it changes (a preset's Load too);
     # a user's pick also swaps the built-in dataset for the objective's and turns off what

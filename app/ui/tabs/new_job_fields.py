@@ -14,10 +14,10 @@ from app.ui.new_job.form_labels import (COLUMN_ROLES, FORM_LABELS as LABELS,
 from app.ui.new_job.typed_fields import (CHECKBOX, CHOICE, CHOICES, INTEGER, NUMBER,
                                          OPTIONAL_NUMBER, TEXT_LIST, TypedField)
 from tunedeck.data.file_formats import DATASET_FILE_SUFFIXES
-from tunedeck.job_spec import (ATTENTIONS, BACKENDS, DTYPES, EXPORT_DTYPES, KERNELS,
-                               LEARNING_RATE_SCHEDULES, METHODS, OBJECTIVES, PRECISIONS,
-                               PREFERENCE_LOSSES, REFERENCES, SHARDING_STRATEGIES, TRACKERS,
-                               spec_field)
+from tunedeck.spec.sections import ATTENTIONS, KERNELS, OBJECTIVES, PREFERENCE_LOSSES, REFERENCES
+from tunedeck.spec.fields import (BACKEND_NAMES, DTYPES, EXPORT_DTYPES, LEARNING_RATE_SCHEDULES,
+                                  METHODS, PRECISIONS, SHARDING_STRATEGIES, TRACKERS)
+from tunedeck.spec.job_spec import spec_field
 from tunedeck.planner.shape_source import has_experts
 
 
@@ -104,7 +104,7 @@ def form_fields(defaults: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
         with gr.Row():
             fields["method"] = gr.Radio(list(METHODS), value=defaults["method"],
                                         label=LABELS["method"], elem_id="new-job-method")
-            fields["backend"] = gr.Radio(list(BACKENDS), value=defaults["backend"],
+            fields["backend"] = gr.Radio(list(BACKEND_NAMES), value=defaults["backend"],
                                          label=LABELS["backend"], elem_id="new-job-backend")
             fields["precision"] = gr.Radio(list(PRECISIONS), value=defaults["precision"],
                                            label=LABELS["precision"],

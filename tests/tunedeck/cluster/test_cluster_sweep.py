@@ -4,11 +4,13 @@ from datetime import timedelta
 
 from sqlalchemy import update
 
-from tunedeck import job_queries, job_store
+from tunedeck.jobs import queries as job_queries
+
+from tunedeck.jobs import store as job_store
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.cluster.sweep import LOST_WORKERS_COLLECTOR, Sweeper, sweep_cluster
 from tunedeck.db.models import Job, Worker, utc_now
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.settings import Settings
 
 

@@ -2,7 +2,7 @@
 from tunedeck.cluster.placement import (WorkerView, broker_queue_for, broker_queues_of_worker,
                                         can_ever_fit, choose_gpus, free_gpus, room_for, serves,
                                         waiting_reason)
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 EIGHT_GPUS = WorkerView(name="default@gpu-1", host="gpu-1", queues=("default",),
                         gpu_indices=tuple(range(8)), concurrency=8)

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from tunedeck.data.input_paths import reference_problem, spec_path_problems
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 
 @pytest.fixture

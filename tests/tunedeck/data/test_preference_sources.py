@@ -14,7 +14,7 @@ from tunedeck.data.file_check import check_dataset_file
 from tunedeck.data.preference_records import PreferencePair, preference_columns_problem
 from tunedeck.data.records import builtin_dataset_problem, columns_problem
 from tunedeck.data.sources import DatasetSource, load_source_pairs
-from tunedeck.job_spec import ColumnMapping
+from tunedeck.spec.sections import ColumnMapping
 
 USER = {"role": "user", "content": "What is 2 + 2?"}
 PAIR = PreferencePair(prompt_messages=(USER,), chosen="2 + 2 = 4.", rejected="5")

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from tunedeck import job_store
+from tunedeck.jobs import store as job_store
 from tunedeck.generation.store import GENERATIONS, generation_to_dict
 from tunedeck.generation.request import GenerationRequest
 from tunedeck.generation.weights import missing_weights, variant_weights
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 from tunedeck.worker_requests.store import RequestNotFound
 

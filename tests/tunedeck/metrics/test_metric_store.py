@@ -4,8 +4,10 @@ from sqlalchemy import select
 
 from tunedeck.db.models import MetricPoint
 
-from tunedeck import job_queries, job_store
-from tunedeck.job_spec import JobSpec
+from tunedeck.jobs import queries as job_queries
+
+from tunedeck.jobs import store as job_store
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.metrics import store as metric_store
 from tunedeck.metrics.events import decode_event, encode_event
 

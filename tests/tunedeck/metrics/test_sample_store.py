@@ -1,7 +1,7 @@
 """Samples and downsampled chart series through the stores, on SQLite and (marked)
 PostgreSQL: the figures are picked out of the JSON in SQL, which each dialect spells its way."""
-from tunedeck import job_store
-from tunedeck.job_spec import JobSpec
+from tunedeck.jobs import store as job_store
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.metrics import samples as sample_store, store as metric_store
 from tunedeck.metrics.series import read_job_series
 

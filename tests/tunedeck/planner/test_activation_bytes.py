@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.tunedeck.planner.live_bytes import LiveBytes
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.activation_memory import activation_bytes
 from tunedeck.planner.architectures import shape_from_config
 

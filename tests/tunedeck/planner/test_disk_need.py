@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.disk_need import (DiskNeed, checkpoint_bytes, checkpoint_saves, disk_need,
                                         export_bytes, export_dtype)
 from tunedeck.planner.model_shapes import BUILTIN_TINY_LLAMA

@@ -10,7 +10,7 @@ import torch
 
 from tests.tunedeck.planner.live_bytes import LiveBytes
 from tests.tunedeck.planner.test_activation_bytes import SIZES, TOLERANCE, family_model
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.activation_memory import (activation_bytes, layer_activation_bytes,
                                                 logits_bytes)
 from tunedeck.planner.advice import plan_memory, ranked_setups

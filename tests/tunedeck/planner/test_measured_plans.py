@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.advice import plan_memory
 from tunedeck.planner.gpu_cards import GpuSet
 from tunedeck.planner.memory_plan import spec_plan

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from tunedeck.backends.zero2 import deepspeed_zero2_estimate
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.advice import plan_memory
 from tunedeck.planner.architectures import shape_from_config
-from tunedeck.planner.memory_plan import GpuSet, plan_strategies
+from tunedeck.planner.gpu_cards import GpuSet
+from tunedeck.planner.memory_plan import plan_strategies
 from tunedeck.planner.model_shapes import BUILTIN_TINY_LLAMA, ModelShape
 from tunedeck.planner.shape_source import KNOWN_SHAPES, known_shape, resolve_model_shape
 from tunedeck.units import GB, format_size

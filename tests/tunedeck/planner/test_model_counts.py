@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.architectures import KNOWN_MODEL_TYPES, shape_from_config
 from tunedeck.planner.shape_source import KNOWN_SHAPES, known_shape, resolve_model_shape
 

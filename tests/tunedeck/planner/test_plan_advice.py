@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.advice import plan_memory
 from tunedeck.planner.gpu_cards import GpuSet
 from tunedeck.planner.memory_plan import spec_strategy

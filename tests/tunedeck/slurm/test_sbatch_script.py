@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder
 from tunedeck.slurm.sbatch_script import SbatchJob, SlurmOptions, sbatch_script
 

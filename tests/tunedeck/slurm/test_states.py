@@ -2,7 +2,7 @@
 them with the executor's formats)."""
 import pytest
 
-from tunedeck.failure_kinds import NODE_FAIL, OUT_OF_MEMORY, TIMEOUT
+from tunedeck.jobs.failure_kinds import NODE_FAIL, OUT_OF_MEMORY, TIMEOUT
 from tunedeck.slurm.states import (SlurmState, parse_sacct, parse_squeue, pending_words,
                                    sacct_argv, squeue_argv, verdict)
 

@@ -1,5 +1,5 @@
 """Named functions that change job rows; the only writers of job state (the read-side
-queries are tunedeck/job_queries.py).
+queries are tunedeck/jobs/queries.py).
 
 Every status change is one conditional UPDATE (WHERE status IN allowed sources), so two
 processes racing for the same job cannot both win, on SQLite and PostgreSQL alike.
@@ -14,9 +14,9 @@ from sqlalchemy.orm import Session
 
 from tunedeck.db.models import Job, JobEvent, JobNode, JobSample, MetricPoint, utc_now
 from tunedeck.db.request_rows import JobGeneration
-from tunedeck.job_queries import PLACEMENT_EVENT, JobNotFound, get_job
-from tunedeck.job_spec import JobSpec
-from tunedeck.job_states import (CANCELLED, FAILED, FINISHED_STATUSES, NODE_ASSIGNED, NODE_EXITED,
+from tunedeck.jobs.queries import PLACEMENT_EVENT, JobNotFound, get_job
+from tunedeck.spec.job_spec import JobSpec
+from tunedeck.jobs.states import (CANCELLED, FAILED, FINISHED_STATUSES, NODE_ASSIGNED, NODE_EXITED,
                                  NODE_STARTED, QUEUED, RUNNING, SUCCEEDED, InvalidTransition,
                                  sources_of)
 
@@ -252,13 +252,3 @@ def delete_job(*, session: Session, job_id: int) -> None:
     if result.rowcount != 1:
         raise JobStillActive(job_id, get_job(session=session, job_id=job_id).status)
     session.expunge(job)
-
-
-__all__ = [
-    "InvalidTransition", "create_job", "take_undispatched_queued_jobs", "note_job_waiting",
-    "requeue_lost_job", "assign_nodes", "start_node", "finish_node", "add_job_event",
-    "mark_job_running", "resume_job", "record_launcher_pid", "record_slurm_submission",
-    "requeue_slurm_job", "mark_job_succeeded", "mark_job_failed", "mark_job_cancelled",
-    "request_cancel", "set_job_archived", "delete_job", "JobStillActive", "QUEUED", "RUNNING",
-    "SUCCEEDED", "FAILED", "CANCELLED",
-]

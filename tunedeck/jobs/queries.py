@@ -1,5 +1,5 @@
 """Read-side queries over job rows: lookups, listings, what a worker holds, and the flags a
-supervising worker polls. Nothing here changes a row: tunedeck/job_store.py is the only
+supervising worker polls. Nothing here changes a row: tunedeck/jobs/store.py is the only
 writer of job state, and its state changes read the row back through `get_job`.
 
 The caller owns the session.
@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from tunedeck.db.models import Job, JobEvent, JobNode
-from tunedeck.job_states import NODE_EXITED, QUEUED, RUNNING
+from tunedeck.jobs.states import NODE_EXITED, QUEUED, RUNNING
 
 # The largest id a job row can have: jobs.id is an Integer column, 32-bit on PostgreSQL
 # (SQLite's are 64-bit). A larger id makes the driver raise (psycopg "integer out of
@@ -139,12 +139,3 @@ def run_control(*, session: Session, job_id: int, worker_name: str | None) -> tu
         return True, False
     cancel, status, owner = row
     return bool(cancel), status == RUNNING and (worker_name is None or owner == worker_name)
-
-
-__all__ = [
-    "MAX_JOB_ID", "JobNotFound", "get_job", "list_jobs", "list_queued_job_ids",
-    "list_running_jobs", "list_running_jobs_of_worker", "list_queued_jobs",
-    "list_slurm_jobs_of_worker", "worker_load", "list_running_jobs_with_a_node_on",
-    "list_job_nodes", "list_job_events", "PLACEMENT_EVENT", "latest_placement_notes",
-    "is_cancel_requested", "run_control",
-]

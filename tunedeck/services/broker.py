@@ -46,7 +46,7 @@ def make_celery(settings: Settings) -> "Celery":
         worker_hijack_root_logger=False,
     )
     if settings.uses_embedded_broker:
-        from tunedeck.broker_files import TRANSPORT  # kombu's, each message written whole
+        from tunedeck.services.broker_files import TRANSPORT  # kombu's, each message written whole
 
         app.conf.broker_transport = TRANSPORT
         app.conf.broker_transport_options = _filesystem_transport_options(settings)

@@ -10,7 +10,7 @@ from typing import Any
 
 from tunedeck.backends import backend_of
 from tunedeck.backends.base import TORCH_DTYPE_NAMES
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import LOGS_DIR, RANK_LOGS_DIR
 
 # The spec's attention -> transformers' attn_implementation.

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tunedeck.backends import backend_of
-from tunedeck.failure_kinds import INPUT_ERROR, NAN_LOSS, NOT_CACHED_OFFLINE, OUT_OF_MEMORY
-from tunedeck.job_spec import JobSpec
+from tunedeck.jobs.failure_kinds import INPUT_ERROR, NAN_LOSS, NOT_CACHED_OFFLINE, OUT_OF_MEMORY
+from tunedeck.spec.job_spec import JobSpec
 from tunedeck.units import GB
 
 SAME_SPEC = "same spec"
@@ -85,7 +85,8 @@ def planner_setups(spec: JobSpec) -> list[dict]:
     """Every set-up that fits a card just as large as this job's planned need (the job did
     not fit, so the real card was no larger), best first, as plan JSON."""
     from tunedeck.planner.advice import RUNTIME_RESERVE_BYTES, ranked_setups, setup_json
-    from tunedeck.planner.memory_plan import GpuSet, spec_plan
+    from tunedeck.planner.gpu_cards import GpuSet
+    from tunedeck.planner.memory_plan import spec_plan
     from tunedeck.planner.shape_source import resolve_model_shape
 
     try:

@@ -1,7 +1,7 @@
 """The error for a key a strict model does not have. Pydantic's own, "Extra inputs are not
 permitted", names neither what the key is nor what it was meant to be; this one says
 "unknown field `lr`; did you mean `learning_rate`?". The spec's models raise it
-(tunedeck.spec_sections.StrictModel), so a spec file, `tunedeck submit --set`, the HTTP
+(tunedeck.spec.sections.StrictModel), so a spec file, `tunedeck submit --set`, the HTTP
 API's 422 and the form all say the same."""
 from __future__ import annotations
 

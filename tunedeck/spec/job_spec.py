@@ -2,7 +2,7 @@
 
 The form builds it, the API validates it, the database stores it unchanged, the worker
 writes it as `spec.json`, and the trainer reads only that. Unknown keys are an error.
-Its fields (and their words) are tunedeck/spec_fields.py's; here are the rules that read
+Its fields (and their words) are tunedeck/spec/fields.py's; here are the rules that read
 more than one of them, and what a spec says about itself.
 """
 from __future__ import annotations
@@ -12,18 +12,18 @@ import re
 from pydantic import field_validator, model_validator
 from pydantic.fields import FieldInfo
 
-from tunedeck.backends import backend_named
-# The spec's fields and sections live in their own modules; their names are the spec's too.
-from tunedeck.spec_fields import (BACKENDS, DTYPES, EXPORT_DTYPES, LEARNING_RATE_SCHEDULES,  # noqa: F401
-                                  METHODS, PLACEMENT_NAME, PRECISIONS, SHARDING_STRATEGIES,
-                                  SINGLE_FILE_SUFFIXES, SPLIT_PATTERN, TAG_PATTERN, TRACKERS,
-                                  Backend, ExportDType, JobSpecFields, LearningRateSchedule,
-                                  Method, Precision, Tracker)
-from tunedeck.spec_sections import (ATTENTIONS, DEFAULT_BUCKET_ELEMENTS, KERNELS,  # noqa: F401
-                                    OBJECTIVES, PREFERENCE_LOSSES, REFERENCES, SPEED_PACKAGES,
-                                    Attention, ColumnMapping, DpoSettings, DType, FsdpSettings,
-                                    Kernels, LoraSettings, Objective, ShardingStrategy,
-                                    SpeedPackage, StrictModel, Zero2Settings, _no_nul)
+from tunedeck.spec.fields import SINGLE_FILE_SUFFIXES, TAG_PATTERN, JobSpecFields
+from tunedeck.spec.sections import (SPEED_PACKAGES, BackendSettings, FsdpSettings, SpeedPackage,
+                                    _no_nul)
+
+
+def backend_section(backend: str | None) -> type[BackendSettings] | None:
+    """The section class of a backend's name (`zero2` -> Zero2Settings); None for another
+    name, which the spec refuses by its own type."""
+    field = JobSpecFields.model_fields.get(backend or "")
+    annotation = field.annotation if field is not None else None
+    return annotation if isinstance(annotation, type) and issubclass(
+        annotation, BackendSettings) else None
 
 
 class JobSpec(JobSpecFields):
@@ -60,7 +60,7 @@ class JobSpec(JobSpecFields):
     @field_validator("backend")
     @classmethod
     def _backend_trains_the_method(cls, backend: str, info) -> str:
-        problem = backend_named(backend).method_problem(info.data.get("method"))
+        problem = backend_section(backend).method_problem(info.data.get("method"))
         if problem:
             raise ValueError(problem)
         return backend
@@ -69,9 +69,9 @@ class JobSpec(JobSpecFields):
     @classmethod
     def _flash_needs_half_precision(cls, attention: str, info) -> str:
         # A backend whose section sets the compute dtype (fsdp.param_dtype) is checked with it.
-        backend = backend_named(info.data.get("backend"))
+        section = backend_section(info.data.get("backend"))
         if attention == "flash" and info.data.get("precision") == "fp32" \
-                and backend is not None and not backend.sets_compute_dtype:
+                and section is not None and not section.sets_compute_dtype:
             raise ValueError("flash runs in bf16 or fp16 only; pick precision bf16, or "
                              "attention sdpa for fp32")
         return attention
@@ -188,7 +188,7 @@ class JobSpec(JobSpecFields):
     @property
     def activation_checkpointing(self) -> bool:
         """The chosen backend's setting (each backend has its own switch in the form)."""
-        return backend_named(self.backend).settings(self).activation_checkpointing
+        return getattr(self, self.backend).activation_checkpointing
 
     @property
     def speed_packages(self) -> tuple[SpeedPackage, ...]:

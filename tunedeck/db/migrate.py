@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
 
 def upgrade_database(database_url: str) -> None:

@@ -1,15 +1,15 @@
 """The job spec's sections: LoRA, the dataset's column names, ZeRO-2 and FSDP settings, each a
-strict model of its own (tunedeck/job_spec.py composes them; unknown keys are an error), and
+strict model of its own (tunedeck/spec/job_spec.py composes them; unknown keys are an error), and
 the speed options' choices with the package each GPU choice needs."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from pydantic import (BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, ValidationError,
                       field_validator, model_validator)
 
-from tunedeck.unknown_fields import with_unknown_fields_named
+from tunedeck.spec.unknown_fields import with_unknown_fields_named
 
 ShardingStrategy = Literal["full_shard", "shard_grad_op", "hybrid_shard"]
 DType = Literal["bf16", "fp16", "fp32"]
@@ -76,7 +76,8 @@ class StrictModel(BaseModel):
     @model_validator(mode="wrap")
     @classmethod
     def _name_unknown_fields(cls, data: Any, handler: ModelWrapValidatorHandler) -> Any:
-        """An unknown key's error says which field was likely meant (tunedeck.unknown_fields)."""
+        """An unknown key's error says which field was likely meant
+        (tunedeck.spec.unknown_fields)."""
         try:
             return handler(data)
         except ValidationError as error:
@@ -226,7 +227,23 @@ class DpoSettings(StrictModel):
         return self
 
 
-class Zero2Settings(StrictModel):
+class BackendSettings(StrictModel):
+    """A backend's section (`zero2`, `fsdp`): what the spec's own rules need of a backend is
+    said here, so the spec never asks the backend objects (tunedeck/backends/, which read
+    these sections to make their configs)."""
+
+    # The section sets the compute dtype itself (fsdp.param_dtype), so the precision rules
+    # are checked with the section, not with `precision` alone.
+    sets_compute_dtype: ClassVar[bool] = False
+    activation_checkpointing: bool
+
+    @classmethod
+    def method_problem(cls, method: str | None) -> str | None:
+        """Why this backend cannot train `method`, or None."""
+        return None
+
+
+class Zero2Settings(BackendSettings):
     offload_optimizer: bool = Field(
         False, title="Offload optimizer to CPU",
         description="Keep the optimizer state in host memory and step it on the CPU "
@@ -253,7 +270,9 @@ class Zero2Settings(StrictModel):
                     "memory for about a third more compute.")
 
 
-class FsdpSettings(StrictModel):
+class FsdpSettings(BackendSettings):
+    sets_compute_dtype: ClassVar[bool] = True  # param_dtype, else the spec's precision
+
     sharding_strategy: ShardingStrategy = Field(
         "full_shard", title="Sharding strategy",
         description="`full_shard`: parameters resharded after forward (least memory); "
@@ -293,3 +312,16 @@ class FsdpSettings(StrictModel):
     compile: bool = Field(
         False, title="torch.compile",
         description="`torch.compile` each decoder layer before sharding it.")
+
+    @classmethod
+    def method_problem(cls, method: str | None) -> str | None:
+        if method != "qlora":
+            return None
+        # What tests/trainer/test_qlora_under_fsdp.py shows, in one sentence.
+        return ("qlora under fsdp: FSDP2 turns each packed 4-bit weight into a plain uint8 "
+                "shard without its quantization state, and only a bitsandbytes fallback that "
+                "rebuilds the state on every forward keeps the numbers right (on 2 CPU ranks: "
+                "exact while the weights keep their layout, logits off by over 5 once "
+                "bitsandbytes repacks them for an eval forward; not verified on GPUs); use "
+                "backend zero2 (it keeps the frozen 4-bit base whole on each rank), or method "
+                "lora under fsdp")

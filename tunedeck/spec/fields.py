@@ -1,6 +1,6 @@
 """What a job spec holds: each field with its type, default, bounds, label (`title`) and help
 (`description`), the one place a field's words are written (the form, the API schema and the
-reference page read them). Which combinations of values are allowed is tunedeck/job_spec.py's.
+reference page read them). Which combinations of values are allowed is tunedeck/spec/job_spec.py's.
 """
 from __future__ import annotations
 
@@ -8,19 +8,20 @@ from typing import Literal
 
 from pydantic import Field
 
-from tunedeck.spec_sections import (Attention, ColumnMapping, DpoSettings, DType, FsdpSettings,
+from tunedeck.spec.sections import (Attention, ColumnMapping, DpoSettings, DType, FsdpSettings,
                                     Kernels, LoraSettings, Objective, ShardingStrategy,
                                     StrictModel, Zero2Settings)
 
 Method = Literal["lora", "qlora", "full"]
-Backend = Literal["zero2", "fsdp"]
+# A backend's name (its object, with what it answers, is tunedeck/backends/'s `Backend`).
+BackendName = Literal["zero2", "fsdp"]
 Precision = Literal["bf16", "fp16", "fp32"]
 LearningRateSchedule = Literal["cosine", "linear", "constant"]
 # The dtype merged/ is saved in; auto: the base model's stored dtype (see trainer/model/export_dtype.py).
 ExportDType = Literal["auto", "bf16", "fp16", "fp32"]
 
 METHODS: tuple[str, ...] = Method.__args__
-BACKENDS: tuple[str, ...] = Backend.__args__
+BACKEND_NAMES: tuple[str, ...] = BackendName.__args__
 PRECISIONS: tuple[str, ...] = Precision.__args__
 LEARNING_RATE_SCHEDULES: tuple[str, ...] = LearningRateSchedule.__args__
 SHARDING_STRATEGIES: tuple[str, ...] = ShardingStrategy.__args__
@@ -82,7 +83,7 @@ class JobSpecFields(StrictModel):
         "lora", title="Method",
         description="`lora` (an adapter), `qlora` (an adapter on a 4-bit NF4 base; zero2 only) "
                     "or `full` (every weight).")
-    backend: Backend = Field(
+    backend: BackendName = Field(
         "zero2", title="Backend",
         description="DeepSpeed ZeRO-2 or PyTorch FSDP.")
     num_gpus: int = Field(

@@ -6,15 +6,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from tunedeck.job_spec import JobSpec
+from tunedeck.spec.job_spec import JobSpec
 
 
 def parse_spec_text(text: str, *, source: str = "spec", assignments: Sequence[str] = ()) -> JobSpec:
     """YAML or JSON text to a JobSpec (JSON is YAML, so one parser reads both), with each
-    `KEY=VALUE` of `assignments` set first (tunedeck.spec_overrides)."""
+    `KEY=VALUE` of `assignments` set first (tunedeck.spec.overrides)."""
     import yaml
 
-    from tunedeck.spec_overrides import with_assignments
+    from tunedeck.spec.overrides import with_assignments
 
     try:
         data = yaml.safe_load(text)
