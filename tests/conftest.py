@@ -8,6 +8,9 @@ import pytest
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
+# The seconds each folder took, printed after the run (tests/time_spent.py).
+pytest_plugins = ["tests.time_spent"]
+
 from tunedeck.db.engine import Database  # noqa: E402
 from tunedeck.db.migrate import upgrade_database  # noqa: E402
 

@@ -8,7 +8,7 @@ from tunedeck.spec.job_spec import JobSpec
 
 from tunedeck.spec.text import format_validation_error, load_spec_file, parse_spec_text
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 CONTRACT_EXAMPLE = """
 name: arithmetic-lora
