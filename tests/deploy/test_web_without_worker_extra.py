@@ -63,7 +63,7 @@ sys.meta_path.insert(0, WorkerExtraIsNotInstalled())
 
 from fastapi.testclient import TestClient
 
-from cli import main
+from cli.main import main
 
 assert main(["migrate"]) == 0
 from app.main import create_app
