@@ -3,5 +3,6 @@
 set -euo pipefail
 [ -x /usr/bin/chromium ] && exit 0
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-as_root apt-get update -qq
-as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+as_root apt-get -o DPkg::Lock::Timeout=600 update -qq
+as_root env DEBIAN_FRONTEND=noninteractive \
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq chromium >/dev/null

@@ -15,8 +15,9 @@ wait_for() {
 }
 
 if ! command -v pg_isready >/dev/null || ! command -v redis-cli >/dev/null; then
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql redis-server >/dev/null
+  as_root apt-get -o DPkg::Lock::Timeout=600 update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive \
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq postgresql redis-server >/dev/null
 fi
 
 if ! postgres_answers; then

@@ -51,8 +51,8 @@ done
 if (( ${#missing[@]} )); then
   echo "installing Slurm (missing: ${missing[*]})"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q >/dev/null
-  apt-get install -y -q slurm-wlm slurmdbd munge >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 install -y -q slurm-wlm slurmdbd munge >/dev/null
 fi
 
 mkdir -p "$STATE_DIR/ctld" "$LOG_DIR" /run/munge
