@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tunedeck.spec.fields import JobSpecFields
-from tunedeck.spec.sections import BackendSettings
+from tunedeck.spec.backend_sections import BackendSettings
 from tunedeck.units import FP32_BYTES
 
 if TYPE_CHECKING:

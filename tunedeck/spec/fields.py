@@ -8,9 +8,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from tunedeck.spec.sections import (Attention, ColumnMapping, DpoSettings, DType, FsdpSettings,
-                                    Kernels, LoraSettings, Objective, ShardingStrategy,
-                                    StrictModel, Zero2Settings)
+from tunedeck.spec.backend_sections import DType, FsdpSettings, ShardingStrategy, Zero2Settings
+from tunedeck.spec.sections import (Attention, ColumnMapping, DpoSettings, Kernels, LoraSettings,
+                                    Objective, StrictModel)
 
 Method = Literal["lora", "qlora", "full"]
 # A backend's name (its object, with what it answers, is tunedeck/backends/'s `Backend`).

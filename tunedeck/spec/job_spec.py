@@ -13,8 +13,8 @@ from pydantic import field_validator, model_validator
 from pydantic.fields import FieldInfo
 
 from tunedeck.spec.fields import SINGLE_FILE_SUFFIXES, TAG_PATTERN, JobSpecFields
-from tunedeck.spec.sections import (SPEED_PACKAGES, BackendSettings, FsdpSettings, SpeedPackage,
-                                    _no_nul)
+from tunedeck.spec.backend_sections import BackendSettings, FsdpSettings
+from tunedeck.spec.sections import SPEED_PACKAGES, SpeedPackage, _no_nul
 
 
 def backend_section(backend: str | None) -> type[BackendSettings] | None:
