@@ -8,8 +8,9 @@ from typing import Any
 from .markdown import GENERATED, anchor, code, paragraphs, table
 from .schema_fields import ref_name, schema_constraints, schema_default, schema_type
 
-# Rules the validators of tunedeck/spec/job_spec.py and of the sections (tunedeck/spec/sections.py,
-# backend_sections.py) apply across fields (a schema cannot say them); each breaks with a 422 naming the field.
+# Rules the validators of tunedeck/spec/job_spec.py and of its sections (sections.py,
+# backend_sections.py) apply across fields (a schema cannot say them); each breaks with a 422
+# naming the field.
 SPEC_RULES = (
     "Exactly one of `max_steps` and `epochs`.",
     "`method: qlora` needs `backend: zero2`.",
