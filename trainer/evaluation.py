@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunedeck.spec.job_spec import JobSpec
+from tunedeck.training_steps import eval_due
 
 from trainer.data.datasets import TokenizedExample
 from trainer.rank import RankContext
@@ -41,7 +42,7 @@ class Evaluation:
     unit: str = "answer tokens"  # what the eval loss is a mean over (the objective's)
 
     def run_if_due(self, backend, *, step: int, total_steps: int) -> None:
-        if step == total_steps or (self.every_steps and step % self.every_steps == 0):
+        if eval_due(step, total_steps=total_steps, every_steps=self.every_steps):
             self.run(backend, step=step)
 
     def run(self, backend, *, step: int) -> float:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunedeck.backends.base import (ADAM_BETAS, ADAM_EPSILON, ADAM_STATE_BYTES, Backend,
                                     ModelStates, RankStates, adam_step_bytes)
+from tunedeck.training_steps import BatchLayout
 from tunedeck.units import FP32_BYTES, compute_bytes
 
 if TYPE_CHECKING:
@@ -68,7 +69,8 @@ def zero2_config(spec: JobSpec) -> dict[str, Any]:
     return {
         "train_micro_batch_size_per_gpu": spec.micro_batch_size,
         "gradient_accumulation_steps": spec.grad_accum,
-        "train_batch_size": spec.micro_batch_size * spec.grad_accum * spec.world_size,
+        # DeepSpeed checks it is micro-batch x accumulation x world size: the layout's.
+        "train_batch_size": BatchLayout.of(spec).units_per_step,
         # 0 turns DeepSpeed's clipping off, as it does the spec's.
         "gradient_clipping": spec.max_grad_norm,
         "zero_optimization": zero_optimization,
