@@ -3,7 +3,8 @@ import torch
 
 from trainer.token_loss import IGNORE_INDEX
 from tunedeck.data.records import Example
-from trainer.data.datasets import collate, tokenize_example
+from trainer.data.datasets import collate
+from tests.trainer.tokenizing import tokenize_example
 from trainer.token_loss import summed_token_loss
 
 
