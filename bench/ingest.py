@@ -5,7 +5,7 @@ store taking them into the database, SQLite and PostgreSQL.
 metrics/rank-K.jsonl for `--seconds` (one writer thread a job). For each job, an ingest loop
 does what the worker's supervise loop does every poll: read the new whole lines
 (worker.metrics_tail.MetricsTail) and store them and read the cancel flag in one transaction
-(tunedeck.metrics.store, tunedeck.jobs.store). It prints points written, points stored (lost
+(tunedeck.metrics.store, and tunedeck.jobs.queries.run_control as supervision reads it). It prints points written, points stored (lost
 = written - stored, must be 0), points per second sustained, the ratio of the ingest rate to
 the write rate (target 1.00: ingest keeps up) and the p95 lag from a line's write to its row.
 
@@ -93,7 +93,7 @@ def ingest(database: Database, job_id: int, run: RunFolder, *, stop: threading.E
         with database.transaction() as session:
             if events:
                 metric_store.add_metric_points(session=session, job_id=job_id, events=events)
-            job_queries.is_cancel_requested(session=session, job_id=job_id)
+            job_queries.run_control(session=session, job_id=job_id, worker_name=None)
         if events:
             on_stored()
         lags.extend(now - event["time"] for _seq, event in events)

@@ -73,19 +73,20 @@ def main() -> int:
 
 def run(folder: Path, arguments: argparse.Namespace) -> None:
     from tunedeck.spec.job_spec import JobSpec
-    from trainer.data.dataset_preflight import (SAMPLE_LIMIT, _sample_indices, _spec_tokenizer,
-                                                collection_paused, preflight_report)
+    from trainer.data.dataset_preflight import (SAMPLE_LIMIT, collection_paused,
+                                                preflight_report, spec_tokenizer)
+    from trainer.data.preflight_figures import sample_indices
     from trainer.data.datasets import load_examples, tokenize_examples
 
     data = folder / "train.jsonl"
     write_records(data, records=arguments.records, long_share=arguments.long_share,
                   seq_len=arguments.seq_len)
     spec = JobSpec(dataset=str(data), seq_len=arguments.seq_len, max_steps=1)
-    first_load_seconds, tokenizer = best_seconds(lambda: _spec_tokenizer(spec), 1)
-    tokenizer_seconds, tokenizer = best_seconds(lambda: _spec_tokenizer(spec), arguments.repeats)
+    first_load_seconds, tokenizer = best_seconds(lambda: spec_tokenizer(spec), 1)
+    tokenizer_seconds, tokenizer = best_seconds(lambda: spec_tokenizer(spec), arguments.repeats)
     with collection_paused():  # as a rank reads and tokenizes (trainer/startup/startup_gc.py)
         read_seconds, examples = best_seconds(lambda: load_examples(str(data)), arguments.repeats)
-        sample = [examples[i] for i in _sample_indices(len(examples), SAMPLE_LIMIT)]
+        sample = [examples[i] for i in sample_indices(len(examples), SAMPLE_LIMIT)]
         tokenize_seconds, _ = best_seconds(lambda: tokenize_examples(
             tokenizer, sample, spec.seq_len, source="dataset"), arguments.repeats)
     preflight_seconds, report = best_seconds(lambda: preflight_report(spec, tokenizer=tokenizer),

@@ -43,7 +43,8 @@ FORBIDDEN = {
 APP_MODULE_LEVEL_FORBIDDEN = {"torch", "deepspeed", "transformers", "peft", "worker"}
 PURE_MODULES = ["tunedeck/spec/job_spec.py", "tunedeck/spec/sections.py",
                 "tunedeck/torch_extensions.py", "tunedeck/lora_targets_text.py",
-                "tunedeck/launch_config.py", "tunedeck/run_folder.py", "tunedeck/metrics/events.py",
+                "tunedeck/launch_config.py", "tunedeck/training_plan.py",
+                "tunedeck/training_steps.py", "tunedeck/run_folder.py", "tunedeck/metrics/events.py",
                 "tunedeck/metrics/figures.py", "tunedeck/jobs/states.py", "tunedeck/units.py",
                 "tunedeck/metrics/eta.py", "tunedeck/safetensors_headers.py",
                 "tunedeck/data/records.py", "tunedeck/data/sources.py", "tunedeck/data/columns.py",

@@ -32,6 +32,7 @@ import torch.distributed as dist
 from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import (CHECKPOINT_STATE_FILE, RunFolder, read_json,
                                  remove_partial_checkpoints, write_json)
+from tunedeck.training_steps import checkpoint_due
 
 from trainer.backends import TrainingBackend
 from trainer.rank import RankContext
@@ -58,7 +59,7 @@ class Checkpoints:
                               "total_steps": total_steps, "world_size": context.world_size}
 
     def save_if_due(self, backend: TrainingBackend, *, step: int) -> None:
-        if self._every_steps and step % self._every_steps == 0:
+        if checkpoint_due(step, every_steps=self._every_steps):
             self.save(backend, step=step)
 
     def save(self, backend: TrainingBackend, *, step: int) -> None:

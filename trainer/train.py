@@ -16,9 +16,10 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as dist
 
-from tunedeck.launch_config import quantization_config
 from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import RunFolder, read_json
+from tunedeck.training_plan import attention_implementation, quantization_config
+from tunedeck.training_steps import BatchLayout, LearningRateSchedule
 
 from trainer.backends import TrainingBackend, backend_class
 from trainer.checkpoint import Checkpoints, skip_micro_batches
@@ -35,9 +36,8 @@ from trainer.objectives import (TrainingObjective, build_objective, needs_frozen
 from trainer.startup.progress import compiling_ops
 from trainer.model.model_source import load_base_model, load_tokenizer, resolve_model_source
 from trainer.rank import RankContext, seed_everything
-from trainer.schedule import learning_rate_at, total_optimizer_steps
-from trainer.speed.options import (apply_kernels, attn_implementation, check_speed_options,
-                                   loss_in_model, resolve_auto_kernels)
+from trainer.speed.options import (apply_kernels, check_speed_options, loss_in_model,
+                                   resolve_auto_kernels)
 from trainer.startup.startup_clock import StartupClock
 from trainer.startup.startup_gc import resume_collection_after_imports
 from trainer.telemetry import (Telemetry, allocator_peaks, first_step_memory_text,
@@ -85,7 +85,7 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     seed_everything(spec.seed)
     base_model = load_base_model(model_source, quantization=quantization_config(spec),
                                  device=context.device, trust_remote_code=spec.trust_remote_code,
-                                 attn_implementation=attn_implementation(spec),
+                                 attn_implementation=attention_implementation(spec),
                                  telemetry=telemetry if context.is_main else None)
     apply_kernels(base_model, spec)  # before the adapter wraps its modules
     # A full fine-tune's DPO reference: the base as loaded, frozen, placed by the backend.
@@ -151,26 +151,29 @@ class TrainingData:
     description: str
 
 
-def announce_tokenized(tokenized: TokenizedData, *, telemetry: Telemetry, context: RankContext) -> None:
+def announce_tokenized(tokenized: TokenizedData, *, telemetry: Telemetry,
+                       context: RankContext) -> None:
     if context.is_main:
-        telemetry.notice(f"tokenized {tokenized.train_examples:,} examples in {tokenized.seconds:.1f} s, "
-                         f"once for the {context.local_world_size} rank(s) of each node")
+        telemetry.notice(f"tokenized {tokenized.train_examples:,} examples in "
+                         f"{tokenized.seconds:.1f} s, once for the "
+                         f"{context.local_world_size} rank(s) of each node")
 
 
 def prepare_training_data(spec: JobSpec, tokenizer, tokenized: TokenizedData, *,
                           context: RankContext, objective: TrainingObjective) -> TrainingData:
-    """This rank's endless micro-batches, and how many optimizer steps the job runs."""
+    """This rank's endless micro-batches, and how many optimizer steps the job runs: the
+    batch layout the preview shows (tunedeck/training_steps.py), on this launch's ranks."""
     rows = tokenized.train_rows
     batches = objective.micro_batches(rows, spec=spec, pad_token_id=tokenizer.pad_token_id,
                                       context=context)
-    total_steps = total_optimizer_steps(
-        max_steps=spec.max_steps, epochs=spec.epochs, example_count=objective.example_count(rows),
-        micro_batch_size=spec.micro_batch_size, grad_accum=spec.grad_accum,
-        world_size=context.world_size)
+    layout = BatchLayout.of(spec, world_size=context.world_size)
+    total_steps = layout.total_steps(max_steps=spec.max_steps, epochs=spec.epochs,
+                                     unit_count=objective.example_count(rows))
     packed_rows = f" in {len(rows)} packed rows" if spec.packing else ""
-    layout = ", each micro-batch one padding-free row" if spec.padding_free else ""
+    padding_free = ", each micro-batch one padding-free row" if spec.padding_free else ""
     examples = f"{tokenized.train_examples} {'pairs' if objective.unit == 'pairs' else 'examples'}"
-    return TrainingData(batches, total_steps, f"{examples}{packed_rows}{layout}")
+    return TrainingData(batches, total_steps,
+                        f"{examples}{packed_rows}{padding_free}; {layout.as_text()}")
 
 
 def export_trained_model(backend: TrainingBackend, spec: JobSpec, run: RunFolder, *,
@@ -200,12 +203,12 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *
                       ) -> Throughput:
     throughput = Throughput(first_step=start_step + 1)
     footprint_pending = True
+    # The schedule the preview shows (tunedeck/training_steps.py), over this run's steps.
+    schedule = LearningRateSchedule.of(spec, total_steps=total_steps)
     start_training_peaks(context.device)
     for step in range(start_step + 1, total_steps + 1):
         started = time.perf_counter()
-        learning_rate = learning_rate_at(step - 1, peak_learning_rate=spec.learning_rate,
-                                         warmup_steps=spec.warmup_steps, total_steps=total_steps,
-                                         schedule=spec.lr_schedule)
+        learning_rate = schedule.rate(step)
         backend.set_learning_rate(learning_rate)
         step_batches = [next(batches) for _ in range(spec.grad_accum)]
         loss, tokens, grad_norm_value, figures = run_optimizer_step(

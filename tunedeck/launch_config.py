@@ -1,5 +1,5 @@
 """Pure generators: the backend's config (its own module's, tunedeck/backends/), the trainer's
-settings and the torchrun argv.
+settings (tunedeck/training_plan.py's plan) and the torchrun argv.
 
 Each is a function of the job spec alone (no I/O, no environment), so the form's preview,
 the API's `/config`, the run folder and the trainer all see the same bytes.
@@ -9,50 +9,48 @@ from __future__ import annotations
 from typing import Any
 
 from tunedeck.backends import backend_of
-from tunedeck.backends.base import TORCH_DTYPE_NAMES
-from tunedeck.spec.job_spec import JobSpec
 from tunedeck.run_folder import LOGS_DIR, RANK_LOGS_DIR
-
-# The spec's attention -> transformers' attn_implementation.
-ATTENTION_IMPLEMENTATIONS = {"sdpa": "sdpa", "flash": "flash_attention_2"}
-
-
-def quantization_config(spec: JobSpec) -> dict[str, Any] | None:
-    """QLoRA's bitsandbytes 4-bit settings (Hugging Face `BitsAndBytesConfig` keywords)."""
-    if spec.method != "qlora":
-        return None
-    return {
-        "load_in_4bit": True,
-        "bnb_4bit_quant_type": "nf4",
-        "bnb_4bit_use_double_quant": True,
-        "bnb_4bit_compute_dtype": TORCH_DTYPE_NAMES[spec.precision],
-    }
+from tunedeck.spec.job_spec import JobSpec
+from tunedeck.training_plan import (attention_implementation, kernels_preview,
+                                    objective_settings, quantization_config)
+from tunedeck.training_steps import (BatchLayout, LearningRateSchedule, checkpoint_count,
+                                     eval_count, run_length)
 
 
 def trainer_settings(spec: JobSpec) -> dict[str, Any]:
-    """What the trainer does around the backend, in the same words the preview shows."""
+    """What the trainer does around the backend, led by the objective, as the preview and
+    /api/jobs/{id}/config show it: each part the answer of the function the ranks run
+    (tunedeck/training_steps.py, tunedeck/training_plan.py), not a description of it."""
+    layout = BatchLayout.of(spec)
+    total_steps = spec.max_steps  # None for epochs: known once the data is tokenized
     return {
+        **objective_settings(spec),
         "method": spec.method,
+        "precision": spec.precision,
         "quantization": quantization_config(spec),
         # Hugging Face gradient checkpointing (non-reentrant), under either backend.
         "activation_checkpointing": spec.activation_checkpointing,
-        "precision": spec.precision,
         "seed": spec.seed,
-        "training_length": ({"max_steps": spec.max_steps} if spec.max_steps is not None
-                            else {"epochs": spec.epochs}),
-        "lr_schedule": {"type": spec.lr_schedule, "peak": spec.learning_rate,
-                        "warmup_steps": spec.warmup_steps},
+        "batch": layout.as_json(),
+        "steps": run_length(spec, layout),
+        "lr_schedule": LearningRateSchedule.of(spec).as_json(),
         "packing": spec.packing,
         # The speed options (trainer/speed/): what the model runs on, each a spec field.
-        "kernels": spec.kernels,
-        "attention": ATTENTION_IMPLEMENTATIONS[spec.attention],
+        "kernels": kernels_preview(spec),
+        "attention": {"spec": spec.attention,
+                      "attn_implementation": attention_implementation(spec)},
         "padding_free": spec.padding_free,
         "fused_optimizer": spec.fused_optimizer,
         "eval": ({"split": spec.eval_split, "dataset": spec.eval_dataset,
-                  "every_steps": spec.eval_every_steps} if spec.has_eval else None),
+                  "every_steps": spec.eval_every_steps,
+                  "runs": None if total_steps is None else eval_count(
+                      total_steps=total_steps, every_steps=spec.eval_every_steps)}
+                 if spec.has_eval else None),
         "checkpoints": ({"every_steps": spec.checkpoint_every_steps,
                          "keep": spec.keep_checkpoints,
-                         "format": backend_of(spec).checkpoint_format}
+                         "format": backend_of(spec).checkpoint_format,
+                         "saves": None if total_steps is None else checkpoint_count(
+                             total_steps=total_steps, every_steps=spec.checkpoint_every_steps)}
                         if spec.checkpoint_every_steps else None),
     }
 

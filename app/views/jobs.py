@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from app.views.artifacts import ARTIFACT_KINDS, artifact_summary
-from tunedeck.launch_config import backend_config, build_torchrun_argv
+from tunedeck.launch_config import backend_config, build_torchrun_argv, trainer_settings
 from tunedeck.db.models import Job
 from tunedeck.jobs.states import FINISHED_STATUSES
 from tunedeck.run_folder import RunFolder, read_json
@@ -79,15 +79,15 @@ def job_config(job: Job) -> dict[str, Any]:
         launch = read_json(run.launch_file)
         config_file = run.backend_config_file(spec.backend)
         config = read_json(config_file) if config_file.is_file() else backend_config(spec)
-        shown = {"backend": spec.backend, "config": config, "argv": launch["argv"],
-                 "env": launch.get("env", {}), "source": "run folder"}
+        shown = {"backend": spec.backend, "config": config, "trainer": trainer_settings(spec),
+                 "argv": launch["argv"], "env": launch.get("env", {}), "source": "run folder"}
         script = run.path / SBATCH_SCRIPT_NAME
         if script.is_file():  # a Slurm executor's: the script sbatch was given
             shown["sbatch_script"] = script.read_text(encoding="utf-8", errors="replace")
         return shown
     argv = build_torchrun_argv(spec, run.path.as_posix() if run else "RUN_DIR")
-    return {"backend": spec.backend, "config": backend_config(spec), "argv": argv, "env": {},
-            "source": "generated"}
+    return {"backend": spec.backend, "config": backend_config(spec),
+            "trainer": trainer_settings(spec), "argv": argv, "env": {}, "source": "generated"}
 
 
 def job_log_file(job: Job) -> Path | None:

@@ -84,7 +84,7 @@ def test_a_preflight_the_broker_refuses_fails_at_once_saying_so(database, tmp_pa
 
 def test_the_histogram_shows_every_bin_to_seq_len_and_over_it_only_what_is_used():
     from app.ui.new_job.preflight_handlers import histogram_html
-    from trainer.data.dataset_preflight import length_histogram
+    from trainer.data.preflight_figures import length_histogram
 
     inside = histogram_html(length_histogram([10, 20, 30], seq_len=256))
     assert inside.count("<tr><td>") == 8 and "225-256" in inside and ">= 481" not in inside

@@ -108,9 +108,12 @@ def test_epochs_eval_packing_and_checkpoints_reach_the_spec_and_the_trainer_prev
     trainer = json.loads(form_handlers.preview_form(form, principal=OPEN_PRINCIPAL, settings=Settings()).trainer_json)
     # ZeRO-2's activation checkpointing is the trainer's, so the preview shows it there.
     assert trainer["activation_checkpointing"] is True
-    assert trainer["eval"] == {"split": 0.1, "dataset": None, "every_steps": 5}
-    assert trainer["checkpoints"] == {"every_steps": 10, "keep": 3, "format": "deepspeed"}
-    assert trainer["training_length"] == {"epochs": 2}
+    # Epochs: how many steps (and so evaluations and checkpoints) only the data will say.
+    assert trainer["eval"] == {"split": 0.1, "dataset": None, "every_steps": 5, "runs": None}
+    assert trainer["checkpoints"] == {"every_steps": 10, "keep": 3, "format": "deepspeed",
+                                      "saves": None}
+    assert trainer["steps"]["epochs"] == 2 and trainer["steps"]["total"] is None
+    assert trainer["batch"]["unit"] == "packed rows"
     _spec, problems = form_handlers.form_to_spec(make_form(epochs=1))
     assert "set max_steps or epochs, not both" in problems
     _spec, problems = form_handlers.form_to_spec(make_form(eval_every_steps=5))

@@ -13,7 +13,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from tunedeck.launch_config import quantization_config
+from tunedeck.training_plan import quantization_config
 from tunedeck.backends.fsdp import fsdp_settings
 from tunedeck.backends.zero2 import zero2_config
 from tunedeck.spec.job_spec import JobSpec

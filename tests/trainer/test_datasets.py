@@ -6,7 +6,8 @@ from trainer.data.builtin_dataset import ARITHMETIC_SIZE, arithmetic_pairs
 from trainer.token_loss import IGNORE_INDEX
 from tunedeck.data.records import Example
 from trainer.data.datasets import (collate, load_examples, micro_batches, rank_shard_order,
-                                   render_prompt, tokenize_example, tokenize_examples)
+                                   render_prompt, tokenize_examples)
+from tests.trainer.tokenizing import tokenize_example
 
 
 def write_jsonl(path, records):

@@ -1,7 +1,12 @@
-"""A real 2-rank run with a held-out eval split, periodic evaluation and packed rows."""
+"""A real 2-rank run with a held-out eval split, periodic evaluation and packed rows, and
+what it did as the preview said it would."""
 from statistics import mean
 
 import pytest
+
+from tunedeck.launch_config import trainer_settings
+from tunedeck.run_folder import read_json
+from tunedeck.spec.job_spec import JobSpec
 
 pytestmark = pytest.mark.torchrun
 
@@ -31,7 +36,18 @@ def test_packed_run_with_an_eval_split_reports_a_falling_eval_loss(backend, run_
     started = next(event["message"] for event in result.events_of_kind(0, "notice")
                    if event["message"].startswith("training started"))
     assert "1600 examples in" in started and "packed rows" in started, started
+
+    # The preview of this spec is what the ranks did: the rates at its landmark steps, the
+    # evaluations, the batch layout, the kernels auto chose on this (CPU) host.
+    preview = trainer_settings(JobSpec.model_validate(read_json(result.run.spec_file)))
+    rates = {event["step"]: event["learning_rate"] for event in result.events_of_kind(0, "step")}
+    assert [rates[point["step"]] for point in preview["lr_schedule"]["at_steps"]] == \
+        [point["learning_rate"] for point in preview["lr_schedule"]["at_steps"]]
+    assert len(evaluations[0]) == preview["eval"]["runs"]
+    assert (f"{preview['batch']['micro_batch_size']} packed rows x 1 micro-batches x 2 ranks "
+            f"= {preview['batch']['per_step']} packed rows a step") in started, started
     # kernels auto (the default) says what it chose and why, in the job's events.
     assert [event["message"] for event in result.events_of_kind(0, "notice")
             if event["message"].startswith("kernels auto")] == [
-        "kernels auto: none (no CUDA GPU on this host (Liger's kernels are GPU code))"]
+        "kernels auto: none (no CUDA GPU on this host (Liger's kernels are GPU code))"] == [
+        f"kernels auto: none ({preview['kernels']['cpu_host']['why']})"]

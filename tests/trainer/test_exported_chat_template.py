@@ -10,7 +10,8 @@ import pytest
 
 from tests.trainer.conftest import launch_trainer, write_run
 from tests.trainer.model_families import write_family_model
-from trainer.data.datasets import prompt_token_ids, tokenize_example
+from trainer.data.datasets import prompt_token_ids
+from tests.trainer.tokenizing import tokenize_example
 from trainer.generation import generate, load_for_generation
 from trainer.model.model_source import load_tokenizer, resolve_model_source
 from tunedeck.data.records import Example

@@ -7,7 +7,8 @@ import os
 import sys
 
 from tunedeck.services.line_server import LineServer
-from trainer.data.datasets import prompt_token_ids, tokenize_example
+from trainer.data.datasets import prompt_token_ids
+from tests.trainer.tokenizing import tokenize_example
 from tunedeck.data.records import single_turn
 
 QUESTION = {"messages": [{"role": "user", "content": "What is 2 plus 3?"}],

@@ -10,15 +10,15 @@ from trainer.speed.options import resolve_auto_kernels
 from trainer.telemetry import allocator_peaks, first_step_memory_text
 from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.architectures import KNOWN_MODEL_TYPES
-from tunedeck.spec.sections import LIGER_FAMILIES, auto_kernels
+from tunedeck.training_plan import LIGER_FAMILIES, Host, auto_kernels
 
 LLAMA_ONLY = frozenset({"llama"})
 
 
 def rule(method="lora", model_type="llama", *, families=lambda: LLAMA_ONLY, cuda=True,
          installed=True) -> tuple[str, str]:
-    return auto_kernels(method=method, model_type=lambda: model_type, liger_families=families,
-                        cuda_available=cuda, liger_installed=installed)
+    return auto_kernels(method, Host(cuda_available=cuda, liger_installed=installed,
+                                     model_type=lambda: model_type, liger_families=families))
 
 
 def rank_on(device: str) -> RankContext:
@@ -45,10 +45,10 @@ def test_the_model_and_liger_are_asked_only_once_host_and_method_qualify():
         raise AssertionError("read too early")
     for early_out in ({"cuda_available": False, "liger_installed": True},
                       {"cuda_available": True, "liger_installed": False}):
-        assert auto_kernels(method="lora", model_type=never, liger_families=never,
-                            **early_out)[0] == "none"
-    assert auto_kernels(method="full", model_type=never, liger_families=never,
-                        cuda_available=True, liger_installed=True)[0] == "none"
+        host = Host(model_type=never, liger_families=never, **early_out)
+        assert auto_kernels("lora", host).kernels == "none"
+    host = Host(cuda_available=True, liger_installed=True, model_type=never, liger_families=never)
+    assert auto_kernels("full", host).kernels == "none"
 
 
 def test_the_planners_liger_families_are_those_liger_patches_of_the_families_it_counts():

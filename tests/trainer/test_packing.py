@@ -5,7 +5,8 @@ import torch
 
 from trainer.token_loss import IGNORE_INDEX
 from tunedeck.data.records import Example
-from trainer.data.datasets import TokenizedExample, collate, tokenize_example
+from trainer.data.datasets import TokenizedExample, collate
+from tests.trainer.tokenizing import tokenize_example
 from trainer.token_loss import summed_token_loss
 from trainer.data.packing import pack_examples
 

@@ -121,13 +121,24 @@ def test_the_models_own_summed_loss_is_the_loss_taken_from_the_logits(family, pa
 def test_evaluation_scores_the_same_from_the_models_own_loss(family):
     """What Liger's eval path takes (the model's summed loss, its router loss left out)
     equals the eval loss taken from the logits."""
-    from trainer.evaluation import score_micro_batch
-
     model = family_model(family)
     batch = collate(examples(seed=2), pad_token_id=0)
-    from_logits = score_micro_batch(model, batch)
-    in_model = score_micro_batch(model, batch, loss_in_model=True,
-                                 aux_loss_coefficient=router_aux_loss_coefficient(model))
+    from_logits = scored_as_evaluated(model, batch)
+    in_model = scored_as_evaluated(model, batch, loss_in_model=True,
+                                   aux_loss_coefficient=router_aux_loss_coefficient(model))
     assert float(in_model[0]) == pytest.approx(float(from_logits[0]), rel=1e-5)
     assert int(in_model[1]) == int(from_logits[1])
     assert model.training
+
+
+def scored_as_evaluated(model, batch, *, loss_in_model: bool = False,
+                        aux_loss_coefficient: float = 0.0):
+    """Supervised fine-tuning's (summed answer-token loss, answer-token count) of one
+    micro-batch as a backend's `evaluate` takes it: the objective's score, in eval mode and
+    without gradients."""
+    from trainer.evaluation import forward_only
+    from trainer.objectives.sft import SftObjective
+
+    objective = SftObjective(loss_in_model=loss_in_model,
+                             aux_loss_coefficient=aux_loss_coefficient)
+    return forward_only(model, lambda model: objective.score(model, batch))

@@ -7,8 +7,9 @@ import torch
 from trainer.rank import RankContext
 from trainer.speed.host_support import speed_option_problems
 from trainer.speed.liger import liger_family_problem
-from trainer.speed.options import attn_implementation, check_speed_options, loss_in_model
+from trainer.speed.options import check_speed_options, loss_in_model
 from tunedeck.spec.job_spec import JobSpec
+from tunedeck.training_plan import attention_implementation
 
 
 def spec(**fields) -> JobSpec:
@@ -45,8 +46,8 @@ def test_a_cpu_rank_refuses_liger_before_loading_anything(builtin_model_dir):
 
 
 def test_the_attention_kernel_and_where_the_loss_is_taken():
-    assert attn_implementation(spec()) is None  # transformers' own default: sdpa
-    assert attn_implementation(spec(attention="flash")) == "flash_attention_2"
+    assert attention_implementation(spec()) is None  # transformers' own default: sdpa
+    assert attention_implementation(spec(attention="flash")) == "flash_attention_2"
     assert not loss_in_model(spec())
     assert loss_in_model(spec(kernels="liger"))
 

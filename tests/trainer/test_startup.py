@@ -8,7 +8,8 @@ import pytest
 
 from trainer.token_loss import IGNORE_INDEX
 from tunedeck.data.records import Example
-from trainer.data.datasets import tokenize_example, tokenize_examples
+from trainer.data.datasets import tokenize_examples
+from tests.trainer.tokenizing import tokenize_example
 from trainer.startup.startup_clock import StartupClock
 
 EXAMPLES = [

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from tunedeck.data.records import Example
-from trainer.data.datasets import collate, tokenize_example
+from trainer.data.datasets import collate
+from tests.trainer.tokenizing import tokenize_example
 from trainer.token_loss import (IGNORE_INDEX, loss_token_count, micro_batch_objective,
                                 router_aux_loss_coefficient, step_loss_weight)
 

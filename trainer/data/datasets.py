@@ -110,11 +110,6 @@ def _answer_after(prompt_text: str, full_text: str, *, source: str) -> str:
     return full_text[len(prompt_text):]
 
 
-def tokenize_example(tokenizer, example: Example, seq_len: int, *,
-                     source: str = "dataset") -> TokenizedExample:
-    return tokenize_all(tokenizer, [example], seq_len, source=source)[0]
-
-
 def tokenize_all(tokenizer, examples: list[Example], seq_len: int | None, *,
                   source: str) -> list[TokenizedExample]:
     """Each example tokenized with masked labels. Texts are rendered and tokenized in

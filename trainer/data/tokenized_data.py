@@ -30,7 +30,7 @@ from tunedeck.run_folder import RunFolder
 from tunedeck.metrics.events import TOKENIZE
 
 from trainer.data.datasets import TokenizedExample, tokenize_all, has_answer_tokens
-from trainer.evaluation import eval_source, load_train_and_eval_examples
+from trainer.data.eval_set import eval_source, load_train_and_eval_records
 from trainer.data.packing import pack_examples
 from trainer.startup.progress import Phase
 from trainer.rank import RankContext
@@ -125,14 +125,15 @@ def remove_tokenized(run: RunFolder, *, context: RankContext) -> None:
 def tokenize_example_splits(spec: JobSpec, tokenizer, *, ranks: int, telemetry=None) -> dict:
     """{split: rows} and the train example count: the one path from records to rows.
     With `telemetry`, a "tokenize" phase counts the records (train and eval) done."""
-    examples, eval_examples = load_train_and_eval_examples(spec, ranks=ranks)
+    examples, eval_examples = load_train_and_eval_records(spec, ranks=ranks)
     train_rows, eval_rows = tokenize_train_and_eval(
         spec, examples, eval_examples, telemetry=telemetry,
         tokenize=lambda records, phase, source: _tokenize_in_chunks(
             tokenizer, records, spec.seq_len, phase=phase, source=source))
     if spec.packing:
         # The step count for `epochs` counts rows: packing makes fewer of them.
-        train_rows, eval_rows = pack_examples(train_rows, spec.seq_len), pack_examples(eval_rows, spec.seq_len)
+        train_rows = pack_examples(train_rows, spec.seq_len)
+        eval_rows = pack_examples(eval_rows, spec.seq_len)
     return {"rows": {"train": train_rows, "eval": eval_rows}, "train_examples": len(examples)}
 
 

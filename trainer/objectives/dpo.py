@@ -76,9 +76,13 @@ class DpoObjective:
 
     @classmethod
     def tokenize_splits(cls, spec: JobSpec, tokenizer, *, ranks: int, telemetry=None):
+        from trainer.data.eval_set import load_train_and_eval_records
+        from trainer.data.preference_data import load_spec_pairs
         from trainer.data.tokenized_data import tokenize_train_and_eval
 
-        pairs, eval_pairs = load_train_and_eval_pairs(spec, ranks=ranks)
+        # Held out as examples are: a separate eval_dataset, or a seeded eval_split.
+        pairs, eval_pairs = load_train_and_eval_records(spec, ranks=ranks, load=load_spec_pairs,
+                                                        what="pairs")
         train, evaluated = tokenize_train_and_eval(
             spec, pairs, eval_pairs, telemetry=telemetry,
             tokenize=lambda records, phase, source: _tokenize_in_chunks(
@@ -227,26 +231,6 @@ def reference_table(forward_only, rows, *, spec: JobSpec, pad_token_id: int,
                 table[index] = values[row]
     dist.all_reduce(table)
     return table.float().cpu()
-
-
-def load_train_and_eval_pairs(spec: JobSpec, *, ranks: int):
-    """(training pairs, eval pairs), as trainer/evaluation.py splits examples: a separate
-    eval_dataset, or a seeded eval_split held out before any batch exists."""
-    from tunedeck.data.records import eval_split_problem, split_eval_examples
-
-    from trainer.data.preference_data import load_spec_pairs
-
-    pairs = load_spec_pairs(spec)
-    if spec.eval_dataset is not None:
-        return pairs, load_spec_pairs(spec, field="eval_dataset")
-    problem = eval_split_problem(len(pairs), fraction=spec.eval_split,
-                                 micro_batch_size=spec.micro_batch_size, ranks=ranks,
-                                 what="pairs")
-    if problem:
-        raise ValueError(f"{problem} (dataset {spec.dataset})")
-    if spec.eval_split == 0:
-        return pairs, []
-    return split_eval_examples(pairs, fraction=spec.eval_split, seed=spec.seed)
 
 
 def pair_rows(pairs: list[TokenizedPair]) -> list[TokenizedExample]:

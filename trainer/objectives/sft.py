@@ -7,9 +7,8 @@ from typing import Any
 
 from tunedeck.spec.job_spec import JobSpec
 
-from trainer.data.datasets import MicroBatch, TokenizedExample, micro_batches
-from trainer.evaluation import rank_eval_batches
-from trainer.data.datasets import collate_rows
+from trainer.data.datasets import MicroBatch, TokenizedExample, collate_rows, micro_batches
+from trainer.data.eval_set import rank_eval_batches
 from trainer.rank import RankContext
 from trainer.token_loss import (micro_batch_objective, model_summed_loss,
                                 router_aux_loss_coefficient, summed_token_loss)

@@ -1,13 +1,13 @@
 """The speed options as train() meets them: `kernels: auto` made liger or none for this
-host, checked before the weights load, the attention kernel the model loads with, Liger's
-patches before the method's adapter, and where the loss is taken."""
+host (by tunedeck/training_plan.py's rule, which the preview shows), checked before the
+weights load, Liger's patches before the method's adapter, and where the loss is taken. The
+attention kernel the model loads with is the plan's `attention_implementation`."""
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from tunedeck.launch_config import ATTENTION_IMPLEMENTATIONS
 from tunedeck.spec.job_spec import JobSpec
-from tunedeck.spec.sections import auto_kernels
+from tunedeck.training_plan import Host, auto_kernels
 
 from trainer.rank import RankContext
 from trainer.speed.host_support import check_host_runs, package_installed
@@ -22,10 +22,10 @@ def resolve_auto_kernels(spec: JobSpec, model_source: str, *, context: RankConte
     and why; a spec that names its kernels is returned as it is, with None."""
     if spec.kernels != "auto":
         return spec, None
-    choice, why = auto_kernels(
-        method=spec.method, model_type=lambda: model_type_of(model_source, spec),
-        liger_families=liger_model_types, cuda_available=context.uses_cuda,
-        liger_installed=installed("liger_kernel"))
+    host = Host(cuda_available=context.uses_cuda, liger_installed=installed("liger_kernel"),
+                model_type=lambda: model_type_of(model_source, spec),
+                liger_families=liger_model_types)
+    choice, why = auto_kernels(spec.method, host)
     return spec.model_copy(update={"kernels": choice}), f"kernels auto: {choice} ({why})"
 
 
@@ -44,12 +44,6 @@ def model_type_of(model_source: str, spec: JobSpec) -> str:
 
     config = AutoConfig.from_pretrained(model_source, trust_remote_code=spec.trust_remote_code)
     return config.model_type
-
-
-def attn_implementation(spec: JobSpec) -> str | None:
-    """transformers' name for the spec's attention kernel; None for sdpa, which is
-    transformers' own default (and leaves the eager path to a family without sdpa)."""
-    return ATTENTION_IMPLEMENTATIONS[spec.attention] if spec.attention != "sdpa" else None
 
 
 def loss_in_model(spec: JobSpec) -> bool:

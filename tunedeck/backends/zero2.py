@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunedeck.backends.base import (ADAM_BETAS, ADAM_EPSILON, ADAM_STATE_BYTES, Backend,
                                     ModelStates, RankStates, adam_step_bytes)
+from tunedeck.training_steps import BatchLayout
 from tunedeck.units import FP32_BYTES, compute_bytes
 
 if TYPE_CHECKING:
@@ -38,21 +39,6 @@ def zero2_bucket_bytes(spec: JobSpec, trainable: int) -> float:
     return buckets * compute_bytes(spec.precision) * elements
 
 
-def deepspeed_zero2_estimate(total_parameters: int, *, gpus_per_node: int, nodes: int,
-                             cpu_offload: bool, additional_buffer_factor: float = 1.5
-                             ) -> tuple[int, int]:
-    """(host bytes, GPU bytes) by DeepSpeed's own ZeRO-2 convention (2P + 18P/N on the GPU;
-    2P with offload), as `estimate_zero2_model_states_mem_needs` counts them."""
-    total_gpus = gpus_per_node * nodes
-    if cpu_offload:
-        gpu = 2 * total_parameters
-        host = total_parameters * max(4 * total_gpus, 16) * additional_buffer_factor
-    else:
-        gpu = 2 * total_parameters + int(18 * total_parameters / total_gpus)
-        host = total_parameters * 4 * gpus_per_node * additional_buffer_factor
-    return int(host), int(gpu)
-
-
 def zero2_config(spec: JobSpec) -> dict[str, Any]:
     """The DeepSpeed JSON for a ZeRO-2 run of this spec."""
     zero_optimization: dict[str, Any] = {
@@ -68,7 +54,8 @@ def zero2_config(spec: JobSpec) -> dict[str, Any]:
     return {
         "train_micro_batch_size_per_gpu": spec.micro_batch_size,
         "gradient_accumulation_steps": spec.grad_accum,
-        "train_batch_size": spec.micro_batch_size * spec.grad_accum * spec.world_size,
+        # DeepSpeed checks it is micro-batch x accumulation x world size: the layout's.
+        "train_batch_size": BatchLayout.of(spec).units_per_step,
         # 0 turns DeepSpeed's clipping off, as it does the spec's.
         "gradient_clipping": spec.max_grad_norm,
         "zero_optimization": zero_optimization,

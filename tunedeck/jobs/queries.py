@@ -125,11 +125,6 @@ def latest_placement_notes(*, session: Session, job_ids: list[int]) -> dict[int,
     return {job_id: message for job_id, message in rows}
 
 
-def is_cancel_requested(*, session: Session, job_id: int) -> bool:
-    flag = session.scalar(select(Job.cancel_requested).where(Job.id == job_id))
-    return bool(flag)
-
-
 def run_control(*, session: Session, job_id: int, worker_name: str | None) -> tuple[bool, bool]:
     """What a supervising worker obeys: (cancel requested, still ours). A job is no longer
     ours once the sweep gave it up for lost (it is failed, or queued for another worker)."""

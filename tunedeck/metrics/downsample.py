@@ -13,19 +13,13 @@ whole-array numpy reductions, not a Python loop a point.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Hashable, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 DEFAULT_MAX_POINTS = 2000
 
-Row = dict[str, Any]
 Column = Sequence[Any]
-
-
-def keep_indices(columns: Sequence[Column], count: int, max_points: int) -> list[int]:
-    """The sorted indices (of `count` points) to keep: at most `max_points`."""
-    return keep_positions(figure_array(columns, count), max_points).tolist()
 
 
 def figure_array(columns: Sequence[Column], count: int) -> np.ndarray:
@@ -45,7 +39,8 @@ def figure_array(columns: Sequence[Column], count: int) -> np.ndarray:
 
 
 def keep_positions(figures: np.ndarray, max_points: int) -> np.ndarray:
-    """`keep_indices` for a line given as `figure_array`: the sorted positions to keep."""
+    """The sorted positions to keep of a line given as `figure_array` (a row a figure):
+    at most `max_points`."""
     count = figures.shape[1]
     if count <= max_points:
         return np.arange(count)
@@ -60,25 +55,6 @@ def keep_positions(figures: np.ndarray, max_points: int) -> np.ndarray:
         finer = _bucket_extremes(figures, buckets * (max_points - 2) // len(kept))
         kept = finer if len(finer) <= max_points else kept
     return kept
-
-
-def downsample_rows(rows: Sequence[Row], max_points: int, value_keys: Iterable[str]) -> list[Row]:
-    """At most `max_points` of `rows` (in their order), keeping the first, the last and
-    each bucket's extremes of every key in `value_keys` (None values are skipped)."""
-    columns = [[row.get(key) for row in rows] for key in value_keys]
-    return [rows[index] for index in keep_indices(columns, len(rows), max_points)]
-
-
-def downsample_groups(rows: Sequence[Row], max_points: int, value_keys: Iterable[str],
-                      group_of: Callable[[Row], Hashable]) -> list[Row]:
-    """Downsample each line (rows sharing `group_of(row)`: a rank, a GPU) on its own, each
-    to at most `max_points`; the rows kept stay in their original order."""
-    keys = tuple(value_keys)
-    groups: dict[Hashable, list[Row]] = {}
-    for row in rows:
-        groups.setdefault(group_of(row), []).append(row)
-    kept = {id(row) for group in groups.values() for row in downsample_rows(group, max_points, keys)}
-    return [row for row in rows if id(row) in kept]
 
 
 def _bucket_extremes(figures: np.ndarray, buckets: int) -> np.ndarray:
@@ -117,17 +93,6 @@ def downsample_tuples(rows: Sequence[Sequence[Any]], *, group_width: int,
     ids, keys = columns[0], columns[1:1 + group_width]
     figures = figure_array(columns[1 + group_width:], len(rows))
     return [ids[position] for position in _keep_line_positions(keys, figures, max_points)]
-
-
-def keep_line_positions(table: np.ndarray, *, group_width: int, max_points: int) -> np.ndarray:
-    """`downsample_tuples` for rows already in one float array, a row a point: columns
-    `(*group key, *figures)`, NaN for a missing figure. The sorted positions to keep."""
-    if not len(table):
-        return np.empty(0, dtype=int)
-    keys = [table[:, column] for column in range(group_width)]
-    figures = np.ascontiguousarray(table[:, group_width:].T)
-    figures[~np.isfinite(figures)] = math.nan
-    return _keep_line_positions(keys, figures, max_points)
 
 
 def _keep_line_positions(keys: Sequence[Sequence[Any]], figures: np.ndarray,

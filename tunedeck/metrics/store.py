@@ -239,21 +239,6 @@ def _finite_or_none(value: Any) -> Any:
     return value
 
 
-def latest_step_summary(*, session: Session, job_id: int) -> dict[str, Any] | None:
-    """The newest rank-0 step row, for the jobs table."""
-    values = session.scalar(
-        select(MetricPoint.values)
-        .where(MetricPoint.job_id == job_id, MetricPoint.kind == metrics_event.STEP,
-               MetricPoint.rank == TRAIN_SERIES_RANK)
-        .order_by(MetricPoint.seq.desc()).limit(1)
-    )
-    return values
-
-
-def count_metric_points(*, session: Session, job_id: int) -> int:
-    return session.scalar(select(func.count()).where(MetricPoint.job_id == job_id)) or 0
-
-
 def newest_step_rows(*, session: Session, job_ids: list[int]) -> dict[int, dict[str, Any]]:
     """The newest rank-0 step row of each job that has one (by job id), in one query
     however many jobs (GET /api/jobs' `latest`, the jobs table)."""

@@ -28,11 +28,12 @@ activation checkpointing each layer keeps only its input, and one layer at a tim
 recomputed during backward.
 
 With Liger's kernels (`kernels: liger`, or `auto` where it picks them: the plan is for a
-GPU worker, which has liger-kernel; spec_sections.auto_kernels) a norm keeps only its
-c-byte input (and an fp32 scale per row), the SwiGLU only its gate and up outputs (SiLU is recomputed in backward),
-and no logits exist: the fused linear cross-entropy computes each chunk's logits and their
-gradient in forward and keeps the input's gradient (c bytes per hidden unit), plus the
-output head's gradient when the head trains (a full fine-tune).
+GPU worker, which has liger-kernel; tunedeck/training_plan.py's auto_kernels) a norm keeps
+only its c-byte input (and an fp32 scale per row), the SwiGLU only its gate and up outputs
+(SiLU is recomputed in backward), and no logits exist: the fused linear cross-entropy
+computes each chunk's logits and their gradient in forward and keeps the input's gradient
+(c bytes per hidden unit), plus the output head's gradient when the head trains (a full
+fine-tune).
 
 Masks: a padded micro-batch (more than one row), packed rows and padding-free rows under
 sdpa carry a boolean mask, which PyTorch's memory-efficient kernel (the one that takes a
@@ -55,7 +56,7 @@ from __future__ import annotations
 
 from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.model_shapes import ModelShape, is_adapted_linear
-from tunedeck.spec.sections import LIGER_FAMILIES, auto_kernels
+from tunedeck.training_plan import gpu_worker, kernels_on
 from tunedeck.units import FP32_BYTES, compute_bytes
 
 DROPOUT_MASK_BYTES = 1  # CUDA's dropout keeps a boolean mask
@@ -88,12 +89,7 @@ def uses_fused_loss(spec: JobSpec, shape: ModelShape) -> bool:
 
 def uses_liger(spec: JobSpec, shape: ModelShape) -> bool:
     """Whether the job runs Liger's kernels on a GPU worker."""
-    if spec.kernels != "auto":
-        return spec.kernels == "liger"
-    choice, _why = auto_kernels(method=spec.method, model_type=lambda: shape.model_type,
-                                liger_families=lambda: LIGER_FAMILIES, cuda_available=True,
-                                liger_installed=True)
-    return choice == "liger"
+    return kernels_on(spec, gpu_worker(shape.model_type)).kernels == "liger"
 
 
 def _weights_train(spec: JobSpec) -> bool:

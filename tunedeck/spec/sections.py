@@ -13,7 +13,8 @@ from tunedeck.spec.unknown_fields import with_unknown_fields_named
 
 # GPU speed options (trainer/speed/): Liger Kernel's Triton kernels, and which attention
 # kernel the model runs (PyTorch's scaled_dot_product_attention, or flash-attn 2).
-# kernels auto: Liger's where a GPU run measured them to win (`auto_kernels`), else none.
+# kernels auto: Liger's where a GPU run measured them to win, else none
+# (tunedeck/training_plan.py's `auto_kernels`).
 Kernels = Literal["auto", "none", "liger"]
 Attention = Literal["sdpa", "flash"]
 KERNELS: tuple[str, ...] = Kernels.__args__
@@ -31,39 +32,6 @@ class SpeedPackage(NamedTuple):
 
 SPEED_PACKAGES = (SpeedPackage("kernels", "liger", "liger_kernel", "liger-kernel"),
                   SpeedPackage("attention", "flash", "flash_attn", "flash-attn"))
-
-
-# `kernels: auto` turns Liger on for these methods: on one H200 it made LoRA 20-38% faster
-# and 22-27% leaner (bench/results/). A full fine-tune joins once a GPU run shows Liger's
-# full path training as the plain one does.
-AUTO_LIGER_METHODS = ("lora", "qlora")
-# The families the memory planner counts that liger-kernel 0.8.5 patches (its
-# MODEL_TYPE_TO_APPLY_LIGER_FN; a test holds this to the installed Liger's table). The
-# trainer asks the installed Liger itself; the planner, which imports no torch, asks this.
-LIGER_FAMILIES = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe",
-                            "gemma", "gemma2", "deepseek_v2", "deepseek_v3"})
-
-
-def auto_kernels(*, method: str, model_type: Callable[[], str],
-                 liger_families: Callable[[], frozenset[str]], cuda_available: bool,
-                 liger_installed: bool) -> tuple[str, str]:
-    """What `kernels: auto` runs, and why: ("liger" | "none", the reason in words). The
-    model's family and Liger's are asked only once the host and the method qualify (the
-    trainer's answers read the model's config and import Liger). The memory planner asks as
-    for a GPU worker, which has liger-kernel (the worker extra installs it)."""
-    if not cuda_available:
-        return "none", "no CUDA GPU on this host (Liger's kernels are GPU code)"
-    if method not in AUTO_LIGER_METHODS:
-        return "none", (f"a {method} fine-tune stays on the plain path until a GPU run shows "
-                        "Liger's full path training as the plain one does; set kernels to "
-                        "liger to use it anyway")
-    if not liger_installed:
-        return "none", ("liger-kernel is not installed on this host (pip install "
-                        "liger-kernel, or the worker extra on a GPU host)")
-    family = model_type()
-    if family not in liger_families():
-        return "none", f"Liger Kernel has no kernels for model family {family!r}"
-    return "liger", f"Liger Kernel for {method} on a {family} model on a CUDA GPU"
 
 
 class StrictModel(BaseModel):

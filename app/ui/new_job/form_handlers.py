@@ -332,16 +332,5 @@ def submit_form(form: dict[str, Any], *, database, celery_app, principal: Princi
 
 
 def trainer_preview(spec: JobSpec) -> dict[str, Any]:
-    """The trainer settings the preview shows, led by the objective: for dpo, its loss and
-    reference as the trainer reads them (the SFT term's weight resolved)."""
-    settings = trainer_settings(spec)
-    if spec.objective != "dpo":
-        return {"objective": spec.objective, **settings}
-    preference = {**spec.dpo.model_dump(mode="json"), "sft_weight": spec.dpo.sft_term_weight}
-    if not spec.dpo.uses_reference:
-        preference.pop("reference")
-    if spec.dpo.loss != "sigmoid":
-        preference.pop("label_smoothing")
-    if spec.dpo.loss != "simpo":
-        preference.pop("simpo_gamma")
-    return {"objective": "dpo", "dpo": preference, **settings}
+    """The trainer settings the preview shows: the core's, computed by what the ranks run."""
+    return trainer_settings(spec)

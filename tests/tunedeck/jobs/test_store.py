@@ -1,8 +1,9 @@
 """The store and its state machine, on SQLite and (marked) PostgreSQL."""
 import pytest
+from sqlalchemy import func, select
 
+from tunedeck.db.models import MetricPoint
 from tunedeck.jobs import queries as job_queries
-
 from tunedeck.jobs import store as job_store
 from tunedeck.spec.job_spec import JobSpec
 from tunedeck.jobs.states import ALLOWED_TRANSITIONS, FINISHED_STATUSES, InvalidTransition
@@ -83,8 +84,11 @@ def test_cancel_queued_ends_at_once_and_running_sets_the_flag(database):
         assert job_store.request_cancel(session=session, job_id=queued_id).status == "cancelled"
         running = job_store.request_cancel(session=session, job_id=running_id)
         assert running.status == "running" and running.cancel_requested
-        assert job_queries.is_cancel_requested(session=session, job_id=running_id)
-        assert not job_queries.is_cancel_requested(session=session, job_id=queued_id)
+        # What a supervising worker reads: (cancel requested, still ours).
+        assert job_queries.run_control(session=session, job_id=running_id,
+                                       worker_name=None) == (True, True)
+        assert job_queries.run_control(session=session, job_id=queued_id,
+                                       worker_name=None) == (False, False)
 
 
 def test_missing_job_is_a_named_error(database):
@@ -138,8 +142,10 @@ def test_metric_points_are_idempotent_and_read_back_as_series(database):
         metric_store.add_metric_points(session=session, job_id=job_id, events=events)
     with database.transaction() as session:
         metrics = metric_store.read_job_metrics(session=session, job_id=job_id)
-        assert metric_store.count_metric_points(session=session, job_id=job_id) == 4
-        assert metric_store.latest_step_summary(session=session, job_id=job_id)["loss"] == 2.5
+        stored = session.scalar(select(func.count()).where(MetricPoint.job_id == job_id))
+        assert stored == 4
+        newest = metric_store.newest_step_rows(session=session, job_ids=[job_id])
+        assert newest[job_id]["loss"] == 2.5
     assert [row["step"] for row in metrics["train"]] == [1]
     assert metrics["train"][0]["tokens_per_second"] == 100.0
     assert [(row["rank"], row["rss_mb"]) for row in metrics["memory"]] == [(0, 300.0), (1, 310.0)]

@@ -2,10 +2,19 @@
 import math
 import random
 
-import numpy as np
+from tunedeck.metrics.downsample import downsample_tuples, figure_array, keep_positions
 
-from tunedeck.metrics.downsample import (downsample_groups, downsample_rows, downsample_tuples,
-                                         keep_indices, keep_line_positions)
+
+def keep_indices(columns, count, max_points):
+    """The sorted indices (of `count` points) to keep, the columns given as lists."""
+    return keep_positions(figure_array(columns, count), max_points).tolist()
+
+
+def downsample_rows(rows, max_points, value_keys):
+    """At most `max_points` of `rows` (dicts, in their order), kept by the extremes of every
+    key in `value_keys`: how a chart's rows would be thinned by the product's buckets."""
+    columns = [[row.get(key) for row in rows] for key in value_keys]
+    return [rows[index] for index in keep_indices(columns, len(rows), max_points)]
 
 
 def _rows(count, spike_at=None):
@@ -50,14 +59,6 @@ def test_tiny_limits():
     assert downsample_rows(rows, 0, ["loss"]) == []
     assert downsample_rows(rows, 1, ["loss"]) == [rows[0]]
     assert downsample_rows(rows, 2, ["loss"]) == [rows[0], rows[-1]]
-
-
-def test_each_group_is_downsampled_on_its_own():
-    rows = [{"rank": step % 2, "mb": float(step)} for step in range(10_000)]
-    kept = downsample_groups(rows, 100, ["mb"], group_of=lambda row: row["rank"])
-    by_rank = {rank: [row for row in kept if row["rank"] == rank] for rank in (0, 1)}
-    assert all(len(line) <= 100 for line in by_rank.values())
-    assert by_rank[0][-1]["mb"] == 9998.0 and by_rank[1][-1]["mb"] == 9999.0
 
 
 def _loop_keep_indices(columns, count, max_points):
@@ -107,16 +108,3 @@ def test_lines_keyed_by_several_columns_are_downsampled_apart():
     for line in range(4):
         mine = [point_id for point_id in kept if point_id % 4 == line]
         assert 2 < len(mine) <= 20 and mine[0] == line and mine[-1] == 999 * 4 + line
-
-
-def test_a_float_table_keeps_the_rows_the_tuples_keep():
-    # What a store fetches as one array (rank, figures; NaN for null) must downsample
-    # exactly as the same rows given as tuples with None.
-    generator = random.Random(5)
-    rows = [(position, position % 3, generator.choice([None, generator.random()]),
-             50.0 if position == 777 else float(position % 11))
-            for position in range(3000)]
-    table = np.array([row[1:] for row in rows], dtype=float)
-    positions = keep_line_positions(table, group_width=1, max_points=40)
-    assert positions.tolist() == downsample_tuples(rows, group_width=1, max_points=40)
-    assert 777 in positions.tolist()  # the spike survives

@@ -26,7 +26,8 @@ def test_eval_points_round_trip_as_the_eval_series(database):
         metric_store.add_metric_points(session=session, job_id=job_id, events=events)  # idempotent
     with database.transaction() as session:
         metrics = metric_store.read_job_metrics(session=session, job_id=job_id)
-        assert metric_store.latest_step_summary(session=session, job_id=job_id)["loss"] == 2.0
+        newest = metric_store.newest_step_rows(session=session, job_ids=[job_id])
+        assert newest[job_id]["loss"] == 2.0
     assert metrics["eval"] == [  # rank 0's rows: every rank reports the same all-reduced loss
         {"time": 2.0, "step": 5, "eval_loss": 2.25, "eval_tokens": 400},
         {"time": 3.0, "step": 10, "eval_loss": 1.5, "eval_tokens": 400},

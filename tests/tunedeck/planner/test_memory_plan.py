@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from tunedeck.backends.zero2 import deepspeed_zero2_estimate
 from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.advice import plan_memory
 from tunedeck.planner.architectures import shape_from_config
@@ -61,6 +60,21 @@ def test_fp32_weights_are_their_own_master_copy():
     ddp = plan_strategies(spec, GpuSet(4, 80), LLAMA_13B)["ddp"]
     assert ddp.breakdown.optimizer == pytest.approx(8 * LLAMA_13B.total_parameters)
     assert not [r for r in plan_memory(spec, GpuSet(4, 80), LLAMA_13B).reasons if "napkin" in r]
+
+
+def deepspeed_zero2_estimate(total_parameters: int, *, gpus_per_node: int, nodes: int,
+                             cpu_offload: bool, additional_buffer_factor: float = 1.5
+                             ) -> tuple[int, int]:
+    """(host bytes, GPU bytes) by DeepSpeed's own ZeRO-2 convention (2P + 18P/N on the GPU;
+    2P with offload), as `estimate_zero2_model_states_mem_needs` counts them."""
+    total_gpus = gpus_per_node * nodes
+    if cpu_offload:
+        gpu = 2 * total_parameters
+        host = total_parameters * max(4 * total_gpus, 16) * additional_buffer_factor
+    else:
+        gpu = 2 * total_parameters + int(18 * total_parameters / total_gpus)
+        host = total_parameters * 4 * gpus_per_node * additional_buffer_factor
+    return int(host), int(gpu)
 
 
 @pytest.mark.parametrize("gpus_per_node, nodes", [(1, 1), (2, 1), (8, 1), (8, 4), (3, 1)])
