@@ -6,7 +6,7 @@ import pytest
 
 from app.actions.compare_backends import ComparisonRefused, backend_variants
 from app.auth.principal import OPEN_PRINCIPAL
-from app.ui import compare_handlers
+from app.ui.compare import compare_handlers
 from app.views.job_compare import BadJobIds, compare_jobs, parse_job_ids, spec_diff
 from tunedeck.jobs import queries as job_queries
 from tunedeck.jobs import store as job_store

@@ -58,7 +58,7 @@ class LiveCharts:
     # A preference (DPO) job's charts, by name; an SFT job's have no point.
     preference: dict[str, pd.DataFrame] = field(default_factory=lambda: preference_frames([]))
 
-    # The live panel's plots, by name (app/ui/tabs/live_panel.py).
+    # The live panel's plots, by name (app/ui/job_page/live_panel.py).
     @property
     def learning_rate(self) -> pd.DataFrame:
         return self.step_charts[LEARNING_RATE.field]

@@ -10,8 +10,8 @@ from typing import Any
 import gradio as gr
 
 from app.auth.principal import principal_of
-from app.ui import compare_handlers
-from app.ui.compare_handlers import PREFERENCE_COLUMNS, Comparison, compare_elem_id
+from app.ui.compare import compare_handlers
+from app.ui.compare.compare_handlers import PREFERENCE_COLUMNS, Comparison, compare_elem_id
 from tunedeck.metrics.figures import PREFERENCE_CHARTS, FigureChart
 
 REFRESH_SECONDS = 2.0

@@ -9,8 +9,8 @@ from typing import Any
 import gradio as gr
 
 from app.auth.principal import principal_of
-from app.ui import job_removal_handlers as removal, jobs_table
-from app.ui.jobs_table import ANY, STATUS_CHOICES, JobsFilter
+from app.ui.jobs import jobs_table, removal_handlers as removal
+from app.ui.jobs.jobs_table import ANY, STATUS_CHOICES, JobsFilter
 
 REFRESH_SECONDS = 2.0
 

@@ -9,16 +9,16 @@ from typing import Any
 import gradio as gr
 
 from app.auth.principal import principal_of
-from app.ui import compare_handlers
+from app.ui.compare import compare_handlers
 from app.ui.database_outage import answers_while_unreachable
 from app.ui.job_ids import parse_job_id
 from app.ui.job_page import job_actions, job_handlers, step_charts
 from app.ui.job_page.job_handlers import JobPage
 from app.ui.charts.page_assets import HOVER_JS
-from app.ui.tabs.failure_panel import build_failure_panel, show_failure
-from app.ui.tabs.live_panel import (build_live_panel, build_preference_panel, build_progress,
-                                    show_live, show_preference)
-from app.ui.tabs.try_it_panel import build_try_it_panel
+from app.ui.job_page.failure_panel import build_failure_panel, show_failure
+from app.ui.job_page.live_panel import (build_live_panel, build_preference_panel,
+                                        build_progress, show_live, show_preference)
+from app.ui.job_page.try_it_panel import build_try_it_panel
 from tunedeck.jobs.states import SUCCEEDED
 from app.ui.unchanged_updates import only_changed
 
