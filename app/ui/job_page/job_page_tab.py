@@ -9,7 +9,6 @@ from typing import Any
 import gradio as gr
 
 from app.auth.principal import principal_of
-from app.ui.compare import compare_handlers
 from app.ui.database_outage import answers_while_unreachable
 from app.ui.job_ids import parse_job_id
 from app.ui.job_page import job_actions, job_handlers, step_charts
@@ -156,7 +155,7 @@ def build_job_page_tab(*, database, celery_app, settings, tab: gr.Tab) -> JobPag
     # No ids while the database is unreachable: build_ui opens Compare on the ids given.
     @answers_while_unreachable(lambda: (gr.skip(), None))
     def compare_backends(selected_job_id, request: gr.Request):
-        return compare_handlers.compare_backends_from_page(
+        return job_actions.compare_backends_from_page(
             selected_job_id, database=database, celery_app=celery_app,
             principal=principal_of(request))
 
