@@ -1,10 +1,10 @@
-"""The "Jobs" tab: every job, refreshed every couple of seconds while the tab is shown, filtered by status, owner
-and model; click a row (or its id, a link to the job's own address) to open it, or tick rows
-to compare, archive, unarchive or delete those jobs."""
+"""The "Jobs" tab: every job, refreshed every couple of seconds while the tab is shown,
+filtered by status, owner and model; click a row (or its id, a link to the job's own address)
+to open it, or tick rows to compare, archive, unarchive or delete those jobs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import gradio as gr
 
@@ -25,7 +25,20 @@ class JobsTab:
 
 
 @dataclass(frozen=True)
-class _Buttons:
+class JobsFilters:
+    status: gr.Dropdown
+    owner: gr.Dropdown
+    model: gr.Dropdown
+    archived: gr.Checkbox  # the archived jobs instead of the others
+
+    @property
+    def inputs(self) -> list[Any]:
+        """In the order of the table refresh's (and JobsFilter.of's) arguments."""
+        return [self.status, self.owner, self.model, self.archived]
+
+
+@dataclass(frozen=True)
+class JobsButtons:
     archive: gr.Button
     unarchive: gr.Button
     delete: gr.Button
@@ -35,7 +48,77 @@ class _Buttons:
     message: gr.Markdown
 
 
-def _build_buttons() -> _Buttons:
+@dataclass(frozen=True)
+class JobsLayout:
+    filters: JobsFilters
+    buttons: JobsButtons
+    # The job ids ticked in this browser, in the order ticked. Kept here and changed only by
+    # a click, never read back from the table: a timer refresh answered just after a click
+    # draws the tick late (on the next refresh) instead of losing it.
+    ticked: gr.State
+    table: gr.Dataframe
+    refresh_timer: gr.Timer
+    selected_job_id: gr.State  # the job of the row last clicked (not on its tick box)
+
+
+@dataclass(frozen=True)
+class JobsActions:
+    done: list[Any]  # the delete, archive and unarchive events: the table redraws after each
+    compared: Any
+    compare_ids: gr.State
+
+
+def build_jobs_tab(*, database, worker_lost_seconds: float, settings, tab: gr.Tab) -> JobsTab:
+    """`tab`: the Jobs tab itself; showing it redraws the table at once."""
+    refresh = table_refresh(database=database, worker_lost_seconds=worker_lost_seconds)
+    page = lay_out_jobs_tab(refresh)
+    wire_filter_choices(page.filters, database=database)
+    actions = wire_actions(page, database=database, settings=settings)
+    wire_refresh(page, refresh, tab=tab, after=actions.done)
+    selected = wire_row_selection(page)
+    return JobsTab(selected=selected, selected_job_id=page.selected_job_id,
+                   compared=actions.compared, compare_ids=actions.compare_ids,
+                   refresh_timer=page.refresh_timer)
+
+
+def lay_out_jobs_tab(refresh: Callable[..., Any]) -> JobsLayout:
+    """The filters, the buttons, the table (`refresh` draws it on each page load) and its
+    timer."""
+    gr.Markdown("Your jobs (an admin's: everyone's), newest first. Click a row to open the "
+                "job's page; its id links the page's own address. Tick rows to compare, "
+                "archive or delete those jobs.")
+    filters = _build_filters()
+    buttons = _build_buttons()
+    ticked = gr.State([])
+    # Not interactive: Gradio's editable checkbox cells take a first click as selecting the
+    # cell (its menu button then covers the box), and every other header would show a lock.
+    # A click on a tick cell is a select event instead, which toggles the job (page_chrome's
+    # CSS lets the click through the read-only box). A callable value is read again on each
+    # page load, so a new browser never sees stale rows.
+    table = gr.Dataframe(refresh, interactive=False, wrap=True, max_height=640,
+                         **jobs_table.table_layout(jobs_table.empty_jobs_table()),
+                         elem_id="jobs-table")
+    # A hidden table redrawn every tick still costs the browser a re-render: the timer runs
+    # only while the tab is shown (build_ui turns it on and off as tabs are selected, and
+    # renders it outside the tabs: one inside a tab not yet drawn misses its switching on).
+    refresh_timer = gr.Timer(REFRESH_SECONDS, active=False, render=False)
+    selected_job_id = gr.State(None)
+    return JobsLayout(filters, buttons, ticked, table, refresh_timer, selected_job_id)
+
+
+def _build_filters() -> JobsFilters:
+    with gr.Row():
+        status = gr.Dropdown(STATUS_CHOICES, value=ANY, label="Status", elem_id="jobs-status")
+        owner = gr.Dropdown([ANY], value=ANY, label="Owner", allow_custom_value=True,
+                            elem_id="jobs-owner")
+        model = gr.Dropdown([ANY], value=ANY, label="Model (any part of it)",
+                            allow_custom_value=True, elem_id="jobs-model")
+        show_archived = gr.Checkbox(False, label="Show archived (only)",
+                                    elem_id="jobs-show-archived")
+    return JobsFilters(status, owner, model, show_archived)
+
+
+def _build_buttons() -> JobsButtons:
     """The row above the table (nearer than below a 640 px table) of what the ticks are for."""
     with gr.Row(elem_id="jobs-buttons"):
         compare = gr.Button("Compare selected", size="sm", scale=1, elem_id="jobs-compare")
@@ -47,21 +130,57 @@ def _build_buttons() -> _Buttons:
         cancel = gr.Button("Cancel", size="sm", visible=False, scale=1,
                            elem_id="jobs-delete-cancel")
     message = gr.Markdown("", elem_id="jobs-action-message")
-    return _Buttons(archive, unarchive, delete, confirm, cancel, compare, message)
+    return JobsButtons(archive, unarchive, delete, confirm, cancel, compare, message)
 
 
-def _wire_buttons(buttons: _Buttons, table: gr.Dataframe, ticked: gr.State, *, database,
-                  settings) -> tuple[list[Any], Any, gr.State]:
-    """Each button acts on the jobs ticked in the table; Delete only arms a Confirm button
-    naming what goes, and Confirm deletes exactly those (a tick added meanwhile is not).
-    Returns the events after which the table refreshes, the "Compare selected" event and the
-    ids it passes on."""
+def table_refresh(*, database, worker_lost_seconds: float) -> Callable[..., Any]:
+    """The table's redraw: the jobs the filters pass, with this browser's ticks."""
+    def refresh(status_value=None, owner_value=None, model_value=None, archived_value=False,
+                ticks=None, request: gr.Request | None = None):
+        if request is None:  # Gradio reads the value once while building: nobody asks yet
+            return jobs_table.empty_jobs_table()
+        rows = jobs_table.jobs_table(database=database, principal=principal_of(request),
+                                     shown=JobsFilter.of(status_value, owner_value, model_value,
+                                                         archived_value),
+                                     worker_lost_seconds=worker_lost_seconds)
+        table = jobs_table.with_ticks(rows, ticks or [])
+        return gr.Dataframe(table, **jobs_table.table_layout(table))
+    return refresh
+
+
+def wire_filter_choices(filters: JobsFilters, *, database) -> None:
+    """Opening the owner or model list offers the owners and models of the jobs one sees."""
+    def choices(request: gr.Request):
+        owners, models = jobs_table.filter_choices(database=database,
+                                                   principal=principal_of(request))
+        return gr.Dropdown(choices=owners), gr.Dropdown(choices=models)
+
+    filters.owner.focus(choices, None, [filters.owner, filters.model], show_progress="hidden")
+    filters.model.focus(choices, None, [filters.owner, filters.model], show_progress="hidden")
+
+
+def wire_actions(page: JobsLayout, *, database, settings) -> JobsActions:
+    """Each button acts on the jobs ticked in the table and says what it did (or why not);
+    "Compare selected" passes them on, for build_ui to open the Compare tab on."""
     compare_ids = gr.State(None)
-    doomed = gr.State([])  # what the shown Confirm button names
-    shown = [table, ticked]
 
     def to_compare(frame, ticks):
         return removal.to_compare(jobs_table.ticked_jobs(frame, ticks))
+
+    compared = page.buttons.compare.click(to_compare, [page.table, page.ticked],
+                                          [compare_ids, page.buttons.message],
+                                          show_progress="hidden")
+    deleted = _wire_delete(page, database=database, settings=settings)
+    archived, unarchived = _wire_archiving(page, database=database)
+    return JobsActions(done=[deleted, archived, unarchived], compared=compared,
+                    compare_ids=compare_ids)
+
+
+def _wire_delete(page: JobsLayout, *, database, settings) -> Any:
+    """Delete only arms a Confirm button naming what goes, and Confirm deletes exactly those
+    (a tick added meanwhile is not). Returns the event after which the deletion is done."""
+    buttons = page.buttons
+    doomed = gr.State([])  # what the shown Confirm button names
 
     def arm(frame, ticks):
         job_ids = jobs_table.ticked_jobs(frame, ticks)
@@ -79,6 +198,17 @@ def _wire_buttons(buttons: _Buttons, table: gr.Dataframe, ticked: gr.State, *, d
                                       settings=settings, client=_client(request))
         return message, _unticked(ticks, job_ids)
 
+    confirming = [buttons.confirm, buttons.cancel]
+    buttons.delete.click(arm, [page.table, page.ticked], [*confirming, buttons.message, doomed],
+                         show_progress="hidden")
+    buttons.cancel.click(disarm, None, [*confirming, doomed], show_progress="hidden")
+    return buttons.confirm.click(delete_now, [doomed, page.ticked],
+                                 [buttons.message, page.ticked]) \
+        .then(disarm, None, [*confirming, doomed])
+
+
+def _wire_archiving(page: JobsLayout, *, database) -> tuple[Any, Any]:
+    """Archive and Unarchive act on the ticked jobs at once. Returns their two events."""
     def archiving(archived: bool):
         def act(frame, ticks, request: gr.Request):
             job_ids = jobs_table.ticked_jobs(frame, ticks)
@@ -87,17 +217,37 @@ def _wire_buttons(buttons: _Buttons, table: gr.Dataframe, ticked: gr.State, *, d
             return message, _unticked(ticks, job_ids)
         return act
 
-    confirming = [buttons.confirm, buttons.cancel]
-    compared = buttons.compare.click(to_compare, shown, [compare_ids, buttons.message],
-                                     show_progress="hidden")
-    buttons.delete.click(arm, shown, [*confirming, buttons.message, doomed],
-                         show_progress="hidden")
-    buttons.cancel.click(disarm, None, [*confirming, doomed], show_progress="hidden")
-    deleted = buttons.confirm.click(delete_now, [doomed, ticked], [buttons.message, ticked]) \
-        .then(disarm, None, [*confirming, doomed])
-    archived = buttons.archive.click(archiving(True), shown, [buttons.message, ticked])
-    unarchived = buttons.unarchive.click(archiving(False), shown, [buttons.message, ticked])
-    return [deleted, archived, unarchived], compared, compare_ids
+    shown, outputs = [page.table, page.ticked], [page.buttons.message, page.ticked]
+    return (page.buttons.archive.click(archiving(True), shown, outputs),
+            page.buttons.unarchive.click(archiving(False), shown, outputs))
+
+
+def wire_refresh(page: JobsLayout, refresh: Callable[..., Any], *, tab: gr.Tab,
+                 after: list[Any]) -> None:
+    """The table redraws on each tick, on a filter's change, as the tab is shown and after
+    each event in `after`."""
+    inputs = [*page.filters.inputs, page.ticked]
+    page.refresh_timer.tick(refresh, inputs, page.table, show_progress="hidden",
+                            concurrency_limit=None)
+    for box in page.filters.inputs:
+        box.change(refresh, inputs, page.table, show_progress="hidden")
+    tab.select(refresh, inputs, page.table, show_progress="hidden")
+    for done in after:
+        done.then(refresh, inputs, page.table, show_progress="hidden")
+
+
+def wire_row_selection(page: JobsLayout) -> Any:
+    """A tick cell toggles its job; any other cell opens it. Returns the select event."""
+    def select_cell(frame, ticks, event: gr.SelectData):
+        job_id = jobs_table.row_job_id(event.row_value)
+        if event.index[1] != jobs_table.TICK_COLUMN or job_id is None:
+            return gr.skip(), gr.skip(), job_id
+        ticks = jobs_table.toggled(ticks, job_id)
+        return jobs_table.with_ticks(frame, ticks), ticks, None
+
+    return page.table.select(select_cell, [page.table, page.ticked],
+                             [page.table, page.ticked, page.selected_job_id],
+                             show_progress="hidden")
 
 
 def _unticked(ticks: list[int], acted_on: list[int]) -> list[int]:
@@ -108,78 +258,3 @@ def _unticked(ticks: list[int], acted_on: list[int]) -> list[int]:
 
 def _client(request: gr.Request) -> str | None:
     return request.client.host if request and request.client else None
-
-
-def build_jobs_tab(*, database, worker_lost_seconds: float, settings, tab: gr.Tab) -> JobsTab:
-    """`tab`: the Jobs tab itself; showing it redraws the table at once."""
-    gr.Markdown("Your jobs (an admin's: everyone's), newest first. Click a row to open the "
-                "job's page; its id links the page's own address. Tick rows to compare, "
-                "archive or delete those jobs.")
-    with gr.Row():
-        status = gr.Dropdown(STATUS_CHOICES, value=ANY, label="Status", elem_id="jobs-status")
-        owner = gr.Dropdown([ANY], value=ANY, label="Owner", allow_custom_value=True,
-                            elem_id="jobs-owner")
-        model = gr.Dropdown([ANY], value=ANY, label="Model (any part of it)",
-                            allow_custom_value=True, elem_id="jobs-model")
-        show_archived = gr.Checkbox(False, label="Show archived (only)",
-                                    elem_id="jobs-show-archived")
-    buttons = _build_buttons()
-    # The job ids ticked in this browser, in the order ticked. Kept here and changed only by
-    # a click, never read back from the table: a timer refresh answered just after a click
-    # draws the tick late (on the next refresh) instead of losing it.
-    ticked = gr.State([])
-
-    def refresh(status_value=None, owner_value=None, model_value=None, archived_value=False,
-                ticks=None, request: gr.Request | None = None):
-        if request is None:  # Gradio reads the value once while building: nobody asks yet
-            return jobs_table.empty_jobs_table()
-        rows = jobs_table.jobs_table(database=database, principal=principal_of(request),
-                                     shown=JobsFilter.of(status_value, owner_value, model_value,
-                                                         archived_value),
-                                     worker_lost_seconds=worker_lost_seconds)
-        table = jobs_table.with_ticks(rows, ticks or [])
-        return gr.Dataframe(table, **jobs_table.table_layout(table))
-
-    def choices(request: gr.Request):
-        owners, models = jobs_table.filter_choices(database=database,
-                                                   principal=principal_of(request))
-        return gr.Dropdown(choices=owners), gr.Dropdown(choices=models)
-
-    # Not interactive: Gradio's editable checkbox cells take a first click as selecting the
-    # cell (its menu button then covers the box), and every other header would show a lock.
-    # A click on a tick cell is a select event instead, which toggles the job (page_chrome's
-    # CSS lets the click through the read-only box). A callable value is read again on each
-    # page load, so a new browser never sees stale rows.
-    table = gr.Dataframe(refresh, interactive=False, wrap=True, max_height=640,
-                         **jobs_table.table_layout(jobs_table.empty_jobs_table()),
-                         elem_id="jobs-table")
-    # A hidden table redrawn every tick still costs the browser a re-render: the timer runs
-    # only while the tab is shown (build_ui turns it on and off as tabs are selected, and
-    # renders it outside the tabs: one inside a tab not yet drawn misses its switching on).
-    refresh_timer = gr.Timer(REFRESH_SECONDS, active=False, render=False)
-    selected_job_id = gr.State(None)
-
-    def select_cell(frame, ticks, event: gr.SelectData):
-        """A tick cell toggles its job; any other cell opens it."""
-        job_id = jobs_table.row_job_id(event.row_value)
-        if event.index[1] != jobs_table.TICK_COLUMN or job_id is None:
-            return gr.skip(), gr.skip(), job_id
-        ticks = jobs_table.toggled(ticks, job_id)
-        return jobs_table.with_ticks(frame, ticks), ticks, None
-
-    removal_events, compared, compare_ids = _wire_buttons(buttons, table, ticked,
-                                                          database=database, settings=settings)
-    filters = [status, owner, model, show_archived]
-    refresh_timer.tick(refresh, [*filters, ticked], table, show_progress="hidden",
-                       concurrency_limit=None)
-    for box in filters:
-        box.change(refresh, [*filters, ticked], table, show_progress="hidden")
-    tab.select(refresh, [*filters, ticked], table, show_progress="hidden")
-    owner.focus(choices, None, [owner, model], show_progress="hidden")
-    model.focus(choices, None, [owner, model], show_progress="hidden")
-    for done in removal_events:
-        done.then(refresh, [*filters, ticked], table, show_progress="hidden")
-    selected = table.select(select_cell, [table, ticked], [table, ticked, selected_job_id],
-                            show_progress="hidden")
-    return JobsTab(selected=selected, selected_job_id=selected_job_id, compared=compared,
-                   compare_ids=compare_ids, refresh_timer=refresh_timer)
