@@ -76,7 +76,7 @@ document.addEventListener("click", (event) => {
 # the tick. A click there ticks and anywhere else opens the job, so Gradio's cell selection
 # (a ring, and buttons that would cover the id link) means nothing in that table. The Job
 # tab's body and Try it panel show by the headline's class
-# (job_page/job_page_tab.headline_classes).
+# (job_page/job_page_layout.headline_classes).
 CSS = """
 footer .divider { display: none !important; }
 #database-banner .database-banner {
