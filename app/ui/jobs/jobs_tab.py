@@ -71,14 +71,14 @@ class JobsActions:
 def build_jobs_tab(*, database, worker_lost_seconds: float, settings, tab: gr.Tab) -> JobsTab:
     """`tab`: the Jobs tab itself; showing it redraws the table at once."""
     refresh = table_refresh(database=database, worker_lost_seconds=worker_lost_seconds)
-    page = lay_out_jobs_tab(refresh)
-    wire_filter_choices(page.filters, database=database)
-    actions = wire_actions(page, database=database, settings=settings)
-    wire_refresh(page, refresh, tab=tab, after=actions.done)
-    selected = wire_row_selection(page)
-    return JobsTab(selected=selected, selected_job_id=page.selected_job_id,
+    layout = lay_out_jobs_tab(refresh)
+    wire_filter_choices(layout.filters, database=database)
+    actions = wire_actions(layout, database=database, settings=settings)
+    wire_refresh(layout, refresh, tab=tab, after=actions.done)
+    selected = wire_row_selection(layout)
+    return JobsTab(selected=selected, selected_job_id=layout.selected_job_id,
                    compared=actions.compared, compare_ids=actions.compare_ids,
-                   refresh_timer=page.refresh_timer)
+                   refresh_timer=layout.refresh_timer)
 
 
 def lay_out_jobs_tab(refresh: Callable[..., Any]) -> JobsLayout:
@@ -159,7 +159,7 @@ def wire_filter_choices(filters: JobsFilters, *, database) -> None:
     filters.model.focus(choices, None, [filters.owner, filters.model], show_progress="hidden")
 
 
-def wire_actions(page: JobsLayout, *, database, settings) -> JobsActions:
+def wire_actions(layout: JobsLayout, *, database, settings) -> JobsActions:
     """Each button acts on the jobs ticked in the table and says what it did (or why not);
     "Compare selected" passes them on, for build_ui to open the Compare tab on."""
     compare_ids = gr.State(None)
@@ -167,19 +167,19 @@ def wire_actions(page: JobsLayout, *, database, settings) -> JobsActions:
     def to_compare(frame, ticks):
         return removal.to_compare(jobs_table.ticked_jobs(frame, ticks))
 
-    compared = page.buttons.compare.click(to_compare, [page.table, page.ticked],
-                                          [compare_ids, page.buttons.message],
-                                          show_progress="hidden")
-    deleted = _wire_delete(page, database=database, settings=settings)
-    archived, unarchived = _wire_archiving(page, database=database)
+    compared = layout.buttons.compare.click(to_compare, [layout.table, layout.ticked],
+                                            [compare_ids, layout.buttons.message],
+                                            show_progress="hidden")
+    deleted = _wire_delete(layout, database=database, settings=settings)
+    archived, unarchived = _wire_archiving(layout, database=database)
     return JobsActions(done=[deleted, archived, unarchived], compared=compared,
-                    compare_ids=compare_ids)
+                       compare_ids=compare_ids)
 
 
-def _wire_delete(page: JobsLayout, *, database, settings) -> Any:
+def _wire_delete(layout: JobsLayout, *, database, settings) -> Any:
     """Delete only arms a Confirm button naming what goes, and Confirm deletes exactly those
     (a tick added meanwhile is not). Returns the event after which the deletion is done."""
-    buttons = page.buttons
+    buttons = layout.buttons
     doomed = gr.State([])  # what the shown Confirm button names
 
     def arm(frame, ticks):
@@ -199,15 +199,15 @@ def _wire_delete(page: JobsLayout, *, database, settings) -> Any:
         return message, _unticked(ticks, job_ids)
 
     confirming = [buttons.confirm, buttons.cancel]
-    buttons.delete.click(arm, [page.table, page.ticked], [*confirming, buttons.message, doomed],
-                         show_progress="hidden")
+    buttons.delete.click(arm, [layout.table, layout.ticked],
+                         [*confirming, buttons.message, doomed], show_progress="hidden")
     buttons.cancel.click(disarm, None, [*confirming, doomed], show_progress="hidden")
-    return buttons.confirm.click(delete_now, [doomed, page.ticked],
-                                 [buttons.message, page.ticked]) \
+    return buttons.confirm.click(delete_now, [doomed, layout.ticked],
+                                 [buttons.message, layout.ticked]) \
         .then(disarm, None, [*confirming, doomed])
 
 
-def _wire_archiving(page: JobsLayout, *, database) -> tuple[Any, Any]:
+def _wire_archiving(layout: JobsLayout, *, database) -> tuple[Any, Any]:
     """Archive and Unarchive act on the ticked jobs at once. Returns their two events."""
     def archiving(archived: bool):
         def act(frame, ticks, request: gr.Request):
@@ -217,26 +217,26 @@ def _wire_archiving(page: JobsLayout, *, database) -> tuple[Any, Any]:
             return message, _unticked(ticks, job_ids)
         return act
 
-    shown, outputs = [page.table, page.ticked], [page.buttons.message, page.ticked]
-    return (page.buttons.archive.click(archiving(True), shown, outputs),
-            page.buttons.unarchive.click(archiving(False), shown, outputs))
+    shown, outputs = [layout.table, layout.ticked], [layout.buttons.message, layout.ticked]
+    return (layout.buttons.archive.click(archiving(True), shown, outputs),
+            layout.buttons.unarchive.click(archiving(False), shown, outputs))
 
 
-def wire_refresh(page: JobsLayout, refresh: Callable[..., Any], *, tab: gr.Tab,
+def wire_refresh(layout: JobsLayout, refresh: Callable[..., Any], *, tab: gr.Tab,
                  after: list[Any]) -> None:
     """The table redraws on each tick, on a filter's change, as the tab is shown and after
     each event in `after`."""
-    inputs = [*page.filters.inputs, page.ticked]
-    page.refresh_timer.tick(refresh, inputs, page.table, show_progress="hidden",
-                            concurrency_limit=None)
-    for box in page.filters.inputs:
-        box.change(refresh, inputs, page.table, show_progress="hidden")
-    tab.select(refresh, inputs, page.table, show_progress="hidden")
+    inputs = [*layout.filters.inputs, layout.ticked]
+    layout.refresh_timer.tick(refresh, inputs, layout.table, show_progress="hidden",
+                              concurrency_limit=None)
+    for box in layout.filters.inputs:
+        box.change(refresh, inputs, layout.table, show_progress="hidden")
+    tab.select(refresh, inputs, layout.table, show_progress="hidden")
     for done in after:
-        done.then(refresh, inputs, page.table, show_progress="hidden")
+        done.then(refresh, inputs, layout.table, show_progress="hidden")
 
 
-def wire_row_selection(page: JobsLayout) -> Any:
+def wire_row_selection(layout: JobsLayout) -> Any:
     """A tick cell toggles its job; any other cell opens it. Returns the select event."""
     def select_cell(frame, ticks, event: gr.SelectData):
         job_id = jobs_table.row_job_id(event.row_value)
@@ -245,9 +245,9 @@ def wire_row_selection(page: JobsLayout) -> Any:
         ticks = jobs_table.toggled(ticks, job_id)
         return jobs_table.with_ticks(frame, ticks), ticks, None
 
-    return page.table.select(select_cell, [page.table, page.ticked],
-                             [page.table, page.ticked, page.selected_job_id],
-                             show_progress="hidden")
+    return layout.table.select(select_cell, [layout.table, layout.ticked],
+                               [layout.table, layout.ticked, layout.selected_job_id],
+                               show_progress="hidden")
 
 
 def _unticked(ticks: list[int], acted_on: list[int]) -> list[int]:
