@@ -218,7 +218,8 @@ def progress_html(train: list[dict[str, Any]], *, max_steps: int | None, status:
         figures.append(f"ETA {format_duration(eta)}")
     bar = (f'<progress value="{done}" max="{max_steps}" style="width:100%"></progress>'
            if max_steps else "")
-    return f'<div id="job-progress-figures">{bar}<div>{html.escape(" · ".join(figures))}</div></div>'
+    return (f'<div id="job-progress-figures">{bar}'
+            f'<div>{html.escape(" · ".join(figures))}</div></div>')
 
 
 def phase_progress_html(phase: dict[str, Any]) -> str:
