@@ -68,7 +68,7 @@ def create_app(settings: Settings | None = None, *, with_ui: bool = True,
         import gradio as gr
 
         from app.ui.build_ui import build_ui
-        from app.ui.compare_handlers import line_dash_css
+        from app.ui.compare.compare_handlers import line_dash_css
         from app.ui.charts.page_assets import CHART_CSS
         from app.ui.page_chrome import CSS, HEAD
 

@@ -71,11 +71,12 @@ document.addEventListener("click", (event) => {
 # (names break at their hyphens: "tiny-llama-/lora-zero2"), except the last column (a
 # reason or a message), where a path wider than the column must break somewhere. Gradio 6
 # draws cells as divs (role=gridcell) where Gradio 5 drew <td>. The error colour is the
-# theme's. The Jobs table's tick boxes are read-only checkboxes (see tabs/jobs.py): drawn as
-# enabled ones, and a click passes through the box to its cell, whose select event toggles
+# theme's. The Jobs table's tick boxes are read-only checkboxes (see jobs/jobs_tab.py): drawn
+# as enabled ones, and a click passes through the box to its cell, whose select event toggles
 # the tick. A click there ticks and anywhere else opens the job, so Gradio's cell selection
 # (a ring, and buttons that would cover the id link) means nothing in that table. The Job
-# tab's body and Try it panel show by the headline's class (tabs/job_page.headline_classes).
+# tab's body and Try it panel show by the headline's class
+# (job_page/job_page_layout.headline_classes).
 CSS = """
 footer .divider { display: none !important; }
 #database-banner .database-banner {

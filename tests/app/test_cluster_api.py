@@ -3,7 +3,7 @@ from datetime import timedelta
 
 from sqlalchemy import update
 
-from app.ui.cluster_handlers import cluster_tables
+from app.ui.cluster.cluster_handlers import cluster_tables
 from tunedeck.jobs import store as job_store
 from tunedeck.cluster import workers as worker_registry
 from tunedeck.db.models import Worker, utc_now

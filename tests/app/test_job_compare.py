@@ -6,7 +6,8 @@ import pytest
 
 from app.actions.compare_backends import ComparisonRefused, backend_variants
 from app.auth.principal import OPEN_PRINCIPAL
-from app.ui import compare_handlers
+from app.ui.compare import compare_handlers
+from app.ui.job_page import job_actions
 from app.views.job_compare import BadJobIds, compare_jobs, parse_job_ids, spec_diff
 from tunedeck.jobs import queries as job_queries
 from tunedeck.jobs import store as job_store
@@ -216,8 +217,9 @@ def test_backend_variants_differ_only_in_backend_name_and_budget():
 def test_compare_backends_button_starts_two_jobs_and_names_them(database):
     source = create_job(database, name="src")
     celery = RecordingCelery()
-    message, ids = compare_handlers.compare_backends_from_page(source, database=database,
-                                                               celery_app=celery, principal=OPEN_PRINCIPAL)
+    message, ids = job_actions.compare_backends_from_page(source, database=database,
+                                                          celery_app=celery,
+                                                          principal=OPEN_PRINCIPAL)
     first, second = (int(part) for part in ids.split(","))
     assert message == (f"Started jobs {first} and {second}; open Compare with ids "
                        f"{first},{second}")
@@ -226,11 +228,13 @@ def test_compare_backends_button_starts_two_jobs_and_names_them(database):
         events = [event.message for event in job_queries.list_job_events(session=session,
                                                                         job_id=source)]
     assert f"compared backends: jobs {first} and {second}" in events
-    refused, no_ids = compare_handlers.compare_backends_from_page(
-        create_job(database, method="qlora"), database=database, celery_app=celery, principal=OPEN_PRINCIPAL)
+    refused, no_ids = job_actions.compare_backends_from_page(
+        create_job(database, method="qlora"), database=database, celery_app=celery,
+        principal=OPEN_PRINCIPAL)
     assert refused.startswith("Not compared: qlora") and no_ids is None
-    assert compare_handlers.compare_backends_from_page(None, database=database,
-                                                       celery_app=celery, principal=OPEN_PRINCIPAL) == ("Pick a job first.", None)
+    assert job_actions.compare_backends_from_page(
+        None, database=database, celery_app=celery,
+        principal=OPEN_PRINCIPAL) == ("Pick a job first.", None)
 
 
 def test_identical_curves_are_named_above_the_charts(database):

@@ -180,8 +180,8 @@ def test_the_cli_deletes_after_confirmation_and_archives(client, monkeypatch, ca
 
 def test_the_jobs_tab_handlers_confirm_delete_archive_and_compare_the_ticked_jobs(
         database, settings):
-    from app.ui import job_removal_handlers as removal
-    from app.ui.jobs_table import JobsFilter, jobs_table, listed_job_ids
+    from app.ui.jobs import removal_handlers as removal
+    from app.ui.jobs.jobs_table import JobsFilter, jobs_table, listed_job_ids
 
     done = finished_job(database, settings)
     running = finished_job(database, settings, finish=False)

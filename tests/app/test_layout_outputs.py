@@ -55,3 +55,19 @@ def test_an_event_that_shows_no_progress_has_one_progress_target(database, tmp_p
     assert targets == {1}
     shown = [dependency for dependency in dependencies if dependency["show_progress"] != "hidden"]
     assert all(dependency["show_progress_on"] is None for dependency in shown)
+
+
+def test_the_job_pages_redraw_while_another_tab_is_shown_changes_nothing(database, tmp_path):
+    """The job page's timer keeps ticking while another tab is shown: its redraw then skips
+    each output, one value an output (Gradio warns of, and drops, any more)."""
+    blocks = build_ui(database=database, celery_app=RecordingCelery(),
+                      settings=Settings(home=tmp_path / "home"))
+    redraws = [function for function in blocks.fns.values()
+               if getattr(function.fn, "__name__", "") == "refresh"
+               and any(getattr(block, "elem_id", None) == "job-id" for block in function.inputs)]
+    assert redraws
+    for redraw in redraws:
+        # job id, cancelling, smoothing, log scale, sent, in view, more charts open, tick
+        values = redraw.fn("3", None, 0.0, False, {}, False, True, 4, None)
+        assert len(values) == len(redraw.outputs)
+        assert all(value == gr.skip() for value in values)

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from app.auth.principal import OPEN_PRINCIPAL
-from app.ui import jobs_table
+from app.ui.jobs import jobs_table
 from app.ui.job_ids import job_id_from_cell
 from app.ui.job_page import live_charts
 from tunedeck.jobs import store as job_store
@@ -202,7 +202,7 @@ def test_the_preference_charts_are_smoothed_as_the_loss_is():
 
 
 def test_an_sft_jobs_page_has_no_preference_charts():
-    from app.ui.tabs.live_panel import show_preference
+    from app.ui.job_page.live_panel import show_preference
     from tunedeck.metrics.figures import PREFERENCE_CHARTS
 
     sft = live_charts.live_charts(spec=SPEC, series={"train": _steps(3)}, status="succeeded",

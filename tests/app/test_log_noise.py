@@ -6,7 +6,7 @@ from pathlib import Path
 
 from app.auth.principal import OPEN_PRINCIPAL
 from app.ui.job_page import job_handlers
-from app.ui.tabs.job_page import log_html
+from app.ui.job_page.job_page_layout import log_html
 from app.views.log_noise import quiet_log_tail
 from tunedeck.jobs import store as job_store
 from tunedeck.spec.job_spec import JobSpec

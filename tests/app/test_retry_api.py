@@ -8,8 +8,8 @@ from app.auth.principal import OPEN_PRINCIPAL
 from app.ui.job_ids import job_link
 from app.ui.job_page import job_actions
 from app.ui.job_page.job_handlers import error_html, load_job_page
-from app.ui.jobs_table import jobs_table
-from app.ui.tabs.failure_panel import show_failure
+from app.ui.jobs.jobs_table import jobs_table
+from app.ui.job_page.failure_panel import show_failure
 from app.views.failure import failure_html, failure_view, rank_log_tail
 from tunedeck.jobs import queries as job_queries
 from tunedeck.jobs import store as job_store

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from app.auth.principal import OPEN_PRINCIPAL
 from app.ui.build_ui import build_ui
 from app.ui.job_page import job_handlers
-from app.ui.jobs_table import jobs_table
+from app.ui.jobs.jobs_table import jobs_table
 from app.ui.new_job import form_handlers
 from app.ui.new_job.form_labels import (FORM_FIELDS, LAID_OUT_FIELDS, LEFT_OUT, TYPED_FIELDS,
                                         spec_location)

@@ -9,7 +9,7 @@ import pytest
 from pathlib import Path
 
 from app.auth.principal import OPEN_PRINCIPAL, Principal
-from app.ui import jobs_table
+from app.ui.jobs import jobs_table
 from app.ui.build_ui import build_ui
 from app.ui.job_ids import job_id_from_cell, job_link
 from app.ui.job_page import job_actions, job_handlers, step_charts

@@ -308,7 +308,8 @@ def test_every_route_rest_and_gradio_refuses_an_anonymous_request(ui_app):
 
 def test_the_ui_shows_and_acts_on_a_users_own_jobs_only(client, accounts_app):
     from app.auth.principal import Principal
-    from app.ui import compare_handlers, jobs_table
+    from app.ui.compare import compare_handlers
+    from app.ui.jobs import jobs_table
     from app.ui.job_ids import job_link
     from app.ui.job_page import job_actions, job_handlers
 

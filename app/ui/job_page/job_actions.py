@@ -1,5 +1,6 @@
-"""What the job page's buttons do (Cancel, Resume, Retry with…) and its checkpoints table:
-plain values in, plain values out. Each button calls the API's own action (app/actions/)."""
+"""What the job page's buttons do (Cancel, Resume, Retry with…, Compare backends) and its
+checkpoints table: plain values in, plain values out. Each button calls the API's own action
+(app/actions/)."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from app.actions.checkpoints import list_checkpoints, resume
+from app.actions.compare_backends import compare_backends
 from app.actions.errors import NotFound, Refused
 from app.actions.retry import retry
 from app.actions.submit import cancel
@@ -71,3 +73,21 @@ def retry_from_page(job_id: Any, *, database, celery_app, principal: Principal) 
     except Refused as reason:
         return f"Not retried: {reason}"
     return f"Retried as job {new_job.id} ({change.label}): open it by its id."
+
+
+def compare_backends_from_page(job_id: Any, *, database, celery_app,
+                               principal: Principal) -> tuple[str, str | None]:
+    """Start the ZeRO-2 and FSDP copies of the job: the message, and the ids to compare
+    (None when nothing started)."""
+    job_id = parse_job_id(job_id)
+    if job_id is None:
+        return "Pick a job first.", None
+    try:
+        jobs = compare_backends(principal, job_id, database=database, celery_app=celery_app)
+    except NotFound:
+        return f"There is no job {job_id}.", None
+    except Refused as reason:
+        return f"Not compared: {reason}", None
+    ids = f"{jobs[0].id}, {jobs[1].id}"
+    return (f"Started jobs {jobs[0].id} and {jobs[1].id}; open Compare with ids "
+            f"{jobs[0].id},{jobs[1].id}"), ids

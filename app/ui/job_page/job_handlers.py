@@ -108,7 +108,8 @@ def load_job_page(job_id: Any, *, database, principal: Principal,
         log_scale=view.log_scale,
         throughput=throughput_frame(train, view=view),
         log_tail="\n".join(tail.lines), log_hidden_lines=tail.hidden,
-        log_link_html=(f'<a href="/api/jobs/{job.id}/logs/full" download="job-{job.id}-torchrun.log" '
+        log_link_html=(f'<a href="/api/jobs/{job.id}/logs/full" '
+                       f'download="job-{job.id}-torchrun.log" '
                        f'id="job-log-download">Download the full log</a>' if log_lines else ""),
         events=pd.DataFrame([[format_time(event.time), event.kind, event.message]
                              for event in events], columns=EVENT_COLUMNS),
@@ -150,8 +151,8 @@ def _what_ran(job: Job, spec: JobSpec) -> str:
                  + (f", reference {spec.dpo.reference}" if spec.uses_reference_model else "")
                  + ") · ") if spec.objective == "dpo" else ""
     return (f'<span id="job-what-ran">`{html.escape(spec.model)}` on '
-            f"`{html.escape(spec.dataset)}` · {objective}{spec.method} on {spec.backend} · {gpus} · "
-            f"submitted {who} at {format_time(job.created_at)} UTC</span>")
+            f"`{html.escape(spec.dataset)}` · {objective}{spec.method} on {spec.backend} · "
+            f"{gpus} · submitted {who} at {format_time(job.created_at)} UTC</span>")
 
 
 def _tags_line(spec: JobSpec) -> str:

@@ -58,7 +58,7 @@ class LiveCharts:
     # A preference (DPO) job's charts, by name; an SFT job's have no point.
     preference: dict[str, pd.DataFrame] = field(default_factory=lambda: preference_frames([]))
 
-    # The live panel's plots, by name (app/ui/tabs/live_panel.py).
+    # The live panel's plots, by name (app/ui/job_page/live_panel.py).
     @property
     def learning_rate(self) -> pd.DataFrame:
         return self.step_charts[LEARNING_RATE.field]
@@ -218,7 +218,8 @@ def progress_html(train: list[dict[str, Any]], *, max_steps: int | None, status:
         figures.append(f"ETA {format_duration(eta)}")
     bar = (f'<progress value="{done}" max="{max_steps}" style="width:100%"></progress>'
            if max_steps else "")
-    return f'<div id="job-progress-figures">{bar}<div>{html.escape(" · ".join(figures))}</div></div>'
+    return (f'<div id="job-progress-figures">{bar}'
+            f'<div>{html.escape(" · ".join(figures))}</div></div>')
 
 
 def phase_progress_html(phase: dict[str, Any]) -> str:

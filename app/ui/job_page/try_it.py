@@ -80,7 +80,8 @@ def answer_html(answer: RequestAnswer) -> str:
     title = VARIANT_LABELS[generation["variant"]]
     if generation["status"] == "done":
         body = f'<pre class="try-it-text">{html.escape(generation["text"]) or "(no text)"}</pre>'
-        facts = f'{speed_text(generation["tokens"], generation["seconds"])} on {generation["device"]}'
+        facts = (f'{speed_text(generation["tokens"], generation["seconds"])} '
+                 f'on {generation["device"]}')
         if not generation["warm"]:
             facts += f' (model loaded in {short_seconds(generation["load_seconds"])})'
     elif generation["status"] == "failed":

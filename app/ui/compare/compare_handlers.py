@@ -1,5 +1,5 @@
-"""The Compare tab's and the job page's "Compare backends" handlers: plain values in, plain
-values (frames, text) out. The numbers come from app.views.job_compare, as the API's do."""
+"""The Compare tab's handlers: plain values in, plain values (frames, text) out. The numbers
+come from app.views.job_compare, as the API's do."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -7,13 +7,11 @@ from typing import Any
 
 import pandas as pd
 
-from app.actions.compare_backends import compare_backends
-from app.actions.errors import NotFound, Refused
+from app.actions.errors import NotFound
 from app.actions.job_lookup import find_visible_job
 from app.auth.job_access import visible_jobs
 from app.auth.principal import Principal
 from app.ui.charts.line_chart import typed_frame
-from app.ui.job_ids import parse_job_id
 from app.views.job_compare import BadJobIds, compare_jobs, parse_job_ids
 from tunedeck.jobs import queries as job_queries
 from tunedeck.spec.job_spec import JobSpec
@@ -34,7 +32,8 @@ SUMMARY_COLUMNS = ["figure"]
 # One colour a job on every chart (Vega's category10); a job's eval line and ranks take it.
 JOB_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939"]
-EVAL_TINT = 0.45  # an eval line (and a rejected answers' one) is its job's colour, this much lighter
+# An eval line (and a rejected answers' one) is its job's colour, this much lighter.
+EVAL_TINT = 0.45
 TINTED_LINES = (" eval", " rejected")
 # And one dash pattern a job (the first solid): two jobs whose curves coincide still show
 # both, the dashed one's gaps letting the other's colour through.
@@ -275,21 +274,3 @@ def _cell(value: Any) -> str:
 
 def _frame(points: list[tuple], columns: list[str]) -> pd.DataFrame:
     return typed_frame(points, columns, text_columns=("job",))  # a line a job
-
-
-def compare_backends_from_page(job_id: Any, *, database, celery_app,
-                               principal: Principal) -> tuple[str, str | None]:
-    """Start the ZeRO-2 and FSDP copies of the job: the message, and the ids to compare
-    (None when nothing started)."""
-    job_id = parse_job_id(job_id)
-    if job_id is None:
-        return "Pick a job first.", None
-    try:
-        jobs = compare_backends(principal, job_id, database=database, celery_app=celery_app)
-    except NotFound:
-        return f"There is no job {job_id}.", None
-    except Refused as reason:
-        return f"Not compared: {reason}", None
-    ids = f"{jobs[0].id}, {jobs[1].id}"
-    return (f"Started jobs {jobs[0].id} and {jobs[1].id}; open Compare with ids "
-            f"{jobs[0].id},{jobs[1].id}"), ids

@@ -5,13 +5,13 @@ any of them runs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import gradio as gr
 
 from app.auth.principal import principal_of
-from app.ui import compare_handlers
-from app.ui.compare_handlers import PREFERENCE_COLUMNS, Comparison, compare_elem_id
+from app.ui.compare import compare_handlers
+from app.ui.compare.compare_handlers import PREFERENCE_COLUMNS, Comparison, compare_elem_id
 from tunedeck.metrics.figures import PREFERENCE_CHARTS, FigureChart
 
 REFRESH_SECONDS = 2.0
@@ -29,7 +29,24 @@ class CompareTab:
     refresh_timer: gr.Timer  # not rendered: build_ui renders it and stops it while hidden
 
 
+@dataclass(frozen=True)
+class CompareLayout:
+    picker: gr.Dropdown
+    job_ids: gr.Textbox
+    compare_button: gr.Button
+    drawn: list[Any]  # the message, charts, tables and timer, in `_show`'s order
+    refresh_timer: gr.Timer
+
+
 def build_compare_tab(*, database) -> CompareTab:
+    layout = lay_out_compare_tab()
+    wire_picker(layout, database=database)
+    refresh = wire_refresh(layout, database=database)
+    return CompareTab(job_ids=layout.job_ids, picker=layout.picker, show=refresh,
+                      outputs=layout.drawn, refresh_timer=layout.refresh_timer)
+
+
+def lay_out_compare_tab() -> CompareLayout:
     with gr.Row():
         picker = gr.Dropdown([], multiselect=True, label="Jobs to compare", scale=3,
                              info="your jobs, newest first", elem_id="compare-picker")
@@ -38,6 +55,20 @@ def build_compare_tab(*, database) -> CompareTab:
         compare_button = gr.Button("Compare", variant="primary", scale=1,
                                    elem_id="compare-button")
     message = gr.Markdown(compare_handlers.NO_COMPARISON, elem_id="compare-message")
+    charts = _charts()
+    summary_table = gr.Dataframe(label="Figures", interactive=False, wrap=True, visible=False,
+                                 elem_id="compare-summary")
+    diff_table = gr.Dataframe(label="Spec fields that differ", interactive=False, wrap=True,
+                              visible=False, elem_id="compare-diff")
+    # On while a compared job runs (the comparison says so) and the tab is shown; build_ui
+    # renders it outside the tabs and switches it off while another tab is shown.
+    refresh_timer = gr.Timer(REFRESH_SECONDS, active=False, render=False)
+    drawn = [message, *charts, summary_table, diff_table, refresh_timer]
+    return CompareLayout(picker, job_ids, compare_button, drawn, refresh_timer)
+
+
+def _charts() -> list[gr.LinePlot]:
+    """Loss, throughput, memory, then a preference job's figures, hidden until drawn."""
     with gr.Row():
         loss_plot = gr.LinePlot(x="step", y="loss", color="job", title="Loss by step",
                                 x_title="step", y_title="loss", height=PLOT_HEIGHT,
@@ -56,35 +87,7 @@ def build_compare_tab(*, database) -> CompareTab:
         with gr.Row():
             preference_plots += [_preference_plot(chart)
                                  for chart in PREFERENCE_CHARTS[start:start + 2]]
-    summary_table = gr.Dataframe(label="Figures", interactive=False, wrap=True, visible=False,
-                                 elem_id="compare-summary")
-    diff_table = gr.Dataframe(label="Spec fields that differ", interactive=False, wrap=True,
-                              visible=False, elem_id="compare-diff")
-    # On while a compared job runs (the comparison says so) and the tab is shown; build_ui
-    # renders it outside the tabs and switches it off while another tab is shown.
-    refresh_timer = gr.Timer(REFRESH_SECONDS, active=False, render=False)
-    outputs = [message, loss_plot, throughput_plot, memory_plot, *preference_plots,
-               summary_table, diff_table, refresh_timer]
-
-    def offer_jobs(request: gr.Request):
-        return gr.Dropdown(choices=compare_handlers.pickable_jobs(
-            database=database, principal=principal_of(request)))
-
-    def picked(job_numbers):
-        return ", ".join(str(job_id) for job_id in job_numbers or ()) or gr.skip()
-
-    def refresh(ids_text, request: gr.Request):
-        return _show(compare_handlers.load_comparison(ids_text, database=database,
-                                                      principal=principal_of(request)))
-
-    picker.focus(offer_jobs, None, picker, show_progress="hidden")
-    picker.change(picked, picker, job_ids, show_progress="hidden")
-    compare_button.click(refresh, job_ids, outputs, show_progress="hidden")
-    job_ids.submit(refresh, job_ids, outputs, show_progress="hidden")
-    job_ids.change(refresh, job_ids, outputs, show_progress="hidden", trigger_mode="always_last")
-    refresh_timer.tick(refresh, job_ids, outputs, show_progress="hidden", concurrency_limit=None)
-    return CompareTab(job_ids=job_ids, picker=picker, show=refresh, outputs=outputs,
-                      refresh_timer=refresh_timer)
+    return [loss_plot, throughput_plot, memory_plot, *preference_plots]
 
 
 def _preference_plot(chart: FigureChart) -> gr.LinePlot:
@@ -96,8 +99,38 @@ def _preference_plot(chart: FigureChart) -> gr.LinePlot:
                        height=PLOT_HEIGHT, visible=False, elem_id=compare_elem_id(chart))
 
 
+def wire_picker(layout: CompareLayout, *, database) -> None:
+    """The picker offers one's jobs as it is opened, and its picks fill the ids box."""
+    def offer_jobs(request: gr.Request):
+        return gr.Dropdown(choices=compare_handlers.pickable_jobs(
+            database=database, principal=principal_of(request)))
+
+    def picked(job_numbers):
+        return ", ".join(str(job_id) for job_id in job_numbers or ()) or gr.skip()
+
+    layout.picker.focus(offer_jobs, None, layout.picker, show_progress="hidden")
+    layout.picker.change(picked, layout.picker, layout.job_ids, show_progress="hidden")
+
+
+def wire_refresh(layout: CompareLayout, *, database) -> Callable[..., tuple]:
+    """The comparison redraws on Compare, on the ids' change or submit, and on each tick
+    (while a compared job runs and the tab is shown). Returns the redraw, for build_ui to
+    chain after it sets the ids from another tab."""
+    def refresh(ids_text, request: gr.Request):
+        return _show(compare_handlers.load_comparison(ids_text, database=database,
+                                                      principal=principal_of(request)))
+
+    job_ids, drawn = layout.job_ids, layout.drawn
+    layout.compare_button.click(refresh, job_ids, drawn, show_progress="hidden")
+    job_ids.submit(refresh, job_ids, drawn, show_progress="hidden")
+    job_ids.change(refresh, job_ids, drawn, show_progress="hidden", trigger_mode="always_last")
+    layout.refresh_timer.tick(refresh, job_ids, drawn, show_progress="hidden",
+                              concurrency_limit=None)
+    return refresh
+
+
 def _show(comparison: Comparison) -> tuple:
-    """The comparison as updates, in the order of the tab's outputs."""
+    """The comparison as updates, in the order of `CompareLayout.drawn`."""
     lines = comparison.lines
     # A chart only ever gets data with its colours: drawn once without them (say, while
     # only one id is picked), it would keep drawing its lines uncoloured.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from app.ui.cluster_handlers import cluster_tables
+from app.ui.cluster.cluster_handlers import cluster_tables
 
 REFRESH_SECONDS = 2.0
 

@@ -1,0 +1,1 @@
+"""The Cluster page: the tab's layout and wiring, and its tables."""
