@@ -3,7 +3,6 @@ strict model of its own (tunedeck/spec/job_spec.py composes them; unknown keys a
 the speed options' choices with the package each GPU choice needs."""
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
 from pydantic import (BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, ValidationError,
