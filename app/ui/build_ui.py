@@ -17,11 +17,11 @@ from app.ui.compare_handlers import pickable_jobs  # noqa: E402
 from app.ui.database_banner import build_database_banner  # noqa: E402
 from app.ui.database_outage import (answers_while_unreachable,  # noqa: E402
                                     wait_out_database_outages)
+from app.ui.new_job.tab import build_new_job_tab  # noqa: E402
 from app.ui.tabs.cluster import build_cluster_tab  # noqa: E402
 from app.ui.tabs.compare import build_compare_tab  # noqa: E402
 from app.ui.tabs.job_page import build_job_page_tab  # noqa: E402
 from app.ui.tabs.jobs import build_jobs_tab  # noqa: E402
-from app.ui.tabs.new_job import build_new_job_tab  # noqa: E402
 from tunedeck.settings import Settings, load_settings  # noqa: E402
 
 NEW_JOB_TAB = "new-job"

@@ -13,10 +13,10 @@ from app.ui.database_outage import answers_while_unreachable
 from app.ui.new_job.form_handlers import form_values
 from app.ui.new_job.form_labels import COLUMN_ROLES, FORM_FIELDS
 from app.ui.request_polling import build_request_polling, still_waiting
-from app.ui.tabs.new_job_fields import (_backend_groups, _lora_group, _objective_options,
+from app.ui.new_job.form_fields import (_backend_groups, _lora_group, _objective_options,
                                        form_fields)
-from app.ui.tabs.preset_row import preset_row, wire_presets
-from app.ui.tabs.plan_panel import build_plan_panel, plan_updates, wire_apply_buttons
+from app.ui.new_job.preset_row import preset_row, wire_presets
+from app.ui.new_job.plan_panel import build_plan_panel, plan_updates, wire_apply_buttons
 from app.views.input_suggestions import input_suggestions
 from tunedeck.spec.fields import BACKEND_NAMES
 from tunedeck.settings import Settings
