@@ -21,7 +21,7 @@ from app.ui.cluster.cluster_tab import build_cluster_tab  # noqa: E402
 from app.ui.compare.compare_tab import build_compare_tab  # noqa: E402
 from app.ui.job_page.job_page_tab import build_job_page_tab  # noqa: E402
 from app.ui.jobs.jobs_tab import build_jobs_tab  # noqa: E402
-from app.ui.tabs.new_job import build_new_job_tab  # noqa: E402
+from app.ui.new_job.tab import build_new_job_tab  # noqa: E402
 from tunedeck.settings import Settings, load_settings  # noqa: E402
 
 NEW_JOB_TAB = "new-job"

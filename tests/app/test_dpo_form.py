@@ -11,7 +11,8 @@ import gradio as gr
 from app.auth.principal import OPEN_PRINCIPAL
 from app.ui.build_ui import build_ui
 from app.ui.new_job import form_handlers, option_visibility
-from app.ui.new_job.form_labels import COLUMN_ROLES, TYPED_FIELDS
+from app.ui.new_job.form_layout import OTHER_OPTIONS
+from app.ui.new_job.option_visibility import COLUMN_ROLES
 from app.ui.new_job.preset_handlers import fields_the_form_lacks
 from tests.app.test_ui_handlers import RecordingCelery
 from tunedeck.jobs import queries as job_queries
@@ -160,7 +161,7 @@ def test_the_objective_sits_beside_method_with_its_settings_in_the_specs_words(d
     assert objective.choices == [("SFT", "sft"), ("DPO", "dpo")] and objective.value == "sft"
     assert (objective.label, objective.info) == (spec_field("objective").title,
                                                  spec_field("objective").description)
-    assert "objective" not in TYPED_FIELDS  # not in "Other options"
+    assert "objective" not in OTHER_OPTIONS  # not in "Other options"
     group = by_id["new-job-dpo-options"]
     assert isinstance(group, gr.Group) and group.visible is False
     for name in DPO_FIELDS:

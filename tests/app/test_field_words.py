@@ -6,7 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from app.ui.build_ui import build_ui
-from app.ui.new_job.form_labels import FORM_ONLY_LABELS, SPEC_FORM_FIELDS, spec_location
+from app.ui.new_job.form_layout import FORM_ONLY_LABELS, SPEC_FORM_FIELDS, spec_location
 from tests.app.test_ui_handlers import RecordingCelery
 from tunedeck.spec.job_spec import JobSpec, spec_field
 from tunedeck.settings import Settings

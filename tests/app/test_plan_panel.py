@@ -13,10 +13,10 @@ import pytest
 
 from app.auth.principal import OPEN_PRINCIPAL, Principal
 from app.ui.new_job import form_handlers
-from app.ui.new_job.form_labels import FORM_FIELDS
+from app.ui.new_job.form_layout import FORM_FIELDS
 from app.ui.new_job.plan_handlers import apply_setup, fit_warning, missing_fields, plan_frame
 from app.ui.new_job.plan_handlers import PlanView
-from app.ui.tabs.plan_panel import MAX_SETUPS, apply_clicked, plan_updates
+from app.ui.new_job.plan_panel import MAX_SETUPS, apply_clicked, plan_updates
 from tunedeck.spec.job_spec import JobSpec
 from tunedeck.planner.plan_request import GpuRequest, plan_json
 from tunedeck.units import format_size

@@ -124,7 +124,7 @@ def _form(**changes):
 ])
 def test_the_form_made_from_a_spec_gives_the_spec_back(spec):
     from app.ui.new_job.form_handlers import form_to_spec, spec_to_form
-    from app.ui.new_job.form_labels import FORM_FIELDS
+    from app.ui.new_job.form_layout import FORM_FIELDS
 
     form = spec_to_form(spec)
     assert set(form) == set(FORM_FIELDS) - {"gpu_memory_gb"}

@@ -1,7 +1,7 @@
-"""A spec field needs no form edit: every spec field is an input of the New job form (laid
-out by hand, or made from its type in "Other options") or named in LEFT_OUT, and a field
-made from its type round-trips form -> spec -> form. The demo field is `tags`, shown in the
-Jobs table, on the job page and in the API's job rows."""
+"""A spec field needs no form edit: every spec field is an input of the New job form (placed
+by a line of the layout table, or made from its type in "Other options") or named in
+LEFT_OUT, and a field made from its type round-trips form -> spec -> form. The demo field is
+`tags`, shown in the Jobs table, on the job page and in the API's job rows."""
 from __future__ import annotations
 
 from typing import Literal
@@ -15,8 +15,8 @@ from app.ui.build_ui import build_ui
 from app.ui.job_page import job_handlers
 from app.ui.jobs.jobs_table import jobs_table
 from app.ui.new_job import form_handlers
-from app.ui.new_job.form_labels import (FORM_FIELDS, LAID_OUT_FIELDS, LEFT_OUT, TYPED_FIELDS,
-                                        spec_location)
+from app.ui.new_job.form_layout import (AREAS, FORM_FIELDS, FORM_PLACES, LEFT_OUT,
+                                        OTHER_OPTIONS, PLACES, spec_location)
 from app.ui.new_job.typed_fields import typed_field
 from tests.app.test_field_words import _locations
 from tests.app.test_ui_handlers import RecordingCelery
@@ -31,12 +31,16 @@ def test_every_spec_field_is_in_the_form_or_left_out_by_name():
                 if hasattr(field.annotation, "model_fields")}
     leaves = [location for location in _locations(JobSpec) if location not in sections]
     missing = [location for location in leaves if location not in shown | set(LEFT_OUT)]
-    assert missing == [], ("give each its input in app/ui/tabs/new_job_fields.py, or name it "
-                           "in form_labels.LEFT_OUT")
+    assert missing == [], ("give each its line in app/ui/new_job/form_layout.py's PLACES, or "
+                           "name it in form_layout.LEFT_OUT")
     # Nothing is both, and LEFT_OUT names only what the spec has.
     assert set(LEFT_OUT) & shown == set() and set(LEFT_OUT) <= set(leaves)
-    # A field laid out by hand is not made again from its type.
-    assert set(TYPED_FIELDS) & set(LAID_OUT_FIELDS) == set() and "tags" in TYPED_FIELDS
+    # A field the table places is not made again from its type.
+    laid_out = {place.key for place in PLACES}
+    assert set(OTHER_OPTIONS) & laid_out == set() and "tags" in OTHER_OPTIONS
+    assert len(FORM_FIELDS) == len(set(FORM_FIELDS))  # one input a field
+    # Each in an area the tab lays out.
+    assert {place.area for place in FORM_PLACES} <= set(AREAS)
 
 
 def test_a_field_made_from_its_type_is_in_the_other_options_with_the_specs_words(database,
@@ -93,6 +97,7 @@ class _Made(BaseModel):
     note: str | None = None
     labels: list[str] = Field(default_factory=list)
     either: Literal["all"] | list[str] = "all"
+    maybe: Literal["p", "q"] | None = None
 
 
 @pytest.mark.parametrize("name, kind, form_value, spec_value", [
@@ -106,6 +111,8 @@ class _Made(BaseModel):
     ("text", "text", "hello", "hello"),
     ("note", "optional_text", "", None),
     ("labels", "text_list", "p, q", ["p", "q"]),
+    ("maybe", "optional_choice", "q", "q"),
+    ("maybe", "optional_choice", "unset", None),
 ])
 def test_each_type_takes_its_input_and_gives_its_value_back(name, kind, form_value, spec_value):
     made = typed_field(name, _Made.model_fields[name])
@@ -114,7 +121,21 @@ def test_each_type_takes_its_input_and_gives_its_value_back(name, kind, form_val
     assert made.to_spec(made.to_form(spec_value)) == spec_value
 
 
-def test_a_type_with_no_plain_input_is_left_to_a_hand_layout():
+def test_the_tables_value_rules_read_an_emptied_input():
+    """What the layout table says beyond the types: an emptied split or count is its default,
+    a training length of 0 is unset, FSDP's compute dtype "same as precision" is unset."""
+    form = {**form_handlers.default_form(), "dataset_split": " ", "eval_split": None,
+            "checkpoint_every_steps": None, "fsdp_param_dtype": "same as precision"}
+    spec, problems = form_handlers.form_to_spec(form)
+    assert problems == "" and (spec.dataset_split, spec.eval_split) == ("train", 0.0)
+    assert spec.checkpoint_every_steps == 0 and spec.fsdp.param_dtype is None
+    assert form_handlers.form_to_spec({**form, "max_steps": 0, "epochs": "1.5"})[0].epochs == 1.5
+    assert form_handlers.form_to_spec({**form, "epochs": "0"})[0].epochs is None
+    _spec, problems = form_handlers.form_to_spec({**form, "max_steps": 0})
+    assert "set max_steps or epochs" in problems
+
+
+def test_a_type_with_no_plain_input_makes_none_and_is_left_out_by_name():
     assert typed_field("either", _Made.model_fields["either"]) is None
     assert typed_field("lora", JobSpec.model_fields["lora"]) is None
     assert typed_field("rate", _Made.model_fields["rate"]).to_spec("x") == "x"  # refused by name

@@ -1,6 +1,7 @@
 """A job spec as text: YAML or JSON (a file, the API's body, `--set KEY=VALUE` on the
-command line) read into the typed JobSpec, and a validation error written back as one line
-per problem, each naming its field, as the form, the CLI and the worker say it."""
+command line) read into the typed JobSpec, a spec written as the YAML a file would hold, and
+a validation error written back as one line per problem, each naming its field, as the form,
+the CLI and the worker say it."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -29,6 +30,16 @@ def load_spec_file(path: str | Path, *, assignments: Sequence[str] = ()) -> JobS
     path = Path(path)
     return parse_spec_text(path.read_text(encoding="utf-8"), source=str(path),
                            assignments=assignments)
+
+
+def spec_as_yaml(spec: JobSpec) -> str:
+    """The spec as the YAML `tunedeck submit` reads back to the same spec: only the fields
+    that differ from their defaults, in the spec's order. Short enough to read and edit; the
+    defaults are the spec's own wherever it is read, and a submitted job stores the whole."""
+    import yaml
+
+    return yaml.safe_dump(spec.model_dump(mode="json", exclude_defaults=True), sort_keys=False,
+                          allow_unicode=True)
 
 
 def format_validation_error(error: Exception) -> str:

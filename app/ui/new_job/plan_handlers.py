@@ -14,6 +14,7 @@ import psutil
 from app.actions import plan as plan_action
 from app.actions.errors import Invalid
 from app.auth.principal import Principal
+from app.ui.new_job.form_layout import form_key
 from tunedeck.cluster.host_capability import cpu_workers_for, ram_per_rank_gb
 from tunedeck.cluster.placement import WorkerView
 from tunedeck.spec.job_spec import JobSpec
@@ -100,25 +101,20 @@ def fit_warning(spec: JobSpec, plan: dict) -> str:
               else "nothing fits as it stands; see the alternatives")
     if verdict == "not supported":
         return f"⚠ {chosen} is not supported for this job; {advice}."
-    return f"⚠ {chosen} will not fit: it needs about {needed:.1f} GB per {per} of {memory}; {advice}."
-
-
-def form_field(spec_key: str) -> str:
-    """The form field a spec change goes into: "fsdp.cpu_offload" -> "fsdp_cpu_offload",
-    "backend" -> "backend" (the form names nested fields section_name)."""
-    return spec_key.replace(".", "_")
+    return (f"⚠ {chosen} will not fit: it needs about {needed:.1f} GB per {per} of {memory}; "
+            f"{advice}.")
 
 
 def missing_fields(form: Mapping[str, Any], setup: dict) -> list[str]:
     """The spec fields a set-up changes that the form has no field for (e.g. num_nodes)."""
-    return [key for key in setup["spec_changes"] if form_field(key) not in form]
+    return [key for key in setup["spec_changes"] if form_key(key) not in form]
 
 
 def apply_setup(form: Mapping[str, Any], setup: dict) -> dict[str, Any]:
     """The form's field updates that make a set-up's spec changes (those the form can make;
     missing_fields names the rest)."""
-    return {form_field(key): value for key, value in setup["spec_changes"].items()
-            if form_field(key) in form}
+    return {form_key(key): value for key, value in setup["spec_changes"].items()
+            if form_key(key) in form}
 
 
 def _apply_label(form: Mapping[str, Any], setup: dict) -> str:

@@ -1,8 +1,7 @@
-"""The New job form's fields made from the spec's own types: each top-level spec field the
-form neither lays out by hand (form_labels.LAID_OUT_FIELDS) nor leaves out
-(form_labels.LEFT_OUT) gets one, in the form's "Other options" section, so a new spec field
-shows and submits with no form edit. Plain values here (the tab builds the components):
-what kind of input a field's type takes, and its value each way."""
+"""The New job form's inputs as their spec fields' types make them: what kind of input a type
+takes (a checkbox for a bool, a dropdown for a Literal, ...), and its value each way. Plain
+values here: form_layout.py says where each input sits (and, for a few, a kind other than the
+type's), form_fields.py builds the components."""
 from __future__ import annotations
 
 import types
@@ -11,18 +10,32 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic.fields import FieldInfo
 
-# A field's kind -> the component the tab builds for it (new_job_fields._typed_component).
+# A field's kind -> the component form_fields.build_input builds for it.
 CHECKBOX, INTEGER, NUMBER, OPTIONAL_NUMBER = "checkbox", "integer", "number", "optional_number"
 CHOICE, CHOICES, TEXT, OPTIONAL_TEXT, TEXT_LIST = ("choice", "choices", "text", "optional_text",
                                                    "text_list")
+# An optional Literal: a dropdown whose first choice leaves it unset.
+OPTIONAL_CHOICE = "optional_choice"
+# Kinds only a layout line names, each reading its values as the kind it stands for: RADIO
+# as CHOICE (a few choices, all in sight), COLUMN as OPTIONAL_TEXT (a dataset column
+# picker that takes any typed name).
+RADIO, COLUMN = "radio", "column"
+UNSET_CHOICE = "unset"
 
 
 @dataclass(frozen=True)
 class TypedField:
-    name: str
+    name: str  # the form's key
     kind: str
     choices: tuple[str, ...] = ()
     integer: bool = False  # an optional number's: whole numbers only
+    unset_choice: str = UNSET_CHOICE  # an optional choice's entry that leaves it unset
+    # What an emptied input means beyond its kind's reading: the field's own default (a
+    # split, a count whose default is 0) ...
+    empty_is_default: bool = False
+    default: Any = None
+    # ... or, for a training length, unset where 0 is typed too (set max_steps or epochs).
+    zero_is_unset: bool = False
 
     def to_form(self, value: Any) -> Any:
         """The spec's value as the component shows it."""
@@ -30,15 +43,25 @@ class TypedField:
             return ", ".join(value)
         if self.kind == CHOICES:
             return list(value)
-        if self.kind == OPTIONAL_TEXT:
+        if self.kind in (OPTIONAL_TEXT, COLUMN):
             return value or ""
         if self.kind == OPTIONAL_NUMBER:  # a text box: Gradio draws an empty number as 0
             return "" if value is None else f"{value:g}"
+        if self.kind == OPTIONAL_CHOICE:
+            return self.unset_choice if value is None else value
         return value
 
     def to_spec(self, value: Any) -> Any:
         """The component's value as the spec's JSON; what cannot be read is passed on as
         typed, for the spec to refuse by name."""
+        read = self._read(value)
+        if self.zero_is_unset and not read:
+            return None
+        if self.empty_is_default and read in (None, ""):
+            return self.default
+        return read
+
+    def _read(self, value: Any) -> Any:
         if self.kind == CHECKBOX:
             return bool(value)
         if self.kind == TEXT_LIST:  # comma-separated; spaces around each item dropped
@@ -47,16 +70,18 @@ class TypedField:
             return list(value or [])
         if self.kind == TEXT:
             return (value or "").strip()
-        if self.kind == OPTIONAL_TEXT:
+        if self.kind in (OPTIONAL_TEXT, COLUMN):
             return (value or "").strip() or None
         if self.kind == OPTIONAL_NUMBER:
             return number_or_none(value, integer=self.integer)
+        if self.kind == OPTIONAL_CHOICE:
+            return None if value == self.unset_choice else value
         return value
 
 
 def typed_field(name: str, field: FieldInfo) -> TypedField | None:
     """The form field a spec field's type makes, or None for a type with no plain input (a
-    section, a union of kinds): such a field is laid out by hand or left out."""
+    section, a union of kinds): such a field is left out of the form, by name."""
     annotation, optional = _without_none(field.annotation)
     origin, arguments = get_origin(annotation), get_args(annotation)
     if annotation is bool and not optional:
@@ -64,8 +89,9 @@ def typed_field(name: str, field: FieldInfo) -> TypedField | None:
     if annotation in (int, float):
         return TypedField(name, OPTIONAL_NUMBER if optional else
                           INTEGER if annotation is int else NUMBER, integer=annotation is int)
-    if origin is Literal and not optional:
-        return TypedField(name, CHOICE, tuple(map(str, arguments)))
+    if origin is Literal:
+        return TypedField(name, OPTIONAL_CHOICE if optional else CHOICE,
+                          tuple(map(str, arguments)))
     if annotation is str:
         return TypedField(name, OPTIONAL_TEXT if optional else TEXT)
     if origin is list and len(arguments) == 1 and not optional:

@@ -9,7 +9,7 @@ from pathlib import Path
 from app.actions.errors import ActionError, TooLarge
 from app.actions.upload import DatasetUpload, KeptDataset
 from app.auth.principal import Principal
-from app.ui.new_job.form_labels import COLUMN_ROLES
+from app.ui.new_job.option_visibility import COLUMN_ROLES
 from tunedeck.settings import Settings
 from tunedeck.units import MIB
 

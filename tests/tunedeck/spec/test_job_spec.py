@@ -6,7 +6,8 @@ from pydantic import ValidationError
 
 from tunedeck.spec.job_spec import JobSpec
 
-from tunedeck.spec.text import format_validation_error, load_spec_file, parse_spec_text
+from tunedeck.spec.text import (format_validation_error, load_spec_file, parse_spec_text,
+                                spec_as_yaml)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -101,6 +102,19 @@ def test_not_a_mapping_is_a_clear_error():
 @pytest.mark.parametrize("path", sorted((REPO / "examples").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_example_spec_in_the_repo_is_valid(path):
     assert load_spec_file(path).model is not None
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_a_spec_written_as_yaml_reads_back_the_same(path):
+    """What the New job preview shows for `tunedeck submit`: the fields off their defaults."""
+    import yaml
+
+    spec = load_spec_file(path)
+    text = spec_as_yaml(spec)
+    assert parse_spec_text(text) == spec
+    defaults = JobSpec.model_construct().model_dump(mode="json")
+    written = yaml.safe_load(text)
+    assert written and all(value != defaults[key] for key, value in written.items())
 
 
 def test_hybrid_shard_needs_several_nodes():

@@ -13,7 +13,7 @@ from typing import Any
 import gradio as gr
 
 from app.ui.new_job.form_handlers import form_values
-from app.ui.new_job.form_labels import FORM_FIELDS
+from app.ui.new_job.form_layout import FORM_FIELDS
 from app.ui.new_job.plan_handlers import PlanView, apply_setup
 
 MAX_SETUPS = 4  # the recommended set-up and up to 3 alternatives

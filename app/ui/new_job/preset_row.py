@@ -9,7 +9,7 @@ import gradio as gr
 from app.auth.principal import principal_of
 from app.ui.new_job import preset_handlers
 from app.ui.new_job.form_handlers import form_values
-from app.ui.new_job.form_labels import FORM_FIELDS
+from app.ui.new_job.form_layout import FORM_FIELDS
 
 
 def preset_row() -> dict[str, Any]:
