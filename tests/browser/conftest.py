@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.servers import RunningServer, add_account, running_tunedeck
+from harness.servers import RunningServer, add_account, running_tunedeck, wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
@@ -38,6 +38,11 @@ def tunedeck_server(tmp_path_factory) -> RunningServer:
     # Offline, as the tests are: a hub id in no cache fails at once, not after retries.
     with running_tunedeck(home, startup_seconds=SERVER_START_SECONDS, token=token,
                           extra_env={"HF_HUB_OFFLINE": "1"}) as running:
+        # The web answers before its worker's first heartbeat; until then the form has no
+        # host to judge a choice against (a busy machine once took over 30 s to register).
+        wait_until(lambda: [worker for worker in running.http.get("/api/workers").json()["workers"]
+                            if worker["state"] == "online"],
+                   SERVER_START_SECONDS, "the worker's first heartbeat")
         yield running
 
 

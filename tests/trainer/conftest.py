@@ -2,6 +2,7 @@
 helper that lays out a real run folder and launches real torchrun CPU ranks on it."""
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
 import sys
@@ -10,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from harness.trainer_zygote import TrainerZygote
+
 from tunedeck.launch_config import backend_config, build_torchrun_argv
 from tunedeck.spec.job_spec import JobSpec
 from tunedeck.metrics.events import decode_event
-from tunedeck.run_folder import RunFolder, write_run_folder
+from tunedeck.run_folder import RunFolder, read_json, write_run_folder
 from tunedeck.torch_extensions import environment_extensions_dir
 
 RANKS = 2
@@ -111,18 +114,34 @@ def run_process_group(argv: list[str], *, env: dict[str, str], timeout_seconds: 
     return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
 
 
+_ZYGOTE: list[TrainerZygote] = []
+
+
+def trainer_zygote() -> TrainerZygote:
+    """This pytest process's zygote, started at its first launch (its imports take seconds)."""
+    if not _ZYGOTE:
+        _ZYGOTE.append(TrainerZygote(os.environ.copy()))
+        atexit.register(_ZYGOTE[0].close)
+    return _ZYGOTE[0]
+
+
 def launch_trainer(run: RunFolder, tunedeck_home: Path, *extra_arguments: str,
                    ranks: int = RANKS, timeout_seconds: float = RUN_TIMEOUT_SECONDS,
-                   environment: dict[str, str] | None = None) -> TrainerRun:
+                   environment: dict[str, str] | None = None, cold: bool = False) -> TrainerRun:
     """`ranks` must match the spec's num_gpus (DeepSpeed checks its batch size against it);
-    `environment` overrides the ranks' variables."""
+    `environment` overrides the ranks' variables. The launch is forked from this session's
+    trainer zygote (harness/trainer_zygote.py says why), or with `cold` (and always for
+    QLoRA, which the warm start never runs, or a hub cache of the test's own) started as
+    `python -m torch.distributed.run`."""
     import time
 
     started = time.monotonic()
-    completed = run_process_group(torchrun_command(run, *extra_arguments, ranks=ranks),
-                                  env={**trainer_environment(tunedeck_home), **(environment or {})},
-                                  cwd=run.path,
-                                  timeout_seconds=timeout_seconds)
+    argv = torchrun_command(run, *extra_arguments, ranks=ranks)
+    env = {**trainer_environment(tunedeck_home), **(environment or {})}
+    if cold or read_json(run.spec_file)["method"] == "qlora" or not trainer_zygote().fits(env):
+        completed = run_process_group(argv, env=env, cwd=run.path, timeout_seconds=timeout_seconds)
+    else:
+        completed = trainer_zygote().run(argv, env=env, cwd=run.path, timeout_seconds=timeout_seconds)
     return TrainerRun(run=run, ranks=ranks, returncode=completed.returncode,
                       output=(completed.stdout + completed.stderr)[-6000:],
                       seconds=time.monotonic() - started)

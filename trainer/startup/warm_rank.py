@@ -33,6 +33,7 @@ def run_rank(launch: dict[str, Any]) -> int:
     os.environ.update(launch["env"])
     os.environ.update(set_by_agent)
     os.chdir(launch["cwd"])
+    _take_default_signal_handling()
     _name_this_process(RANK_PROCESS_NAME_PREFIX + os.environ.get("RANK", ""))
     _share_the_cores()
     from trainer.__main__ import main
@@ -45,6 +46,18 @@ def run_rank(launch: dict[str, Any]) -> int:
         traceback.print_exc()
         sys.stderr.flush()
         raise
+
+
+def _take_default_signal_handling() -> None:
+    """A rank forked from its launcher itself (start method "fork") inherits the agent's
+    handlers, which turn SIGTERM into a Python exception; a cold rank's interpreter has the
+    defaults, under which a SIGTERM from torchrun (a peer failed) ends the rank quietly
+    instead of writing a second, misleading error notice."""
+    import signal
+
+    for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(number, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _name_this_process(name: str) -> None:

@@ -41,8 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     # One thread in the fork server: a forked rank cannot use a parent's OpenMP pool. Each
     # rank sets its own thread count (trainer.startup.warm_rank).
     os.environ["OMP_NUM_THREADS"] = "1"
-    import torch.distributed.run as torchrun
-    from torch.distributed.elastic.multiprocessing.errors import record
+    import torch.distributed.run  # noqa: F401 (imported once here, before the job)
 
     server_env = dict(os.environ)
     multiprocessing.set_forkserver_preload(PRELOAD)
@@ -55,11 +54,25 @@ def main(argv: list[str] | None = None) -> int:
     line = sys.stdin.readline()
     if not line.strip():
         return 0
-    launch = json.loads(line)
+    launch_with_forked_ranks(json.loads(line), start_method="forkserver", server_env=server_env)
+    return 0
+
+
+def launch_with_forked_ranks(launch: dict, *, start_method: str, server_env: dict[str, str]) -> None:
+    """Become the job's launcher (`launch`: its torchrun `argv`, `env`, `cwd` and `log_file`,
+    and an `accept_file` to write once taken on) and run torchrun with each rank forked
+    (`start_method` "forkserver" from this process's fork server, "fork" from this process
+    itself, which must have imported what ranks use) instead of started as `python -m
+    trainer`. `server_env` is the environment the forking process had before the agent set
+    each rank's variables. Raises torchrun's ChildFailedError when a rank fails."""
+    import torch.distributed.run as torchrun
+    from torch.distributed.elastic.multiprocessing.errors import record
+
     _take_on_the_job(launch)
     # From here this process is the job's launcher; until the worker reads this file, a
     # failure above leaves the job to a cold launch (worker/warm_launcher.py).
-    Path(launch["accept_file"]).write_text(str(os.getpid()))
+    if launch.get("accept_file"):
+        Path(launch["accept_file"]).write_text(str(os.getpid()))
     args = torchrun.parse_args(launch["argv"][1:])
     if not (args.module and args.training_script == "trainer"):
         # Not the trainer (nothing TuneDeck generates): run the command as torchrun would.
@@ -72,13 +85,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def forked_ranks(parsed):
         config, _command, _command_args = configure(parsed)
-        config.start_method = "forkserver"
+        config.start_method = start_method
         return config, run_rank, [rank_launch]
 
     torchrun.config_from_args = forked_ranks
     _report_every_killed_rank()
     record(torchrun.run)(args)  # a failed rank raises ChildFailedError: exit 1, as torchrun
-    return 0
 
 
 def _report_every_killed_rank() -> None:
