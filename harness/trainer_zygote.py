@@ -94,8 +94,9 @@ def _launcher(request: dict) -> int:
 
 
 class TrainerZygote:
-    """The pytest side: `run(argv, env=, cwd=, timeout_seconds=)` is `subprocess.run` of a
-    `python -m torch.distributed.run ...` argv, with stdout and stderr together in stdout."""
+    """The caller's side: `run(argv, env=, cwd=, timeout_seconds=)` is `subprocess.run` of a
+    torchrun argv (`python -m torch.distributed.run ...` or the `torchrun` script), with
+    stdout and stderr together in stdout."""
 
     def __init__(self, environment: dict[str, str]):
         self._environment = dict(environment)
@@ -133,10 +134,11 @@ class TrainerZygote:
 
     def run(self, argv: list[str], *, env: dict[str, str], cwd: Path,
             timeout_seconds: float) -> subprocess.CompletedProcess:
-        assert argv[1:3] == ["-m", "torch.distributed.run"], argv
+        # `python -m torch.distributed.run ARGS` or `.../torchrun ARGS`: torchrun's ARGS.
+        arguments = argv[3:] if argv[1:3] == ["-m", "torch.distributed.run"] else argv[1:]
         request_id = next(self._ids)
         log_file = self._folder / f"launch-{request_id}.log"
-        launch = {"argv": ["torchrun", *argv[3:]], "env": env, "cwd": str(cwd),
+        launch = {"argv": ["torchrun", *arguments], "env": env, "cwd": str(cwd),
                   "log_file": str(log_file)}
         self._process.stdin.write((json.dumps({"id": request_id, "launch": launch}) + "\n").encode())
         self._process.stdin.flush()
