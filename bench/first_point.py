@@ -144,12 +144,12 @@ def phase_seconds(marks: list[float]) -> list[float]:
 
 
 def wait_until_idle(server, warm: bool, timeout_seconds: float = 120) -> None:
-    """An idle worker: with warm start, its standby launcher is ready (the worker starts
-    the next one when a job ends; trainer/startup/warm_start.py writes its ready file)."""
+    """An idle worker: with warm start, its warm launcher is ready (it serves every job
+    once its imports are done; trainer/startup/warm_start.py writes its ready file)."""
     deadline = time.monotonic() + timeout_seconds
     while warm and not list((server.home / "warm").glob("*/*.ready")):
         if time.monotonic() > deadline:
-            raise RuntimeError("the worker's standby launcher did not get ready")
+            raise RuntimeError("the worker's warm launcher did not get ready")
         time.sleep(0.2)
 
 
@@ -245,7 +245,7 @@ def main() -> int:
     parser.add_argument("--launch-only", action="store_true",
                         help="time torchrun -> first step line only (no web, broker, worker)")
     parser.add_argument("--start", choices=("warm", "cold", "both"), default="both",
-                        help="the worker's launch: its standby launcher (TUNEDECK_WARM_START, "
+                        help="the worker's launch: its warm launcher (TUNEDECK_WARM_START, "
                              "the default) or plain torchrun; both: cold is the reference")
     arguments = parser.parse_args()
     if arguments.launch_only:

@@ -7,7 +7,7 @@ Celery worker, torchrun, the real trainer on builtin:tiny-llama, CPU ranks where
 exists) on a new TUNEDECK_HOME and a new, empty TUNEDECK_TORCH_EXTENSIONS_DIR, so no op
 built by an earlier job, test or install is found. `make run`'s install step builds no op
 either: there is none to measure. The Submit is the POST of the job once the worker's
-standby launcher is ready (a newcomer signs in and fills the form meanwhile); the first
+warm launcher is ready (a newcomer signs in and fills the form meanwhile); the first
 loss point is the first train row `GET /api/jobs/{id}/metrics` returns. The job is then
 cancelled, and the extension folder listed: it must stay empty.
 

@@ -60,7 +60,7 @@ def run_job(job_id: int, *, settings: Settings, database: Database,
     worker has. Of a job on several nodes this worker runs node 0 and tells the workers of
     the others through `start_node(job_id, node_rank, worker_name)`. When
     `shutdown_requested()` turns true, the job is stopped and marked failed. With `warm`,
-    a job that fits starts on its standby launcher (worker/warm_launcher.py).
+    a job that fits is forked by its warm launcher (worker/warm_launcher.py).
     `claimed_gpus(cuda_visible_devices)` hears which GPUs the job took, before it launches
     (the worker's generation process gives them up)."""
     identity = identity or WorkerIdentity.from_settings(settings)

@@ -1,5 +1,5 @@
 """Launching one node of a job: write its run folder, start its torchrun (cold, or on the
-worker's standby launcher) with the environment the ranks get, and supervise it to its end.
+worker's warm launcher) with the environment the ranks get, and supervise it to its end.
 
 `NodeLaunch` says what is launched; node 0 (worker/job_runner.py) and the other nodes of a
 job on several nodes (worker/node_runner.py) both launch through `launch_node`.
@@ -59,7 +59,7 @@ def launch_node(launch: NodeLaunch, *, settings: Settings, database: Database,
                 shutdown_requested: Callable[[], bool] = never,
                 warm: WarmLauncher | None = None,
                 on_stored: Callable[[], None] = lambda: None) -> tuple[int | None, Supervision]:
-    """Start this node's torchrun (on the standby launcher of `warm` when the job fits one)
+    """Start this node's torchrun (forked by the warm launcher `warm` when the job fits it)
     and supervise it to its end: (its exit code, what the supervision learned). Raises
     OSError when torchrun cannot start. `on_stored()` follows each commit of new rows."""
     argv, env = prepare_run_folder(launch, settings)
@@ -133,7 +133,7 @@ def launch_environment(spec: JobSpec, settings: Settings) -> dict[str, str]:
 
 
 def standby_environment() -> dict[str, str]:
-    """What a standby launcher starts with (it takes on its job's environment later)."""
+    """What the warm launcher starts with (each job's launcher takes on its job's environment)."""
     return {**inherited_environment(), "PYTHONUNBUFFERED": "1"}
 
 

@@ -173,7 +173,7 @@ class JobSampler:
         return process if process.is_running() else None
 
     def _rank(self, process: psutil.Process) -> int | None:
-        # Only a rank is remembered: a process forked by the warm start's fork server
+        # Only a rank is remembered: a process forked by the warm launcher
         # becomes one (names itself) a moment after it appears.
         if process.pid not in self._rank_of:
             rank = rank_of_process(process)
@@ -185,7 +185,7 @@ class JobSampler:
 
 def rank_of_process(process: psutil.Process) -> int | None:
     """The RANK torchrun gave the process: in its environment when torchrun started it, in
-    its name when the warm start's fork server did (trainer/startup/warm_rank.py)."""
+    its name when the warm launcher did (trainer/startup/warm_rank.py)."""
     try:
         environment = process.environ()
         name = process.name()

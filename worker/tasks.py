@@ -2,7 +2,7 @@
 
 `build_worker(settings)` makes them from the Settings the command line read (nothing is
 read at import): a `WorkerProcess` holding what the process shares (database, identity,
-heartbeat, standby launcher), its Celery app with the tasks registered, and the hooks
+heartbeat, warm launcher), its Celery app with the tasks registered, and the hooks
 Celery calls when the worker is ready and when it stops.
 """
 from __future__ import annotations
@@ -74,7 +74,7 @@ class WorkerProcess:
 
     @cached_property
     def warm_launcher(self) -> WarmLauncher | None:
-        """The standby launcher of this worker (None with TUNEDECK_WARM_START=false, and on
+        """The warm launcher of this worker (None with TUNEDECK_WARM_START=false, and on
         a Slurm executor, whose jobs start on the cluster's nodes)."""
         if not self.settings.warm_start or self.settings.executor == "slurm":
             return None
@@ -178,7 +178,7 @@ def _register_tasks(worker: WorkerProcess) -> None:
         if outcome.job_finished:
             worker.offer_waiting_jobs()
             if worker.warm_launcher is not None and not worker.shutdown_requested.is_set():
-                worker.warm_launcher.replenish()  # the next job's, now that this one's CPU is free
+                worker.warm_launcher.replenish()  # again, if it died (its jobs with it) meanwhile
         return str(outcome)
 
     @task(name=RUN_JOB_NODE_TASK, shared=False)

@@ -1,7 +1,7 @@
-"""The standby launcher (worker/warm_launcher.py, trainer/startup/warm_start.py) with real
-processes: a standby gets ready, becomes a job's torchrun, and its ranks, forked from the
-fork server, train the built-in model on 2 CPU ranks; a cancel and a dead worker leave no
-process behind; the sampler tells the forked ranks apart."""
+"""The warm launcher (worker/warm_launcher.py, trainer/startup/warm_start.py) with real
+processes: it gets ready once, forks each job's torchrun, whose ranks, forked from it,
+train the built-in model on 2 CPU ranks; two jobs at once both start warm; a cancel and a
+dead worker leave no process behind; the sampler tells the forked ranks apart."""
 from __future__ import annotations
 
 import json
@@ -31,14 +31,27 @@ READY_SECONDS = 120
 RUN_SECONDS = 300
 
 
+_STARTED: list[WarmLauncher] = []
+
+
 def ready_launcher(tmp_path: Path) -> WarmLauncher:
     launcher = WarmLauncher(folder=tmp_path / "warm", environment=standby_environment(), cwd=REPO)
+    _STARTED.append(launcher)
     launcher.replenish()
     deadline = time.monotonic() + READY_SECONDS
     while not launcher.is_ready():
         assert time.monotonic() < deadline, (tmp_path / "warm" / "standby.log").read_text()
         time.sleep(0.1)
     return launcher
+
+
+@pytest.fixture(autouse=True)
+def stop_warm_launchers():
+    """A warm launcher serves until stopped (or its worker, here pytest, dies): each test's
+    is stopped after it, not left holding its imports' memory for the rest of the run."""
+    yield
+    while _STARTED:
+        _STARTED.pop().stop()
 
 
 def job_environment(tunedeck_home: Path) -> dict[str, str]:
@@ -62,14 +75,15 @@ def rank_pids(processes: JobProcesses, run: RunFolder, ranks: int) -> list[int]:
             if psutil.Process(pid).name().startswith("td-rank")]
 
 
-def test_a_standby_runs_a_job_to_success_with_forked_ranks(tmp_path, tunedeck_home, builtin_model_dir):
+def test_the_warm_launcher_runs_a_job_to_success_with_forked_ranks(tmp_path, tunedeck_home, builtin_model_dir):
     launcher = ready_launcher(tmp_path)
     run = write_run(tmp_path / "run", backend="fsdp", method="lora", max_steps=4, num_gpus=2)
     env = job_environment(tunedeck_home)
-    standby_pid = launcher._standby.pid
+    server = launcher._server.pid
     process = launcher.take(torchrun_argv(run), cwd=REPO, env=env, log_file=run.launcher_log_file)
-    assert process is not None and process.pid == standby_pid
-    assert not launcher.is_ready()  # taken: the next job needs a new standby
+    assert process is not None and psutil.Process(process.pid).ppid() == server
+    assert os.getpgid(process.pid) == process.pid  # its own group: a cancel reaches it all
+    assert launcher.is_ready()  # it serves the next job too
     from worker.recovery import _launcher_alive
 
     deadline = time.monotonic() + RUN_SECONDS
@@ -80,9 +94,9 @@ def test_a_standby_runs_a_job_to_success_with_forked_ranks(tmp_path, tunedeck_ho
     pids = rank_pids(processes, run, ranks=2)
     assert len(pids) == 2
     for pid in pids:
-        # Forked, not exec'd: the fork server is the parent, and the job's environment
-        # reached the rank's Python even though /proc still shows the server's.
-        assert psutil.Process(psutil.Process(pid).ppid()).ppid() == process.pid
+        # Forked, not exec'd: the job's launcher is the parent, and the job's environment
+        # reached the rank's Python even though /proc still shows the warm launcher's.
+        assert psutil.Process(pid).ppid() == process.pid
     sampler = JobSampler.for_launch(host="test", launch_env=env)
     samples = sampler.sample_processes(processes.alive_pids(), time.time())
     assert sorted(sample["index"] for sample in samples) == [0, 1]
@@ -95,7 +109,7 @@ def test_a_standby_runs_a_job_to_success_with_forked_ranks(tmp_path, tunedeck_ho
     assert processes.alive_pids() == []
 
 
-def test_the_rank_sees_the_jobs_environment_not_the_standbys(tmp_path, tunedeck_home):
+def test_the_rank_sees_the_jobs_environment_not_the_warm_launchers(tmp_path, tunedeck_home):
     """The trainer entry point is not needed to check the environment: a rank of a warm
     torchrun runs `trainer.startup.warm_rank.run_rank`, which must hand `main` the job's variables."""
     launcher = ready_launcher(tmp_path)
@@ -119,8 +133,7 @@ def test_a_cancel_leaves_nothing_of_a_warm_job(tmp_path, tunedeck_home, builtin_
                             log_file=run.launcher_log_file)
     processes = JobProcesses(process)
     pids = rank_pids(processes, run, ranks=2)
-    everything = processes.alive_pids()
-    assert len(everything) == 5  # launcher, fork server, resource tracker, two ranks
+    assert set(pids) <= set(processes.alive_pids())
     processes.stop(grace_seconds=10)
     assert processes.alive_pids() == [] and live_group_members(process.pid) == []
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -158,12 +171,13 @@ def test_a_killed_worker_takes_its_warm_job_with_it(tmp_path, tunedeck_home, bui
         while not run.rank_metrics_file(1).exists():
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        job = [launcher_pid, *(child.pid for child in psutil.Process(launcher_pid).children(recursive=True))]
-        assert len(job) == 5  # launcher, fork server, resource tracker, two ranks
+        ranks = psutil.Process(launcher_pid).children()
+        assert len(ranks) == 2
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait()
         deadline = time.monotonic() + 30
-        while live_group_members(launcher_pid):
+        while live_group_members(launcher_pid) or any(rank.is_running() and rank.status() != psutil.STATUS_ZOMBIE
+                                                      for rank in ranks):
             assert time.monotonic() < deadline, live_group_members(launcher_pid)
             time.sleep(0.2)
     finally:
@@ -178,15 +192,21 @@ def test_qlora_and_jobs_on_several_nodes_start_cold():
     assert not fits_warm_start(JobSpec(max_steps=1, num_nodes=2))
 
 
-def test_a_dead_standby_is_not_handed_a_job(tmp_path):
+def test_a_dead_warm_launcher_is_not_handed_a_job_and_is_started_again(tmp_path):
     launcher = ready_launcher(tmp_path)
-    launcher._standby.kill()
-    launcher._standby.wait()
+    launcher._server.kill()
+    launcher._server.wait()
     assert not launcher.is_ready()
     assert launcher.take(["torchrun"], cwd=REPO, env={}, log_file=tmp_path / "log") is None
+    launcher.replenish()
+    deadline = time.monotonic() + READY_SECONDS
+    while not launcher.is_ready():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    launcher.stop()
 
 
-def test_a_stopped_standby_leaves_no_ready_file(tmp_path):
+def test_a_stopped_warm_launcher_leaves_no_ready_file(tmp_path):
     launcher = ready_launcher(tmp_path)
     assert list((tmp_path / "warm").glob("*.ready"))
     launcher.stop()
@@ -206,22 +226,32 @@ def test_the_ready_file_of_a_standby_that_is_gone_is_removed_at_the_next_start(t
     assert [path.name for path in folder.glob("*.ready")] == ["standby-3-4.ready"]
 
 
-def test_a_standby_that_fails_to_take_a_job_on_leaves_it_to_a_cold_launch(tmp_path):
-    """The standby is handed the job but dies before it has taken it on (here: the job's
-    folder is gone, so it cannot change into it): `take` says "launch cold" instead of
-    handing the worker a launcher that is already dead, and leaves no process behind."""
+def test_a_launch_that_fails_to_take_a_job_on_leaves_it_to_a_cold_launch(tmp_path):
+    """The forked launcher dies before it has taken the job on (here: the job's folder is
+    gone, so it cannot change into it): `take` says "launch cold" instead of handing the
+    worker a launcher that is already dead, its reason is logged, and the warm launcher
+    serves the next job."""
     launcher = ready_launcher(tmp_path)
-    standby = launcher._standby
-    group = os.getpgid(standby.pid)
     log_file = tmp_path / "run" / "torchrun.log"
     assert launcher.take(["torchrun", "-m", "trainer"], cwd=tmp_path / "gone", env={},
                          log_file=log_file) is None
-    assert standby.poll() is not None
-    deadline = time.monotonic() + 10
-    while live_group_members(group):  # its fork server, killed with it
-        assert time.monotonic() < deadline, live_group_members(group)
-        time.sleep(0.05)
+    assert launcher.is_ready()
     assert "gone" in (tmp_path / "warm" / "standby.log").read_text()  # its reason, logged
+    launcher.stop()
+
+
+def test_two_jobs_at_once_both_start_warm(tmp_path, tunedeck_home, builtin_model_dir):
+    """A host running two jobs on disjoint GPUs forks both from the one warm launcher."""
+    launcher = ready_launcher(tmp_path)
+    runs = [write_run(tmp_path / f"run-{index}", backend="fsdp", method="lora", max_steps=3,
+                      num_gpus=2) for index in range(2)]
+    processes = [launcher.take(torchrun_argv(run), cwd=REPO, env=job_environment(tunedeck_home),
+                               log_file=run.launcher_log_file) for run in runs]
+    assert all(process is not None for process in processes)
+    for process, run in zip(processes, runs):
+        assert process.wait(timeout=RUN_SECONDS) == 0, run.launcher_log_file.read_text()[-3000:]
+        assert run.merged_dir.is_dir()
+    launcher.stop()
 
 
 def test_a_sigkilled_forked_rank_is_in_torchruns_report(tmp_path, tunedeck_home, builtin_model_dir):

@@ -1,7 +1,7 @@
-"""What the warm start's fork server imports once, so that each rank forked from it starts
+"""What the warm launcher imports once, so that each job's launcher and rank forked from it starts
 with torch, transformers, peft (and on a host without NVIDIA GPUs DeepSpeed) loaded.
 
-Imported only inside that fork server (`trainer.startup.warm_start` names it as the preload). It
+Imported only inside the warm launcher (`python -m trainer.startup.warm_start`). It
 must leave the process safe to fork: no CUDA context (the NVML-based availability check
 never creates one), no OpenMP thread pool beyond one thread (a forked child cannot use a
 parent's GNU OpenMP pool), no TorchInductor compile workers (dynamo is off while
@@ -17,7 +17,7 @@ from pathlib import Path
 from trainer.rank import die_with_launcher  # noqa: E402
 from trainer.startup.warm_rank import PRELOAD_ONLY_VARIABLES  # noqa: E402,F401 (what it sets below)
 
-# The fork server dies with its launcher (a dead worker's standby): it would otherwise
+# The warm launcher dies with its parent (a dead worker): it would otherwise
 # outlive it, and so would the ranks it forked, whose death signal is tied to it.
 die_with_launcher()
 
@@ -25,7 +25,7 @@ os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
 os.environ["TORCHDYNAMO_DISABLE"] = "1"
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 # A QLoRA job needs bitsandbytes and never starts warm (worker/warm_launcher.py), so the
-# fork server keeps it out, as a cold LoRA or full rank does (trainer/startup/unused_libraries.py).
+# warm launcher keeps it out, as a cold LoRA or full rank does (trainer/startup/unused_libraries.py).
 if "bitsandbytes" not in sys.modules:
     sys.modules["bitsandbytes"] = None
 

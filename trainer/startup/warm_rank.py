@@ -1,7 +1,7 @@
-"""A rank forked from the warm start's fork server: the same `trainer.__main__.main` a cold
+"""A rank forked from its warm launcher: the same `trainer.__main__.main` a cold
 rank runs, after taking on the environment and folder its job was launched with.
 
-The fork server was started before the job existed, so the process inherits the server's
+The warm launcher was started before the job existed, so the process inherits its
 environment; torchrun's agent then set the rank's own variables (RANK, WORLD_SIZE,
 MASTER_ADDR, ...). The job's environment replaces the first and keeps the second.
 """
@@ -13,10 +13,10 @@ import sys
 import traceback
 from typing import Any
 
-# Set by trainer.startup.warm_preload for the fork server only; a rank's environment drops them.
+# Set for the warm launcher and a job's launcher only; a rank's environment drops them.
 # (Here, not there: the launcher imports this module, and must not import that one.)
 PRELOAD_ONLY_VARIABLES = ("PYTORCH_NVML_BASED_CUDA_CHECK", "TORCHDYNAMO_DISABLE")
-# A forked rank's /proc/PID/environ is still the fork server's (a process's environment
+# A forked rank's /proc/PID/environ is still the warm launcher's (a process's environment
 # there is what it was exec'd with), so it names itself "td-rank<RANK>" for the worker's
 # sampler (worker/sampler.py) to tell the ranks apart.
 RANK_PROCESS_NAME_PREFIX = "td-rank"
@@ -25,7 +25,8 @@ PR_SET_NAME = 15
 
 def run_rank(launch: dict[str, Any]) -> int:
     """`launch`: the job's `env`, `cwd` and trainer `argv`, and `server_env`, the
-    environment the fork server started with (what the agent set is what differs)."""
+    environment its launcher had before the agent set the rank's (what the agent set is
+    what differs)."""
     server_env = launch["server_env"]
     set_by_agent = {key: value for key, value in os.environ.items()
                     if server_env.get(key) != value and key not in PRELOAD_ONLY_VARIABLES}
@@ -66,7 +67,7 @@ def _name_this_process(name: str) -> None:
 
 
 def _share_the_cores() -> None:
-    """The fork server ran torch on one thread (see trainer.startup.warm_preload); this rank takes
+    """The warm launcher ran torch on one thread (see trainer.startup.warm_preload); this rank takes
     its job's OMP_NUM_THREADS, or what trainer.rank.set_cpu_threads would give it."""
     import torch
 

@@ -1,36 +1,37 @@
-"""`python -m trainer.startup.warm_start --ready-file PATH`: a torchrun kept ready by the worker.
+"""`python -m trainer.startup.warm_start --ready-file PATH`: the worker's warm launcher.
 
 A cold launch spends seconds before a rank's first step on imports: torchrun imports torch,
-then each rank imports torch, transformers, peft and DeepSpeed again. The worker starts this
-process ahead of its next job instead. It imports torchrun's own launcher, starts a
-multiprocessing fork server that imports what ranks use (trainer.startup.warm_preload), writes
-`--ready-file`, and waits for one line on stdin: the job's torchrun argv, environment,
-folder and log file (worker/warm_launcher.py). It writes the line's accept file once it has
-taken them on. Then it becomes that torchrun: torchrun's
-own argument parser, rendezvous and agent, with the ranks forked from the fork server
-(`trainer.startup.warm_rank`) instead of started as `python -m trainer`. The argv in launch.json is
-exactly what runs; only how each rank's process comes to exist differs.
+then each rank imports torch, transformers, peft and DeepSpeed again (about 8 CPU-seconds
+of a tiny 2-rank CPU job's 11). The worker starts this process once instead. It imports
+torchrun's own launcher and what ranks use (trainer.startup.warm_preload), writes
+`--ready-file`, and then serves every job that fits a warm start: for each JSON line on
+stdin (the job's torchrun argv, environment, folder, log file and accept file:
+worker/warm_launcher.py) it forks a child that becomes that job's torchrun: torchrun's own
+argument parser, rendezvous and agent, with each rank forked from it
+(`trainer.startup.warm_rank`) instead of started as `python -m trainer`. The argv in
+launch.json is exactly what runs; only how each process comes to exist differs. It answers
+on stdout with each child's pid as it forks it and its exit code (negative: the signal
+that ended it) as it reaps it.
 
-It dies with the worker (its death signal), the fork server with it (its pipe closes), and
-each rank with the fork server (trainer.rank.die_with_launcher), so nothing outlives the
-worker. A closed stdin without a line means "not needed": it exits 0.
+The imports are paid once a worker, not once a job, and jobs at once on disjoint GPUs
+both start warm. It dies with the worker (its death signal), each launcher with it, and
+each rank with its launcher (trainer.rank.die_with_launcher), so nothing outlives the
+worker. A closed stdin means "no more jobs": it exits once its launchers have.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
+import select
 import sys
 from pathlib import Path
 
 from trainer.rank import die_with_launcher
 
-PRELOAD = ["trainer.startup.warm_preload"]
-
-
-def _nothing() -> None:
-    """Forked once at start: returns only after the fork server has finished its imports."""
+# Set in the launcher, not its ranks (trainer.startup.warm_rank drops it): torch asks NVML
+# whether CUDA is there instead of creating a context, which a forked rank could not use.
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,37 +39,90 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-file", type=Path, required=True)
     arguments = parser.parse_args(argv)
     die_with_launcher()
-    # One thread in the fork server: a forked rank cannot use a parent's OpenMP pool. Each
-    # rank sets its own thread count (trainer.startup.warm_rank).
+    # Answers go on a copy of stdout; what the imports or a child print goes to stderr.
+    replies = os.dup(1)
+    os.dup2(2, 1)
+    # One thread while importing: a forked launcher or rank cannot use a parent's OpenMP
+    # pool. Each rank sets its own thread count (trainer.startup.warm_rank).
     os.environ["OMP_NUM_THREADS"] = "1"
-    import torch.distributed.run  # noqa: F401 (imported once here, before the job)
+    import torch.distributed.run  # noqa: F401 (each job's torchrun)
 
-    server_env = dict(os.environ)
-    multiprocessing.set_forkserver_preload(PRELOAD)
-    ready = multiprocessing.get_context("forkserver").Process(target=_nothing)
-    ready.start()
-    ready.join()
+    import trainer.startup.warm_preload  # noqa: F401 (what every rank imports)
+
     arguments.ready_file.parent.mkdir(parents=True, exist_ok=True)
     arguments.ready_file.write_text(str(os.getpid()))
-
-    line = sys.stdin.readline()
-    if not line.strip():
-        return 0
-    launch_with_forked_ranks(json.loads(line), start_method="forkserver", server_env=server_env)
+    serve(sys.stdin.fileno(), replies)
     return 0
 
 
-def launch_with_forked_ranks(launch: dict, *, start_method: str, server_env: dict[str, str]) -> None:
+def serve(requests: int, replies: int) -> None:
+    """Fork a launcher for each request line, report each child's pid as it starts and its
+    exit code as it ends. No thread here: this process forks."""
+    children: dict[int, object] = {}
+    pending = b""
+    open_requests = True
+
+    def reply(message: dict) -> None:
+        os.write(replies, (json.dumps(message) + "\n").encode())
+
+    while open_requests or children:
+        if open_requests:
+            readable = select.select([requests], [], [], 0.05 if children else 1.0)[0]
+        else:  # no more jobs: wait for the running ones
+            readable = select.select([], [], [], 0.05)[0]
+        if readable:
+            chunk = os.read(requests, 1 << 16)
+            open_requests = bool(chunk)
+            pending += chunk
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                request = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    os.close(replies)
+                    os.dup2(os.open(os.devnull, os.O_RDONLY), requests)
+                    os._exit(_launcher(request["launch"]))
+                children[pid] = request["id"]
+                reply({"id": request["id"], "pid": pid})
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            reply({"id": children.pop(pid), "exit": os.waitstatus_to_exitcode(status)})
+
+
+def _launcher(launch: dict) -> int:
+    """In the forked child: a session of its own (a cancel signals the job's whole group),
+    its death tied to this server's, then the job, as torchrun's exit code."""
+    import traceback
+
+    try:
+        os.setsid()
+        die_with_launcher()
+        launch_with_forked_ranks(launch)
+        return 0
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else 1
+    except BaseException:  # torchrun's ChildFailedError among them: exit 1, as torchrun
+        traceback.print_exc()
+        return 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def launch_with_forked_ranks(launch: dict) -> None:
     """Become the job's launcher (`launch`: its torchrun `argv`, `env`, `cwd` and `log_file`,
-    and an `accept_file` to write once taken on) and run torchrun with each rank forked
-    (`start_method` "forkserver" from this process's fork server, "fork" from this process
-    itself, which must have imported what ranks use) instead of started as `python -m
-    trainer`. `server_env` is the environment the forking process had before the agent set
-    each rank's variables. Raises torchrun's ChildFailedError when a rank fails."""
+    and an `accept_file` to write once taken on) and run torchrun with each rank forked from
+    this process, which has imported what ranks use, instead of started as `python -m
+    trainer`. Raises torchrun's ChildFailedError when a rank fails."""
     import torch.distributed.run as torchrun
     from torch.distributed.elastic.multiprocessing.errors import record
 
     _take_on_the_job(launch)
+    os.environ[NVML_CHECK] = "1"
+    # What a rank inherits before the agent sets its own variables (warm_rank tells them apart).
+    server_env = dict(os.environ)
     # From here this process is the job's launcher; until the worker reads this file, a
     # failure above leaves the job to a cold launch (worker/warm_launcher.py).
     if launch.get("accept_file"):
@@ -85,7 +139,7 @@ def launch_with_forked_ranks(launch: dict, *, start_method: str, server_env: dic
 
     def forked_ranks(parsed):
         config, _command, _command_args = configure(parsed)
-        config.start_method = start_method
+        config.start_method = "fork"
         return config, run_rank, [rank_launch]
 
     torchrun.config_from_args = forked_ranks
