@@ -201,13 +201,24 @@ class WarmLauncher:
             pass
 
     def stop(self) -> None:
+        """No more jobs: the warm launcher exits once the launchers it forked have, so a
+        shutting-down worker's jobs are stopped by their own supervision (and judged as
+        stopped by the shutdown), not killed with their parent."""
         with self._lock:
             server, self._server = self._server, None
             ready_file, self._ready_file = self._ready_file, None
-        if server is not None:
-            self._restart(server)
         if ready_file is not None:
             ready_file.unlink(missing_ok=True)
+        if server is None:
+            return
+        try:
+            server.stdin.close()
+        except OSError:
+            pass
+        try:
+            server.wait(timeout=1)  # at once when no job of it runs
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def remove_stale_ready_files(folder: Path) -> None:
