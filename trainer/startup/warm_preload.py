@@ -18,7 +18,7 @@ from trainer.rank import die_with_launcher  # noqa: E402
 from trainer.startup.warm_rank import PRELOAD_ONLY_VARIABLES  # noqa: E402,F401 (what it sets below)
 
 # The warm launcher dies with its parent (a dead worker): it would otherwise
-# outlive it, and so would the ranks it forked, whose death signal is tied to it.
+# outlive it, and so would the launchers it forked, whose death signal is tied to it.
 die_with_launcher()
 
 os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
