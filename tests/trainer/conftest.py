@@ -18,6 +18,7 @@ from tunedeck.spec.job_spec import JobSpec
 from tunedeck.metrics.events import decode_event
 from tunedeck.run_folder import RunFolder, read_json, write_run_folder
 from tunedeck.torch_extensions import environment_extensions_dir
+from worker.warm_launcher import fits_warm_start
 
 RANKS = 2
 RUN_TIMEOUT_SECONDS = 300
@@ -130,15 +131,16 @@ def launch_trainer(run: RunFolder, tunedeck_home: Path, *extra_arguments: str,
                    environment: dict[str, str] | None = None, cold: bool = False) -> TrainerRun:
     """`ranks` must match the spec's num_gpus (DeepSpeed checks its batch size against it);
     `environment` overrides the ranks' variables. The launch is forked from this session's
-    trainer zygote (harness/trainer_zygote.py says why), or with `cold` (and always for
-    QLoRA, which the warm start never runs, or a hub cache of the test's own) started as
+    trainer zygote (harness/trainer_zygote.py says why), or with `cold` (and always for a
+    spec the worker would launch cold, or a hub cache of the test's own) started as
     `python -m torch.distributed.run`."""
     import time
 
     started = time.monotonic()
     argv = torchrun_command(run, *extra_arguments, ranks=ranks)
     env = {**trainer_environment(tunedeck_home), **(environment or {})}
-    if cold or read_json(run.spec_file)["method"] == "qlora" or not trainer_zygote().fits(env):
+    spec = JobSpec.model_validate(read_json(run.spec_file))
+    if cold or not fits_warm_start(spec) or not trainer_zygote().fits(env):
         completed = run_process_group(argv, env=env, cwd=run.path, timeout_seconds=timeout_seconds)
     else:
         completed = trainer_zygote().run(argv, env=env, cwd=run.path, timeout_seconds=timeout_seconds)

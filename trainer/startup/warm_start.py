@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 def serve(requests: int, replies: int) -> None:
     """Fork a launcher for each request line, report each child's pid as it starts and its
     exit code as it ends. No thread here: this process forks."""
-    children: dict[int, object] = {}
+    children: dict[int, int] = {}  # pid -> request id
     pending = b""
     open_requests = True
 
