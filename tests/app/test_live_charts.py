@@ -95,6 +95,18 @@ def test_on_a_cpu_host_the_sampled_chart_is_each_ranks_rss():
     assert not charts.has_mfu  # CPU steps carry no MFU: the chart stays hidden
 
 
+def test_the_memory_legends_list_ranks_and_gpus_in_order_whatever_arrived_first():
+    processes = [{"time": 10.0, "host": "h", "rank": 1, "rss_mb": 510.0},
+                 {"time": 10.5, "host": "h", "rank": 0, "rss_mb": 500.0},
+                 {"time": 11.0, "host": "h", "rank": 1, "rss_mb": 520.0}]
+    frame = live_charts.rank_rss_frame(processes, world_size=3)
+    assert list(dict.fromkeys(frame["series"])) == ["rank 0", "rank 1", "rank 2"]
+    assert frame[frame["series"] == "rank 1"]["seconds"].tolist() == [0.0, 1.0]
+    gpus = [_gpu(100.0, 1, 1100.0), _gpu(100.5, 0, 1000.0)]
+    frame = live_charts.gpu_memory_frame(gpus, planned_mb=None)
+    assert list(dict.fromkeys(frame["series"]))[:2] == ["GPU 0", "GPU 1"]
+
+
 def test_a_job_too_short_for_the_sampler_charts_its_ranks_own_rss_readings():
     """Sampled once a second, a 3-second job has one reading a rank; its ranks logged one
     a step: those make the lines. With the sampler's lines, the sampler's are drawn."""

@@ -138,8 +138,10 @@ def gpu_memory_frame(gpus: list[dict[str, Any]], planned_mb: float | None, *,
     end = max(row["time"] for row in gpus)
     several_hosts = len({row["host"] for row in gpus}) > 1
     used = GPU_USED_MB.field
-    rows = [(row["time"] - start, row[used], _gpu_name(row, several_hosts))
-            for row in gpus if row.get(used) is not None]
+    # The legend lists series as they first appear: GPUs in host and index order.
+    ordered = sorted((row for row in gpus if row.get(used) is not None),
+                     key=lambda row: (row["host"], row["gpu"], row["time"]))
+    rows = [(row["time"] - start, row[used], _gpu_name(row, several_hosts)) for row in ordered]
     capacity = max((row["total_mb"] for row in gpus if row.get("total_mb")), default=None)
     for name, level in ((CAPACITY_SERIES, capacity), (PLANNED_SERIES, planned_mb)):
         if level is not None:
@@ -160,9 +162,13 @@ def rank_rss_frame(processes: list[dict[str, Any]], *, world_size: int = 0,
     rss = field  # `reserved_mb`: the ranks' own CUDA readings instead
     readings = [row for row in processes if row.get(rss) is not None]
     start = origin if origin is not None else min((row["time"] for row in readings), default=0.0)
-    rows = [(row["time"] - start, row[rss], f"rank {row['rank']}") for row in readings]
     sampled = {row["rank"] for row in readings}
-    rows += [(None, None, f"rank {rank}") for rank in range(world_size) if rank not in sampled]
+    keyed = [(row["rank"], row["time"] - start, row[rss]) for row in readings]
+    keyed += [(rank, None, None) for rank in range(world_size) if rank not in sampled]
+    # Rank order, not arrival order: the legend lists series as they first appear, and
+    # rank 1's sample often lands before rank 0's.
+    keyed.sort(key=lambda item: (item[0], item[1] is not None, item[1] or 0.0))
+    rows = [(seconds, mb, f"rank {rank}") for rank, seconds, mb in keyed]
     return typed_frame(rows, SAMPLED_MEMORY_COLUMNS)
 
 
