@@ -111,7 +111,11 @@ class Checkpoints:
 
 def skip_micro_batches(batches: Iterator[Batch], *, steps: int, grad_accum: int) -> Iterator[Batch]:
     """The stream where `steps` optimizer steps left it: each took `grad_accum` micro-batches
-    from this rank's stream. (Collating the skipped ones is cheap next to a step.)"""
+    from this rank's stream. (Collating the skipped ones is cheap next to a step; a stream
+    whose micro-batches are sampled, grpo's, skips them itself without sampling.)"""
+    if hasattr(batches, "skip"):
+        batches.skip(steps * grad_accum)
+        return batches
     for _ in range(steps * grad_accum):
         next(batches)
     return batches

@@ -98,7 +98,7 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
     model = apply_method(base_model, spec)
     clock.mark("method")
     objective = build_objective(spec, model, reference_model=reference_model,
-                                loss_in_model=loss_in_model(spec))
+                                loss_in_model=loss_in_model(spec), tokenizer=tokenizer)
 
     set_training_mode(model, spec)
     # After apply_method: which weights are trained is what tells LoRA's FLOPs from full's.
@@ -107,7 +107,7 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
         backend = backend_type.wrap(model, backend_settings, context, objective=objective)
     clock.mark("backend")
     # Before a resumed run loads its checkpoint: a precomputed reference is the base's.
-    objective.prepare(backend.forward_only, tokenized.train_rows, spec=spec,
+    objective.prepare(backend, tokenized.train_rows, spec=spec,
                       pad_token_id=tokenizer.pad_token_id, context=context, telemetry=telemetry,
                       eval_rows=tokenized.eval_rows)
     evaluation = build_evaluation(tokenized.eval_rows, pad_token_id=tokenizer.pad_token_id,
@@ -126,6 +126,7 @@ def train(spec: JobSpec, run: RunFolder, *, context: RankContext, telemetry: Tel
                                    total_steps=data.total_steps, checkpoints=checkpoints,
                                    evaluation=evaluation, context=context, telemetry=telemetry,
                                    mfu_meter=mfu_meter, figure_names=objective.figure_names,
+                                   step_figures=objective.step_figures,
                                    reference_bytes=parameter_bytes(reference_model.parameters())
                                    if reference_model is not None else 0)
     if context.is_main:
@@ -199,8 +200,8 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *
                       start_step: int, total_steps: int, checkpoints: Checkpoints,
                       evaluation: Evaluation | NoEvaluation, context: RankContext,
                       telemetry: Telemetry, mfu_meter: MfuMeter = MfuMeter(None, None),
-                      figure_names: tuple[str, ...] = (), reference_bytes: int = 0
-                      ) -> Throughput:
+                      figure_names: tuple[str, ...] = (), reference_bytes: int = 0,
+                      step_figures=None) -> Throughput:
     throughput = Throughput(first_step=start_step + 1)
     footprint_pending = True
     # The schedule the preview shows (tunedeck/training_steps.py), over this run's steps.
@@ -217,9 +218,12 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *
         step_seconds = time.perf_counter() - started
         stop_on_non_finite_loss(loss, step=step, precision=spec.precision)
         reporting = time.perf_counter()
+        # grpo's rewards and completion lengths (a collective: every rank asks).
+        round_figures = step_figures(step_batches, context=context,
+                                     step_seconds=step_seconds) if step_figures else {}
         telemetry.step(step=step, loss=loss, learning_rate=learning_rate, grad_norm=grad_norm_value,
                        tokens_per_second=tokens / step_seconds, step_seconds=step_seconds,
-                       tokens=int(tokens), **dict(zip(figure_names, figures)),
+                       tokens=int(tokens), **dict(zip(figure_names, figures)), **round_figures,
                        **mfu_meter.step_fields(tokens / step_seconds,
                                                [batch.row_lengths for batch in step_batches]))
         telemetry.memory(step=step)

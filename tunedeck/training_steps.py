@@ -24,24 +24,32 @@ FINAL_LEARNING_RATE_RATIO = 0.1  # the decay ends at 10% of the peak, not at zer
 class BatchLayout:
     """One optimizer step's batch: `micro_batch_size` units a rank a forward, `grad_accum`
     forwards a step, on `world_size` ranks. A unit is a row (an example, or a packed row of
-    several), or under objective dpo a preference pair, two rows (chosen, rejected)."""
+    several), under objective dpo a preference pair, two rows (chosen, rejected), under
+    objective grpo a sampled completion (with its prompt, one row)."""
 
     micro_batch_size: int
     grad_accum: int
     world_size: int
     seq_len: int
     rows_per_unit: int
-    unit: str  # "examples", "packed rows" or "pairs": what a micro-batch counts
+    unit: str  # "examples", "packed rows", "pairs" or "completions": what a micro-batch counts
+    # Units one record of the data makes in an epoch: objective grpo samples a prompt
+    # num_generations times and trains on each round of samples num_iterations times.
+    units_per_record: int = 1
 
     @classmethod
     def of(cls, spec: JobSpec, *, world_size: int | None = None) -> BatchLayout:
         """The spec's layout on `world_size` ranks (by default its GPUs times its nodes,
         which is what torchrun starts: a rank passes its own)."""
         pairs = spec.objective == "dpo"
+        sampled = spec.objective == "grpo"
         return cls(micro_batch_size=spec.micro_batch_size, grad_accum=spec.grad_accum,
                    world_size=spec.world_size if world_size is None else world_size,
                    seq_len=spec.seq_len, rows_per_unit=2 if pairs else 1,
-                   unit="pairs" if pairs else "packed rows" if spec.packing else "examples")
+                   unit="pairs" if pairs else "completions" if sampled
+                   else "packed rows" if spec.packing else "examples",
+                   units_per_record=spec.grpo.num_generations * spec.grpo.num_iterations
+                   if sampled else 1)
 
     @property
     def units_per_step(self) -> int:
@@ -55,13 +63,14 @@ class BatchLayout:
 
     def total_steps(self, *, max_steps: int | None, epochs: float | None,
                     unit_count: int) -> int:
-        """`max_steps` as given, or enough steps to show every one of `unit_count` units
-        (the tokenized training rows, or pairs) `epochs` times."""
+        """`max_steps` as given, or enough steps to show every one of `unit_count` records
+        (the tokenized training rows, pairs, or prompts) `epochs` times."""
         if max_steps is not None:
             return max_steps
         if epochs is None:
             raise ValueError("set max_steps or epochs")
-        return max(1, math.ceil(epochs * unit_count / self.units_per_step))
+        return max(1, math.ceil(epochs * unit_count * self.units_per_record
+                                / self.units_per_step))
 
     def as_text(self) -> str:
         """E.g. "4 examples x 2 micro-batches x 2 ranks = 16 examples a step (at most 16,384

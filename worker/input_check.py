@@ -7,7 +7,8 @@ import functools
 from pathlib import Path
 from typing import Sequence
 
-from trainer.data.builtin_dataset import ARITHMETIC_PREFERENCE_SIZE, ARITHMETIC_SIZE
+from trainer.data.builtin_dataset import (ARITHMETIC_PREFERENCE_SIZE, ARITHMETIC_RL_SIZE,
+                                          ARITHMETIC_SIZE)
 from trainer.model.model_source import model_folder
 from trainer.speed.host_support import speed_option_problems
 from trainer.model.target_preview import family_of, model_family_problem
@@ -15,17 +16,18 @@ from tunedeck.backends import backend_of
 from tunedeck.data.input_paths import spec_path_problems
 from tunedeck.data.records import builtin_dataset_problem, eval_split_problem
 from tunedeck.data.sources import (count_source_records, load_source_examples, load_source_pairs,
-                                   spec_source)
+                                   load_source_prompts, spec_source)
 from tunedeck.jobs.failure_kinds import offline_cache_advice
 from tunedeck.spec.job_spec import JobSpec
 from tunedeck.settings import Settings
 
 BUILTIN_MODELS = ("builtin:tiny-llama",)
 BUILTIN_DATASET_SIZES = {"builtin:arithmetic": ARITHMETIC_SIZE,
-                         "builtin:arithmetic-preference": ARITHMETIC_PREFERENCE_SIZE}
+                         "builtin:arithmetic-preference": ARITHMETIC_PREFERENCE_SIZE,
+                         "builtin:arithmetic-rl": ARITHMETIC_RL_SIZE}
 # How each objective reads a dataset's records, and what it calls them.
-LOADERS = {"sft": load_source_examples, "dpo": load_source_pairs}
-RECORD_WORDS = {"sft": "examples", "dpo": "pairs"}
+LOADERS = {"sft": load_source_examples, "dpo": load_source_pairs, "grpo": load_source_prompts}
+RECORD_WORDS = {"sft": "examples", "dpo": "pairs", "grpo": "prompts"}
 CHECKED_RECORDS = 1000
 
 
@@ -142,7 +144,8 @@ def _dataset_problem(spec: JobSpec, *, field: str = "dataset",
                      cache_dir: Path | None = None) -> str | None:
     dataset = getattr(spec, field)
     if dataset.startswith("builtin:"):
-        return builtin_dataset_problem(field, dataset, objective=spec.objective)
+        return builtin_dataset_problem(field, dataset, objective=spec.objective,
+                                       reward_columns=dict(spec_source(spec).reward_columns))
     try:
         # The first records show a wrong shape at once; the trainer reads the rest.
         LOADERS[spec.objective](spec_source(spec, field, cache_dir=cache_dir),

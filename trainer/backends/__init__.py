@@ -53,6 +53,11 @@ class TrainingBackend(Protocol):
         """`function(model)` in eval mode without gradients (every rank alike: an FSDP
         forward is a collective)."""
 
+    def sample(self, function):
+        """`function(model)` in eval mode without gradients, `model` whole enough to call
+        `generate` on (every rank alike, until every rank's generation is done: an FSDP
+        forward is a collective)."""
+
     def optimizer_step(self) -> "torch.Tensor":  # noqa: F821
         """Clip and apply the accumulated gradients; the global norm before clipping."""
 

@@ -28,6 +28,7 @@ class FsdpBackend:
         self._scaler = scaler
         self._micro_step = 0
         self._gradient_bytes: int | None = None  # measured once, before the first update
+        self._forwarded = False  # whether `sample` has run a forward through the root
 
     @classmethod
     def startup_notice(cls, settings: dict[str, Any], context: RankContext) -> None:
@@ -103,6 +104,28 @@ class FsdpBackend:
         from trainer.evaluation import forward_only
 
         return forward_only(self._model, function)
+
+    def sample(self, function):
+        """`generate` calls the causal LM inside a peft model directly, past the root's
+        forward hook: the root's own parameters (embeddings, final norm, head) are gathered
+        for the whole call and freed after; each decoder layer still gathers its own in its
+        forward, so no second copy of the weights is held. The root's first forward must
+        have run (it is what makes it the root): a one-token forward does that before a
+        job's first sample, which comes before its first step."""
+        import torch
+
+        def whole(model):
+            if not self._forwarded:
+                model(input_ids=torch.zeros((1, 1), dtype=torch.long,
+                                            device=next(model.parameters()).device))
+                self._forwarded = True
+            model.unshard()
+            try:
+                return function(model)
+            finally:
+                model.reshard()
+
+        return self.forward_only(whole)
 
     def optimizer_step(self):
         import torch

@@ -197,6 +197,10 @@ class Zero2Backend:
 
         return forward_only(self._engine, function)
 
+    def sample(self, function):
+        # ZeRO-2 holds every weight whole on every rank: the engine's module generates as is.
+        return self.forward_only(lambda engine: function(engine.module))
+
     def optimizer_step(self):
         import torch
 

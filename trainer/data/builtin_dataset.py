@@ -47,3 +47,17 @@ def arithmetic_preference_records(size: int = ARITHMETIC_PREFERENCE_SIZE,
         records.append({"prompt": prompt, "chosen": f"{question} = {response}.",
                         "rejected": str(wrong)})
     return records
+
+
+# `builtin:arithmetic-rl`: the same questions as prompts, each with its result as `answer`,
+# for objective grpo: a numeric_match reward (the last number in the completion equals the
+# answer) scores a completion, so a model that already states results (an SFT job on
+# builtin:arithmetic) has a reward it can raise.
+ARITHMETIC_RL_SIZE = 1000
+
+
+def arithmetic_rl_records(size: int = ARITHMETIC_RL_SIZE,
+                          seed: int = ARITHMETIC_SEED) -> list[dict[str, str]]:
+    """{prompt, answer} records; the same on every call."""
+    return [{"prompt": prompt, "answer": answer}
+            for prompt, answer in arithmetic_pairs(size, seed + 2)]

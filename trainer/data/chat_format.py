@@ -64,3 +64,24 @@ def _writes_beginning_of_sequence(tokenizer, template: str) -> bool:
     [rendered] = tokenizer.apply_chat_template([PROBE_CONVERSATION], chat_template=template,
                                                tokenize=False, add_generation_prompt=True)
     return rendered.startswith(tokenizer.bos_token)
+
+
+# A reply probed for what the template writes after an answer.
+PROBE_ANSWER = "Hello"
+
+
+def end_of_turn_ids(tokenizer) -> list[int]:
+    """The tokens a reply ends at: end-of-sequence, and the special token the training
+    template closes an assistant turn with when it is another (ChatML's <|im_end|> on a
+    base tokenizer whose end-of-sequence is <|endoftext|>)."""
+    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    prompt = render_chats(tokenizer, [PROBE_CONVERSATION], add_generation_prompt=True)[0]
+    full = render_chats(tokenizer, [[*PROBE_CONVERSATION,
+                                     {"role": "assistant", "content": PROBE_ANSWER}]],
+                        add_generation_prompt=False)[0]
+    if full.startswith(prompt) and PROBE_ANSWER in full[len(prompt):]:
+        after = full[len(prompt):].split(PROBE_ANSWER, 1)[1]
+        tail = tokenizer(after, add_special_tokens=False).input_ids
+        if tail and tail[0] in tokenizer.all_special_ids and tail[0] not in ids:
+            ids.append(tail[0])
+    return ids

@@ -43,6 +43,9 @@ class MicroBatch(NamedTuple):
     # Each row's tokens (an example, or a packed row), however the batch is laid out: what
     # a token attends over, for MFU's attention FLOPs (trainer/mfu.py).
     row_lengths: tuple[int, ...] = ()
+    # objective grpo: the figures of the round of samples this step trains on, on the
+    # step's first micro-batch (trainer/objectives/grpo.py).
+    rollout: Any = None
 
 
 def load_examples(source: str | DatasetSource, *, field: str = "dataset",

@@ -1,6 +1,7 @@
-"""What a step optimises, in one place: supervised fine-tuning (sft.py) and preference tuning
-(dpo.py) are two small modules beside each other, each owning its batch layout, its loss and
-the figures a step reports. The training loop, the evaluation and both backends speak only
+"""What a step optimises, in one place: supervised fine-tuning (sft.py), preference tuning
+(dpo.py) and reinforcement learning from rewards on sampled completions (grpo.py) are small
+modules beside each other, each owning its batch layout, its loss and the figures a step
+reports. The training loop, the evaluation and both backends speak only
 `TrainingObjective`; `build_objective` picks one from `spec.objective` by table, so nothing
 else names an objective.
 
@@ -8,12 +9,12 @@ A step's loss is a mean over the step's *loss units* on every rank: answer token
 (trainer/token_loss.py says why), pairs for dpo. A micro-batch's `loss_tokens` counts its
 units, and `loss()` returns the micro-batch's summed loss times the step's weight (world
 size / the step's units), so the same global batch trains the same model however it is
-split, whichever the objective.
+split, whichever the objective. (grpo's units depend on its loss_type: grpo.py says which.)
 """
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from tunedeck.spec.job_spec import JobSpec
 
@@ -53,34 +54,43 @@ class TrainingObjective(Protocol):
     def score(self, model, batch: dict[str, Any]) -> tuple[Any, Any]:
         """Forward only, already in eval mode without gradients: (summed loss, loss units)."""
 
-    def prepare(self, forward_only: Callable, rows: Sequence[TokenizedExample], *,
+    def step_figures(self, step_batches: list[MicroBatch], *, context: RankContext,
+                     step_seconds: float) -> dict[str, Any]:
+        """The step's figures that are not means over its loss units (grpo's rewards and
+        completion lengths, from its round of samples), over every rank: a collective.
+        Empty for sft and dpo."""
+
+    def prepare(self, backend, rows: Sequence[TokenizedExample], *,
                 spec: JobSpec, pad_token_id: int, context: RankContext, telemetry,
                 eval_rows: Sequence[TokenizedExample] = ()) -> None:
         """Work before step 1 (and before the eval batches are made) with the freshly
-        wrapped model (`forward_only(fn)` runs fn(model) in eval mode without gradients):
-        dpo's precomputed reference pass over the training and the eval pairs."""
+        wrapped model (trainer/backends/: `backend.forward_only(fn)` runs fn(model) in eval
+        mode without gradients, `backend.sample(fn)` with the whole model to generate
+        with): dpo's precomputed reference pass over the training and the eval pairs;
+        grpo keeps the backend to sample its rounds with."""
 
 
 def objective_type(spec: JobSpec) -> type[TrainingObjective]:
     """The spec's objective's class: its `tokenize_splits` runs before any model exists."""
     from trainer.objectives.dpo import DpoObjective
+    from trainer.objectives.grpo import GrpoObjective
     from trainer.objectives.sft import SftObjective
 
-    return {"sft": SftObjective, "dpo": DpoObjective}[spec.objective]
+    return {"sft": SftObjective, "dpo": DpoObjective, "grpo": GrpoObjective}[spec.objective]
 
 
-def build_objective(spec: JobSpec, model, *, reference_model=None,
-                    loss_in_model: bool = False) -> TrainingObjective:
+def build_objective(spec: JobSpec, model, *, reference_model=None, loss_in_model: bool = False,
+                    tokenizer=None) -> TrainingObjective:
     """The spec's objective for `model` (before the backend wraps it); `reference_model`: a
-    frozen copy, wrapped by the backend, for a full fine-tune's DPO reference."""
+    frozen copy, wrapped by the backend, for a full fine-tune's reference (dpo, grpo with
+    beta above 0); `tokenizer`: what grpo decodes its completions with for the rewards."""
     return objective_type(spec).for_spec(spec, model, reference_model=reference_model,
-                                         loss_in_model=loss_in_model)
+                                         loss_in_model=loss_in_model, tokenizer=tokenizer)
 
 
 def needs_frozen_reference(spec: JobSpec) -> bool:
-    """A full fine-tune's DPO with reference auto keeps a frozen copy of the base (an
-    adapter's base is its own reference: the adapter switched off)."""
+    """A full fine-tune's DPO with reference auto, or GRPO with a KL term, keeps a frozen
+    copy of the base (an adapter's base is its own reference: the adapter switched off)."""
     from trainer.model.method import uses_adapter
 
-    return (spec.uses_reference_model and spec.dpo.reference == "auto"
-            and not uses_adapter(spec))
+    return spec.reference_mode == "auto" and not uses_adapter(spec)

@@ -55,7 +55,7 @@ class DpoObjective:
     def __init__(self, spec: JobSpec, *, adapter: bool, reference_model=None):
         self._settings = spec.dpo
         self._uses_reference = spec.uses_reference_model
-        self._precomputed = self._uses_reference and spec.dpo.reference == "precomputed"
+        self._precomputed = spec.reference_mode == "precomputed"
         self._adapter_off = self._uses_reference and not self._precomputed and adapter
         self._reference_model = reference_model
         if self._uses_reference and not (self._precomputed or self._adapter_off) \
@@ -66,7 +66,7 @@ class DpoObjective:
 
     @classmethod
     def for_spec(cls, spec: JobSpec, model, *, reference_model=None,
-                 loss_in_model: bool = False) -> "DpoObjective":
+                 loss_in_model: bool = False, tokenizer=None) -> "DpoObjective":
         # loss_in_model is not taken: the pair losses need the logits themselves.
         from trainer.model.method import uses_adapter
 
@@ -188,9 +188,12 @@ class DpoObjective:
                 logits = self._reference_model(**inputs).logits
         return split_pairs(*answer_logps(logits, labels))
 
+    def step_figures(self, step_batches, *, context, step_seconds) -> dict[str, Any]:
+        return {}  # every figure is a mean over the pairs (`loss`)
+
     # Before step 1.
 
-    def prepare(self, forward_only, rows, *, spec: JobSpec, pad_token_id: int,
+    def prepare(self, backend, rows, *, spec: JobSpec, pad_token_id: int,
                 context: RankContext, telemetry, eval_rows=()) -> None:
         """reference precomputed: every pair's reference log-probabilities, the training
         pairs' and the eval pairs', each rank scoring its share, summed over ranks into
@@ -198,6 +201,7 @@ class DpoObjective:
         if not self._precomputed:
             return
         started = time.perf_counter()
+        forward_only = backend.forward_only
         self._reference_table = reference_table(forward_only, rows, spec=spec,
                                                 pad_token_id=pad_token_id, context=context)
         if len(eval_rows):

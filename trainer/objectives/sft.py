@@ -25,7 +25,7 @@ class SftObjective:
 
     @classmethod
     def for_spec(cls, spec: JobSpec, model, *, reference_model=None,
-                 loss_in_model: bool = False) -> "SftObjective":
+                 loss_in_model: bool = False, tokenizer=None) -> "SftObjective":
         return cls(loss_in_model=loss_in_model,
                    aux_loss_coefficient=router_aux_loss_coefficient(model))
 
@@ -69,6 +69,9 @@ class SftObjective:
         inputs = {name: tensor for name, tensor in batch.items() if name != "labels"}
         return summed_token_loss(model(**inputs).logits, batch["labels"])
 
-    def prepare(self, forward_only, rows, *, spec, pad_token_id, context, telemetry,
+    def prepare(self, backend, rows, *, spec, pad_token_id, context, telemetry,
                 eval_rows=()) -> None:
         pass  # nothing to compute before step 1
+
+    def step_figures(self, step_batches, *, context, step_seconds) -> dict[str, Any]:
+        return {}  # the loss is the step's one figure

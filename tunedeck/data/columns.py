@@ -27,9 +27,11 @@ LIKELY_PROMPT_COLUMNS = ("prompt", "question", "instruction", "input", "query", 
 LIKELY_RESPONSE_COLUMNS = ("response", "answer", "output", "completion", "solution", "target",
                            "assistant", "gpt", "reply", "label")
 # The built-in datasets (trainer/data/builtin_dataset.py makes their records) and their
-# columns, which say what each trains: examples, or preference pairs (objective dpo).
+# columns, which say what each trains: examples, preference pairs (objective dpo), or
+# prompts with the answer a reward checks (objective grpo).
 BUILTIN_DATASET_COLUMNS = {"builtin:arithmetic": ("prompt", "response"),
-                           "builtin:arithmetic-preference": ("prompt", "chosen", "rejected")}
+                           "builtin:arithmetic-preference": ("prompt", "chosen", "rejected"),
+                           "builtin:arithmetic-rl": ("prompt", "answer")}
 
 
 def guess_column_mapping(names: list[str]) -> ColumnMapping | None:

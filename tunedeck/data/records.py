@@ -21,6 +21,7 @@ from typing import Any, Iterable, Iterator
 from tunedeck.data.columns import BUILTIN_DATASET_COLUMNS, guess_column_mapping
 from tunedeck.data.file_formats import RECORD_FILE_SUFFIXES  # what this module reads itself
 from tunedeck.data.preference_records import PREFERENCE_COLUMNS, preference_columns_problem
+from tunedeck.data.prompt_records import prompt_columns_problem
 from tunedeck.spec.sections import ColumnMapping
 
 EXPECTED_COLUMNS = "instruction/output, prompt/response or messages"
@@ -173,6 +174,8 @@ def columns_problem(column_names: Iterable[str], columns: ColumnMapping | None, 
     `preference_columns_problem`), or None; for data whose columns are known before its rows."""
     if objective == "dpo":
         return preference_columns_problem(column_names, columns)
+    if objective == "grpo":
+        return prompt_columns_problem(column_names, columns)
     names = set(column_names)
     columns = columns or NO_COLUMNS
     mapped = {f"columns.{role}": name for role, name in columns.model_dump().items() if name}
@@ -195,14 +198,20 @@ def columns_problem(column_names: Iterable[str], columns: ColumnMapping | None, 
     return f"its columns are {sorted(names)}: none of {EXPECTED_COLUMNS}; name yours with columns ({example})"
 
 
-def builtin_dataset_problem(field: str, reference: str, *, objective: str = "sft") -> str | None:
+def builtin_dataset_problem(field: str, reference: str, *, objective: str = "sft",
+                            reward_columns: dict[str, str] | None = None) -> str | None:
     """An unknown built-in dataset, or one whose records are not what `objective` trains on
     (its columns judged as a file's are, the spec's `columns` aside: a built-in's are its
-    own), naming the built-in that is; None for one that fits."""
+    own), naming the built-in that is; None for one that fits. `reward_columns` (objective
+    grpo): the columns the rewards read, each with the reward's words."""
     names = BUILTIN_DATASET_COLUMNS.get(reference)
     if names is None:
         return (f"{field} {reference}: unknown built-in dataset; expected one of "
                 f"{', '.join(BUILTIN_DATASET_COLUMNS)}")
+    if objective == "grpo" and reward_columns:
+        problem = prompt_columns_problem(names, None, reward_columns=reward_columns)
+        if problem and columns_problem(names, None, objective=objective) is None:
+            return f"{field} {reference}: {problem}"
     if columns_problem(names, None, objective=objective) is None:
         return None
     fitting = [name for name, its_columns in BUILTIN_DATASET_COLUMNS.items()
@@ -212,7 +221,8 @@ def builtin_dataset_problem(field: str, reference: str, *, objective: str = "sft
             f"{' or '.join(fitting)}")
 
 
-BUILTIN_RECORD_KINDS = {"sft": "supervised examples", "dpo": "preference pairs"}
+BUILTIN_RECORD_KINDS = {"sft": "supervised examples", "dpo": "preference pairs",
+                        "grpo": "prompts with answers"}
 
 
 def _kind_of_records(names: Iterable[str]) -> str:

@@ -25,6 +25,8 @@ from tunedeck.data.file_formats import LIBRARY_FILE_FORMATS
 from tunedeck.data.input_paths import HUB_ID_PATTERN, is_local_reference
 from tunedeck.data.preference_records import (PREFERENCE_COLUMNS, PreferencePair, mapped_pairs,
                                               preference_columns_problem)
+from tunedeck.data.prompt_records import (PROMPT_COLUMNS, PromptRecord, prompt_columns_problem,
+                                          prompts_from_records)
 from tunedeck.data.records import (NO_COLUMNS, Example, columns_problem, count_file_records,
                                    examples_from_records, is_record_file, load_file_examples,
                                    read_file_records)
@@ -49,6 +51,8 @@ class DatasetSource:
     split: str = "train"
     columns: ColumnMapping | None = None
     cache_dir: Path | None = None  # the `datasets` cache; None: its own (HF_DATASETS_CACHE)
+    # objective grpo: each column a reward reads, and that reward in words.
+    reward_columns: tuple[tuple[str, str], ...] = ()
 
     @property
     def where(self) -> str:
@@ -63,7 +67,19 @@ def spec_source(spec, field: str = "dataset", *, cache_dir: Path | None = None) 
     """The spec's `dataset` or `eval_dataset` (which is read with the same config and columns)."""
     split = spec.dataset_split if field == "dataset" else spec.eval_dataset_split
     return DatasetSource(getattr(spec, field), field=field, config=spec.dataset_config,
-                         split=split, columns=spec.columns, cache_dir=cache_dir)
+                         split=split, columns=spec.columns, cache_dir=cache_dir,
+                         reward_columns=reward_readers(spec))
+
+
+def reward_readers(spec) -> tuple[tuple[str, str], ...]:
+    """objective grpo: (column, "grpo.rewards[i] (name)") for each column a reward reads."""
+    if spec.objective != "grpo":
+        return ()
+    readers: dict[str, str] = {}
+    for index, reward in enumerate(spec.grpo.rewards):
+        for column in sorted(reward.columns):
+            readers.setdefault(column, f"grpo.rewards[{index}] ({reward.name})")
+    return tuple(readers.items())
 
 
 def load_source_examples(source: DatasetSource, *, limit: int | None = None) -> list[Example]:
@@ -87,6 +103,24 @@ def load_source_pairs(source: DatasetSource, *, limit: int | None = None) -> lis
     rows = _library_rows(source, limit=limit, problem=preference_columns_problem,
                          shape=PAIR_COLUMNS)
     return mapped_pairs(rows, source=source.reference, field=source.field, columns=source.columns)
+
+
+def load_source_prompts(source: DatasetSource, *, limit: int | None = None) -> list[PromptRecord]:
+    """The first `limit` (or all) prompts of objective grpo, each with the columns its
+    rewards read (`source.reward_columns`), read as `load_source_examples` reads examples;
+    ValueError or OSError naming the field otherwise."""
+    readers = dict(source.reward_columns)
+    if is_record_file(source.reference):
+        path, records = read_file_records(source.reference, limit=limit, field=source.field)
+        return prompts_from_records(records, source=str(path), field=source.field,
+                                    columns=source.columns, reward_columns=readers)
+    rows = _library_rows(
+        source, limit=limit,
+        problem=lambda names, columns: prompt_columns_problem(names, columns,
+                                                              reward_columns=readers),
+        shape=(*PROMPT_COLUMNS, "input", *readers))
+    return prompts_from_records(rows, source=source.reference, field=source.field,
+                                columns=source.columns, reward_columns=readers)
 
 
 def _library_rows(source: DatasetSource, *, limit: int | None, problem, shape) -> list[dict]:

@@ -9,7 +9,16 @@ Each line is a JSON object with `kind` and `time` (Unix seconds) and `rank`:
                  how far the policy moved each answer's log-prob from the reference's),
                  reward_margin (chosen minus rejected), reward_accuracy (the share of pairs
                  whose chosen reward is the higher, 0..1), logps_chosen and logps_rejected
-                 (the policy's summed log-probability of each answer)
+                 (the policy's summed log-probability of each answer);
+                 under objective "grpo" only (RL_FIELDS), over the step's round of samples
+                 on all ranks: reward (the mean weighted sum), reward_std,
+                 frac_reward_zero_std (the share of groups whose rewards all agreed),
+                 reward_means ({reward label: its unweighted mean}), completion_length
+                 (mean, _min, _max, in tokens), clipped_ratio (the share cut at
+                 max_completion_length), sampling_seconds, scoring_seconds and
+                 training_seconds (the step's time split; the largest of any rank); and,
+                 each a mean over the step's loss units, clip_ratio_low, clip_ratio_high,
+                 entropy and (beta above 0) kl
 - kind "memory": step, host, device, allocated_mb, reserved_mb, peak_mb (allocated),
                  peak_reserved_mb, rss_mb
 - kind "eval":   step, eval_loss (mean over every answer token of the eval set, all
@@ -42,8 +51,15 @@ KINDS = (STEP, MEMORY, NOTICE, EVAL, FOOTPRINT, PHASE)
 # A preference-tuning (DPO) step's own figures; an SFT step never carries them.
 PREFERENCE_FIELDS = ("rewards_chosen", "rewards_rejected", "reward_margin", "reward_accuracy",
                      "logps_chosen", "logps_rejected")
+# An online RL (GRPO) step's own figures; TRL's names less their prefixes.
+RL_FIELDS = ("reward", "reward_std", "frac_reward_zero_std", "reward_means", "kl",
+             "clip_ratio_low", "clip_ratio_high", "entropy", "completion_length",
+             "completion_length_min", "completion_length_max", "clipped_ratio",
+             "sampling_seconds", "scoring_seconds", "training_seconds")
+# Carried only by the steps of the objective that has them.
+OBJECTIVE_FIELDS = (*PREFERENCE_FIELDS, *RL_FIELDS)
 STEP_FIELDS = ("step", "loss", "learning_rate", "grad_norm", "tokens_per_second",
-               "step_seconds", "tokens", "mfu", "mfu_6n", *PREFERENCE_FIELDS)
+               "step_seconds", "tokens", "mfu", "mfu_6n", *OBJECTIVE_FIELDS)
 MEMORY_FIELDS = ("step", "host", "device", "allocated_mb", "reserved_mb", "peak_mb",
                  "peak_reserved_mb", "rss_mb")
 NOTICE_FIELDS = ("level", "message")

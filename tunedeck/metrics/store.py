@@ -119,7 +119,7 @@ def _downsampled_step_series(session: Session, job_id: int, kind: str, columns: 
     kept = latest[keep_positions(np.ascontiguousarray(line[latest, 4:].T), max_points)]
     return _answer_rows(session, line_set, _ids(line, kept),
                         lambda time, _rank, values: {"time": time, **_pick(
-                            values, fields, optional=metrics_event.PREFERENCE_FIELDS)})
+                            values, fields, optional=metrics_event.OBJECTIVE_FIELDS)})
 
 
 def _last_row_of_each_step(steps: np.ndarray) -> np.ndarray:

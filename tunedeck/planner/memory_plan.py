@@ -109,9 +109,10 @@ def model_states(spec: JobSpec, shape: ModelShape) -> ModelStates:
 
 def holds_reference_copy(spec: JobSpec) -> bool:
     """Whether the job trains beside a frozen copy of the weights: objective dpo with a loss
-    that compares with a reference (not simpo, orpo), reference auto, a full fine-tune
+    that compares with a reference (not simpo, orpo) and reference auto, or grpo with beta
+    above 0, in a full fine-tune
     (LoRA's and QLoRA's reference is their own base with the adapter off)."""
-    return spec.uses_reference_model and spec.dpo.reference == "auto" and spec.method == "full"
+    return spec.reference_mode == "auto" and spec.method == "full"
 
 
 def reference_parameters(spec: JobSpec, shape: ModelShape) -> int:
@@ -120,12 +121,12 @@ def reference_parameters(spec: JobSpec, shape: ModelShape) -> int:
 
 
 def reference_kind(spec: JobSpec) -> str | None:
-    """What a DPO job's reference model is, in the plan's words; None for sft."""
-    if spec.objective != "dpo":
+    """What a DPO or GRPO job's reference model is, in the plan's words; None for sft."""
+    if spec.objective == "sft":
         return None
     if not spec.uses_reference_model:
-        return "none"  # simpo, orpo
-    if spec.dpo.reference == "precomputed":
+        return "none"  # simpo, orpo; grpo without a KL term
+    if spec.reference_mode == "precomputed":
         return "precomputed"
     return "frozen copy" if holds_reference_copy(spec) else "adapter off"
 

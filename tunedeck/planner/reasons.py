@@ -141,7 +141,7 @@ def objective_reasons(spec: JobSpec, shape: ModelShape, plans: dict[str, Strateg
                      f"compute dtype ({format_size(whole / GB)}), with no gradients or "
                      f"optimizer state, counted with the weights. {held}. Reference "
                      f"precomputed holds none: {_precomputed_pass_words(spec)}.")
-    elif spec.uses_reference_model and spec.dpo.reference == "precomputed":
+    elif spec.reference_mode == "precomputed":
         lines.append("Reference precomputed: no reference weights while training; "
                      f"{_precomputed_pass_words(spec)}.")
     elif spec.uses_reference_model:

@@ -50,7 +50,7 @@ class Setup:
     @property
     def precomputes_reference(self) -> bool:
         """Its job runs a DPO reference pass over the pairs before step 1."""
-        return self.spec.uses_reference_model and self.spec.dpo.reference == "precomputed"
+        return self.spec.reference_mode == "precomputed"
 
     @property
     def label(self) -> str:

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from tunedeck.spec.backend_sections import DType, FsdpSettings, ShardingStrategy, Zero2Settings
+from tunedeck.spec.rl_section import GrpoSettings
 from tunedeck.spec.sections import (Attention, ColumnMapping, DpoSettings, Kernels, LoraSettings,
                                     Objective, StrictModel)
 
@@ -78,7 +79,9 @@ class JobSpecFields(StrictModel):
         "sft", title="Objective",
         description="`sft`: supervised fine-tuning on prompt/answer examples; `dpo`: "
                     "preference tuning on prompt/chosen/rejected pairs (the `dpo` section "
-                    "picks the loss: DPO, IPO, hinge, SimPO or ORPO).")
+                    "picks the loss: DPO, IPO, hinge, SimPO or ORPO); `grpo`: reinforcement "
+                    "learning from rewards on the model's own completions to prompts (the "
+                    "`grpo` section picks the sampling, the rewards and the loss).")
     method: Method = Field(
         "lora", title="Method",
         description="`lora` (an adapter), `qlora` (an adapter on a 4-bit NF4 base; zero2 only) "
@@ -221,6 +224,9 @@ class JobSpecFields(StrictModel):
     dpo: DpoSettings = Field(
         DpoSettings(), title="Preference tuning",
         description="The preference loss and its reference model (objective dpo).")
+    grpo: GrpoSettings = Field(
+        GrpoSettings(), title="Reinforcement learning (GRPO)",
+        description="Sampling, rewards and loss of objective grpo.")
     lora: LoraSettings = Field(
         LoraSettings(), title="LoRA",
         description="The adapter's settings (methods lora and qlora).")

@@ -170,13 +170,27 @@ class JobSpec(JobSpecFields):
         elif self.columns.chosen or self.columns.rejected:
             raise ValueError("columns.chosen/rejected name preference pairs: set objective dpo, "
                              "or map columns.prompt/response for sft")
-        # The dpo section, like a backend's, is read only when chosen (a Retry may switch).
+        if self.objective == "grpo":
+            _check_grpo(self)
+        # The dpo and grpo sections, like a backend's, are read only when chosen (a Retry
+        # may switch).
         return self
 
     @property
     def uses_reference_model(self) -> bool:
-        """A DPO-family loss that compares with a reference (not simpo or orpo)."""
+        """A DPO-family loss that compares with a reference (not simpo or orpo), or GRPO
+        with a KL term (beta above 0)."""
+        if self.objective == "grpo":
+            return self.grpo.beta > 0
         return self.objective == "dpo" and self.dpo.uses_reference
+
+    @property
+    def reference_mode(self) -> str | None:
+        """How the reference is held: `auto` (the adapter switched off, or a frozen copy),
+        `precomputed` (dpo's table of log-probabilities), or None when there is none."""
+        if not self.uses_reference_model:
+            return None
+        return self.dpo.reference if self.objective == "dpo" else "auto"
 
     @model_validator(mode="after")
     def _one_host_for_one_node(self) -> "JobSpec":
@@ -216,6 +230,37 @@ class JobSpec(JobSpecFields):
         "tiny-llama-dpo-lora-zero2"."""
         return self.name or "-".join([model_stem(self.model), *self.training_words.split(),
                                       self.backend])
+
+
+def _check_grpo(spec: "JobSpec") -> None:
+    """objective grpo's rules between fields, each naming the field to change."""
+    for field in ("packing", "padding_free"):
+        if getattr(spec, field):
+            raise ValueError(f"{field}: objective grpo lays each completion out as a row of its "
+                             f"own; turn {field} off")
+    if spec.columns.response or spec.columns.chosen or spec.columns.rejected:
+        raise ValueError("columns.response/chosen/rejected name answers to learn; objective grpo "
+                         "reads prompts (columns.prompt or columns.messages), and its rewards "
+                         "read their own columns")
+    if spec.has_eval:
+        raise ValueError("eval_split/eval_dataset: objective grpo has no eval loss; its rewards "
+                         "on the training prompts are its figures (leave both unset)")
+    grpo = spec.grpo
+    per_rank = spec.micro_batch_size * spec.grad_accum
+    if per_rank % grpo.num_generations:
+        raise ValueError(
+            f"grpo.num_generations {grpo.num_generations} must divide the completions a rank "
+            f"takes a step, micro_batch_size × grad_accum = {spec.micro_batch_size} × "
+            f"{spec.grad_accum} = {per_rank}: e.g. micro_batch_size {grpo.num_generations}, or "
+            f"grpo.num_generations {_largest_divisor_from_2(per_rank)}")
+    if grpo.max_completion_length >= spec.seq_len:
+        raise ValueError(f"grpo.max_completion_length {grpo.max_completion_length} leaves no room "
+                         f"for a prompt in seq_len {spec.seq_len}: the prompt and its completion "
+                         "share a row; raise seq_len or shorten the completion")
+
+
+def _largest_divisor_from_2(number: int) -> int:
+    return max((value for value in range(2, number + 1) if number % value == 0), default=2)
 
 
 def spec_field(location: str) -> FieldInfo:

@@ -132,7 +132,7 @@ class ColumnMapping(StrictModel):
         return self
 
 
-Objective = Literal["sft", "dpo"]
+Objective = Literal["sft", "dpo", "grpo"]
 OBJECTIVES: tuple[str, ...] = Objective.__args__
 # sigmoid is DPO itself; simpo and orpo compare the policy's answers with no reference model.
 PreferenceLoss = Literal["sigmoid", "ipo", "hinge", "simpo", "orpo"]

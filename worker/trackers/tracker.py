@@ -64,7 +64,21 @@ TRAIN_TAGS = {"loss": "train/loss", "learning_rate": "train/learning_rate",
               "rewards_rejected": "train/rewards/rejected",
               "reward_margin": "train/rewards/margins",
               "reward_accuracy": "train/rewards/accuracies",
-              "logps_chosen": "train/logps/chosen", "logps_rejected": "train/logps/rejected"}
+              "logps_chosen": "train/logps/chosen", "logps_rejected": "train/logps/rejected",
+              # An online RL (GRPO) job's steps only, under TRL's GRPOTrainer's names.
+              "reward": "train/reward", "reward_std": "train/reward_std",
+              "frac_reward_zero_std": "train/frac_reward_zero_std", "kl": "train/kl",
+              "clip_ratio_low": "train/clip_ratio/low_mean",
+              "clip_ratio_high": "train/clip_ratio/high_mean", "entropy": "train/entropy",
+              "completion_length": "train/completions/mean_length",
+              "completion_length_min": "train/completions/min_length",
+              "completion_length_max": "train/completions/max_length",
+              "clipped_ratio": "train/completions/clipped_ratio",
+              "sampling_seconds": "train/sampling_seconds",
+              "scoring_seconds": "train/scoring_seconds",
+              "training_seconds": "train/training_seconds"}
+# Each reward's own mean (a GRPO step's `reward_means`), as TRL names it.
+REWARD_MEAN_TAG = "train/rewards/{label}/mean"
 EVAL_TAGS = {"eval_loss": "eval/loss"}
 MEMORY_TAGS = ("allocated_mb", "reserved_mb", "peak_mb", "peak_reserved_mb", "rss_mb")
 SAMPLE_TAGS = {sample_source.GPU: ("used_mb", "utilization_percent", "power_w", "temperature_c"),
@@ -103,9 +117,14 @@ def _sample_scalars(sample: tuple, step: int) -> list[Scalar]:
 
 
 def _named(values: dict[str, Any], tags: dict[str, str], step: int, time: float) -> list[Scalar]:
-    return [Scalar(tag, float(value), step, time) for field_name, tag in tags.items()
-            if isinstance(value := values.get(field_name), (int, float))
-            and not isinstance(value, bool)]
+    scalars = [Scalar(tag, float(value), step, time) for field_name, tag in tags.items()
+               if isinstance(value := values.get(field_name), (int, float))
+               and not isinstance(value, bool)]
+    means = values.get("reward_means")
+    if isinstance(means, dict):
+        scalars += [Scalar(REWARD_MEAN_TAG.format(label=label), float(value), step, time)
+                    for label, value in means.items() if isinstance(value, (int, float))]
+    return scalars
 
 
 def flat_spec(spec: JobSpec) -> dict[str, str | int | float | bool]:
