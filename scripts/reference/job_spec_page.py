@@ -29,6 +29,12 @@ SPEC_RULES = (
     "AdamW fails on FSDP's sharded fp16 grad scaler).",
     "Under `zero2.offload_optimizer` the optimizer is DeepSpeed's CPU Adam whatever "
     "`fused_optimizer` says (it is vectorised already).",
+    "`objective: grpo`: `grpo.num_generations` divides `micro_batch_size` × `grad_accum` (the "
+    "completions a rank samples a step, in whole groups); `grpo.max_completion_length` is "
+    "below `seq_len` (a prompt and its completion share a row); no `packing`, `padding_free`, "
+    "`eval_split` or `eval_dataset`; no `columns.response`/`chosen`/`rejected` (the rewards "
+    "name the columns they read, and the worker refuses data that lacks one).",
+    "`grpo.epsilon_high`, when set, is at least `grpo.epsilon`.",
     "No text field may hold a NUL character.",
 )
 
@@ -77,7 +83,8 @@ def render() -> str:
     schema = JobSpec.model_json_schema()
     schemas = {"JobSpec": schema, **schema.get("$defs", {})}
     prefixes = {"JobSpec": "", "LoraSettings": "lora.", "Zero2Settings": "zero2.",
-                "FsdpSettings": "fsdp.", "ColumnMapping": "columns."}
+                "FsdpSettings": "fsdp.", "ColumnMapping": "columns.", "DpoSettings": "dpo.",
+                "GrpoSettings": "grpo."}
 
     def link(name: str) -> str:
         return f"[{name}](#{anchor(name)})"

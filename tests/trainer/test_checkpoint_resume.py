@@ -30,6 +30,10 @@ def step_losses(events: list[dict]) -> dict[int, float]:
     return {event["step"]: event["loss"] for event in events if event["kind"] == "step"}
 
 
+def step_figure(events: list[dict], name: str) -> dict[int, float]:
+    return {event["step"]: event[name] for event in events if event["kind"] == "step"}
+
+
 def notices(events: list[dict]) -> list[str]:
     return [event["message"] for event in events if event["kind"] == "notice"]
 
@@ -70,11 +74,19 @@ DPO_PRECOMPUTED = {"objective": "dpo", "dataset": "builtin:arithmetic-preference
                    "method": "full", "dpo": {"reference": "precomputed"}, "seq_len": 48}
 
 
+# GRPO: the resumed launch skips the rounds trained before the checkpoint without sampling
+# them, and samples the next round as the first launch did (the round's seed).
+GRPO = {"objective": "grpo", "dataset": "builtin:arithmetic-rl", "seq_len": 48,
+        "grpo": {"num_generations": 4, "max_completion_length": 8,
+                 "rewards": [{"name": "contains", "text": "e"}]}}
+
+
 @pytest.mark.torchrun
 @pytest.mark.parametrize("backend, ranks, options", [
     ("zero2", 1, {}), ("zero2", 2, {}), ("fsdp", 1, {}), ("fsdp", 2, {}),
-    ("fsdp", 2, DPO_PRECOMPUTED)],
-    ids=["zero2-1-rank", "zero2-2-ranks", "fsdp-1-rank", "fsdp-2-ranks", "fsdp-2-ranks-dpo"])
+    ("fsdp", 2, DPO_PRECOMPUTED), ("zero2", 2, GRPO)],
+    ids=["zero2-1-rank", "zero2-2-ranks", "fsdp-1-rank", "fsdp-2-ranks", "fsdp-2-ranks-dpo",
+         "zero2-2-ranks-grpo"])
 def test_a_killed_run_resumes_as_if_never_stopped(backend, ranks, options, tmp_path, tunedeck_home,
                                                   builtin_model_dir):
     spec = {"backend": backend, "method": "lora", "precision": "bf16", "num_gpus": ranks,
@@ -109,6 +121,11 @@ def test_a_killed_run_resumes_as_if_never_stopped(backend, ranks, options, tmp_p
         resumed_losses = step_losses(resumed_events)
         assert sorted(resumed_losses) == list(range(saved_step + 1, STEPS + 1))
         assert_same_losses(resumed_losses, straight_losses, ranks=ranks)
+        if options is GRPO:  # the same completions, so the same rewards
+            assert len(set(step_figure(straight.events(rank), "reward").values())) > 1
+            assert step_figure(resumed_events, "reward") == {
+                step: reward for step, reward in step_figure(straight.events(rank), "reward").items()
+                if step > saved_step}
         # Saving a checkpoint does not disturb the run that saves it either.
         assert_same_losses(step_losses(killed_events), straight_losses, ranks=ranks)
 

@@ -29,7 +29,7 @@ class Scorer(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     description: ClassVar[str]
 
-    weight: float = Field(1.0, description="how much this reward counts in the sum a completion gets")
+    weight: float = Field(1.0, title="Weight", description="how much this reward counts in the sum a completion gets")
 
     @property
     def columns(self) -> frozenset[str]:
@@ -45,9 +45,9 @@ class NumericMatch(Scorer):
     `tolerance`), else 0: arithmetic and math word problems, where the model may show
     its working before the result."""
     description: ClassVar[str] = "the last number in the completion equals the answer column"
-    name: Literal["numeric_match"]
-    column: str = Field("answer", min_length=1, description="the column holding the expected number")
-    tolerance: float = Field(1e-6, ge=0, description="largest difference still counted as equal")
+    name: Literal["numeric_match"] = Field(title="Scorer", description="`numeric_match`: picks this scorer")
+    column: str = Field("answer", title="Answer column", min_length=1, description="the column holding the expected number")
+    tolerance: float = Field(1e-6, title="Tolerance", ge=0, description="largest difference still counted as equal")
 
     @property
     def columns(self) -> frozenset[str]:
@@ -65,9 +65,9 @@ class NumericMatch(Scorer):
 class ExactMatch(Scorer):
     """1 when the completion, stripped of surrounding white space, is the record's answer."""
     description: ClassVar[str] = "the completion is exactly the answer column (white space around it ignored)"
-    name: Literal["exact_match"]
-    column: str = Field("answer", min_length=1, description="the column holding the expected text")
-    case_sensitive: bool = Field(True, description="whether upper and lower case must agree")
+    name: Literal["exact_match"] = Field(title="Scorer", description="`exact_match`: picks this scorer")
+    column: str = Field("answer", title="Answer column", min_length=1, description="the column holding the expected text")
+    case_sensitive: bool = Field(True, title="Case sensitive", description="whether upper and lower case must agree")
 
     @property
     def columns(self) -> frozenset[str]:
@@ -85,9 +85,9 @@ class RegexMatch(Scorer):
     e.g. `<answer>.*?</answer>` for an output format; a pattern that runs past
     PATTERN_SECONDS on a completion scores it 0."""
     description: ClassVar[str] = "the completion matches a regular expression (e.g. an output format)"
-    name: Literal["regex_match"]
-    pattern: str = Field(min_length=1, description="the regular expression searched for")
-    full_match: bool = Field(False, description="the whole completion must match, not a part of it")
+    name: Literal["regex_match"] = Field(title="Scorer", description="`regex_match`: picks this scorer")
+    pattern: str = Field(title="Pattern", min_length=1, description="the regular expression searched for")
+    full_match: bool = Field(False, title="Whole completion", description="the whole completion must match, not a part of it")
 
     @field_validator("pattern")
     @classmethod
@@ -110,9 +110,9 @@ class RegexMatch(Scorer):
 class Contains(Scorer):
     """1 when the completion contains the text."""
     description: ClassVar[str] = "the completion contains a given text"
-    name: Literal["contains"]
-    text: str = Field(min_length=1, description="the text looked for")
-    case_sensitive: bool = Field(False, description="whether upper and lower case must agree")
+    name: Literal["contains"] = Field(title="Scorer", description="`contains`: picks this scorer")
+    text: str = Field(title="Text", min_length=1, description="the text looked for")
+    case_sensitive: bool = Field(False, title="Case sensitive", description="whether upper and lower case must agree")
 
     def score(self, prompt: str, completion: str, columns: Mapping[str, Any]) -> float:
         if self.case_sensitive:
@@ -125,8 +125,8 @@ class Length(Scorer):
     linearly to -1 at twice `target` (and staying there), so a model is nudged to be
     brief without a cliff at the limit."""
     description: ClassVar[str] = "0 up to a target length in characters, falling to -1 at twice it"
-    name: Literal["length"]
-    target: int = Field(ge=1, description="completion length in characters from which the penalty starts")
+    name: Literal["length"] = Field(title="Scorer", description="`length`: picks this scorer")
+    target: int = Field(title="Target length", ge=1, description="completion length in characters from which the penalty starts")
 
     def score(self, prompt: str, completion: str, columns: Mapping[str, Any]) -> float:
         over = max(0, len(completion.strip()) - self.target)
