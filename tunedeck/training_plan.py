@@ -106,7 +106,11 @@ def kernels_on(spec: JobSpec, host: Host) -> KernelsChoice:
 
 def objective_settings(spec: JobSpec) -> dict[str, Any]:
     """The objective, and for dpo its loss and reference as the trainer reads them (the SFT
-    term's weight resolved, what the loss does not read left out)."""
+    term's weight resolved, what the loss does not read left out); for grpo its section,
+    the upper clip resolved."""
+    if spec.objective == "grpo":
+        return {"objective": "grpo", "grpo": {**spec.grpo.model_dump(mode="json"),
+                                              "epsilon_high": spec.grpo.upper_clip}}
     if spec.objective != "dpo":
         return {"objective": spec.objective}
     preference = {**spec.dpo.model_dump(mode="json"), "sft_weight": spec.dpo.sft_term_weight}

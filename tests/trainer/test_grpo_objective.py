@@ -56,3 +56,26 @@ def test_a_long_prompt_loses_its_start_and_keeps_the_turn_it_is_answered_in(buil
     (row,) = tokenize_prompts(builtin_tokenizer, records, room=24)
     assert row.input_ids == whole.input_ids[-24:]
     assert "What is 1 + 1?" in builtin_tokenizer.decode(row.input_ids)
+
+
+def test_check_data_reports_prompt_lengths_against_the_room_left_for_a_completion(
+        builtin_model_dir, builtin_tokenizer):
+    from tunedeck.data.preflight_text import summary_lines
+    from tunedeck.spec.job_spec import JobSpec
+
+    from trainer.data.dataset_preflight import preflight_report
+
+    spec = JobSpec.model_validate({"objective": "grpo", "model": str(builtin_model_dir),
+                                   "dataset": "builtin:arithmetic-rl", "max_steps": 1,
+                                   "micro_batch_size": 8, "seq_len": 268})
+    report = preflight_report(spec, tokenizer=builtin_tokenizer)
+    assert report["objective"] == "grpo" and report["records"] == 1000
+    assert report["prompt_room"] == 12 and report["reward_columns"] == ["answer"]
+    longest = report["lengths"]["max"]
+    assert report["over_seq_len"]["count"] > 0 and report["warnings"]
+    assert f"seq_len {longest + 256} keeps them all whole" in report["warnings"][0]
+    lines = summary_lines(report)
+    assert lines[0] == "1000 prompts; all tokenized"
+    assert "room for a prompt: 12 tokens (seq_len 268 less max_completion_length 256)" in lines
+    roomy = preflight_report(spec.model_copy(update={"seq_len": 512}), tokenizer=builtin_tokenizer)
+    assert roomy["over_seq_len"]["count"] == 0 and not roomy["warnings"][:1] == report["warnings"][:1]

@@ -14,8 +14,9 @@ trainer reads them; tokenized by `tokenize_pairs`; trainer/data/pair_preflight.p
 counts pairs, the share whose chosen answer equals the rejected one, and, per pair, the shares
 where a side is over seq_len, loses answer tokens, or keeps none (`trainable_pairs` drops
 those); token lengths are each side's. A pair is two examples to tokenize, so
-SAMPLE_LIMIT // 2 pairs are. The pieces both reports share are
-trainer/data/preflight_figures.py's.
+SAMPLE_LIMIT // 2 pairs are. For objective grpo the records are prompts
+(trainer/data/prompt_preflight.py): their lengths against the room seq_len leaves beside
+the longest completion. The pieces the reports share are trainer/data/preflight_figures.py's.
 """
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ from trainer.data.datasets import (TokenizedExample, tokenize_all, has_answer_to
 from trainer.data.packing import pack_examples
 from trainer.data.pair_preflight import pair_report
 from trainer.data.preference_data import load_spec_pairs
+from trainer.data.prompt_data import load_spec_prompts
+from trainer.data.prompt_preflight import prompt_report
 from trainer.data.preflight_figures import (answer_token_count, duplicates, length_histogram,
                                             length_summary, marked_example, message_turns,
                                             preflight_warnings, sample_indices, sample_note,
@@ -53,12 +56,15 @@ def preflight_report(spec: JobSpec, *, tokenizer=None, cache_dir: Path | None = 
     with collection_paused():
         if spec.objective == "dpo":
             records = load_spec_pairs(spec, cache_dir=cache_dir)
+        elif spec.objective == "grpo":
+            records = load_spec_prompts(spec, cache_dir=cache_dir)
         else:
             records = load_examples(spec_source(spec, "dataset", cache_dir=cache_dir))
         read_seconds = time.perf_counter() - started
         if tokenizer is None:
             tokenizer = spec_tokenizer(spec)
-        build = pair_report if spec.objective == "dpo" else example_report
+        build = {"sft": example_report, "dpo": pair_report,
+                 "grpo": prompt_report}[spec.objective]
         report = build(spec, tokenizer, records, sample_limit)
     report["seconds"] = {"read": round(read_seconds, 3),
                          "total": round(time.perf_counter() - started, 3)}

@@ -26,7 +26,28 @@ WORDS = {
 }
 
 
+def prompt_summary_lines(report: dict[str, Any]) -> list[str]:
+    """A report of prompts (objective grpo): their lengths against the room seq_len leaves
+    beside the longest completion."""
+    sample, lengths, room = report["sample"], report["lengths"], report["prompt_room"]
+    over, cut = report["over_seq_len"], report["prompt_tokens_cut"]
+    return [f"{report['records']} prompts"
+            + (f"; a seeded sample of {sample['tokenized']} tokenized (seed {sample['seed']})"
+               if sample["sampled"] else "; all tokenized"),
+            f"prompt tokens: median {lengths['p50']}, p90 {lengths['p90']}, p99 "
+            f"{lengths['p99']}, max {lengths['max']}",
+            f"room for a prompt: {room} tokens (seq_len {report['seq_len']} less "
+            f"max_completion_length {report['max_completion_length']})",
+            f"{over['count']} ({over['share']:.1%}) are longer and lose their start "
+            f"({cut['cut']} of {cut['total']} prompt tokens)",
+            f"rewards read the columns: {', '.join(report['reward_columns']) or 'none'}",
+            f"{report['duplicates']['records']} repeated prompts in "
+            f"{report['duplicates']['groups']} groups"]
+
+
 def summary_lines(report: dict[str, Any]) -> list[str]:
+    if report.get("objective") == "grpo":
+        return prompt_summary_lines(report)
     sample = report["sample"]
     seq_len = report["seq_len"]
     words = WORDS[report.get("objective", "sft")]

@@ -83,8 +83,8 @@ def micro_batch_tokens(spec: JobSpec) -> int:
 
 def uses_fused_loss(spec: JobSpec, shape: ModelShape) -> bool:
     """Whether the loss is Liger's fused linear cross-entropy (no whole logits): with Liger's
-    kernels, except under objective dpo, whose log-probs need the whole logits."""
-    return uses_liger(spec, shape) and spec.objective != "dpo"
+    kernels, except under objectives dpo and grpo, whose log-probs need the logits."""
+    return uses_liger(spec, shape) and spec.objective == "sft"
 
 
 def uses_liger(spec: JobSpec, shape: ModelShape) -> bool:
