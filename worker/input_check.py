@@ -4,6 +4,7 @@ the spec field) at fault. The data is read as the spec's objective trains on it:
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -29,6 +30,33 @@ BUILTIN_DATASET_SIZES = {"builtin:arithmetic": ARITHMETIC_SIZE,
 LOADERS = {"sft": load_source_examples, "dpo": load_source_pairs, "grpo": load_source_prompts}
 RECORD_WORDS = {"sft": "examples", "dpo": "pairs", "grpo": "prompts"}
 CHECKED_RECORDS = 1000
+
+
+@dataclass(frozen=True)
+class TrainerInputs:
+    """The spec the trainer is handed, with the folders its inputs may also lie in: a
+    `job:ID` model becomes that job's merged folder (tunedeck/jobs/lineage.py), which the
+    job may read wherever the parent's run folder is; `problem` when it cannot."""
+
+    spec: JobSpec
+    extra_roots: tuple[Path, ...] = ()
+    problem: str | None = None
+
+
+def trainer_inputs(spec: JobSpec, *, database, settings: Settings) -> TrainerInputs:
+    from tunedeck.jobs.lineage import parent_weights
+
+    with database.transaction() as session:
+        folder, problem = parent_weights(session, spec.model, runs_dir_for=settings.run_dir_for)
+    if problem:
+        return TrainerInputs(spec, problem=problem)
+    if folder is None:
+        return TrainerInputs(spec)
+    if not (folder / "config.json").is_file():
+        return TrainerInputs(spec, problem=f"model {spec.model}: its merged weights are not on "
+                                           f"this host ({folder}): the worker that ran it keeps "
+                                           "them in its run folder")
+    return TrainerInputs(spec.model_copy(update={"model": str(folder)}), extra_roots=(folder,))
 
 
 def looks_like_local_path(reference: str) -> bool:

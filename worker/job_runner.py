@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from sqlalchemy.exc import DBAPIError
@@ -23,7 +23,7 @@ from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
 from worker.disk_room import DiskRoom, clear_half_checkpoints, free_bytes_under
 from worker.failure_triage import FailureEvidence, FailureReason, classify_failure, describe_failure
-from worker.input_check import find_input_problems, worker_input_roots
+from worker.input_check import find_input_problems, trainer_inputs, worker_input_roots
 from worker.job_claim import Claim, claim_job
 from worker.launch import NodeLaunch, launch_node, never
 from worker.outcome import Outcome
@@ -108,8 +108,10 @@ def _launch_and_judge(launch: NodeLaunch, claim: Claim, *, settings: Settings,
                       database: Database, shutdown_requested: Callable[[], bool],
                       warm: WarmLauncher | None = None,
                       on_stored: Callable[[], None] = lambda: None) -> RunResult:
-    problems = find_input_problems(
-        launch.spec, allowed_roots=worker_input_roots(settings, claim.owner),
+    inputs = trainer_inputs(launch.spec, database=database, settings=settings)
+    launch = replace(launch, spec=inputs.spec)
+    problems = [inputs.problem] if inputs.problem else find_input_problems(
+        launch.spec, allowed_roots=(*worker_input_roots(settings, claim.owner), *inputs.extra_roots),
         datasets_cache=settings.datasets_cache_dir)
     if problems:
         return RunResult(Outcome.FAILED, "\n".join(problems),

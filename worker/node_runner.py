@@ -8,6 +8,8 @@ once, naming the node, so node 0 does not wait for it in vain.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import logging
 from typing import Callable
 
@@ -20,7 +22,7 @@ from tunedeck.jobs.states import InvalidTransition
 from tunedeck.run_folder import RunFolder
 from tunedeck.settings import Settings
 from worker.failure_triage import FailureEvidence, classify_failure
-from worker.input_check import find_input_problems, worker_input_roots
+from worker.input_check import find_input_problems, trainer_inputs, worker_input_roots
 from worker.launch import NodeLaunch, launch_node, never
 from worker.outcome import Outcome
 from worker.worker_identity import WorkerIdentity
@@ -38,8 +40,11 @@ def run_job_node(job_id: int, node_rank: int, *, settings: Settings, database: D
         log.info("not starting node %s of job %s: not running, or not ours", node_rank, job_id)
         return Outcome.NOT_STARTED
     launch, owner = started
-    problems = find_input_problems(launch.spec, allowed_roots=worker_input_roots(settings, owner),
-                                   datasets_cache=settings.datasets_cache_dir)
+    inputs = trainer_inputs(launch.spec, database=database, settings=settings)
+    launch = replace(launch, spec=inputs.spec)
+    problems = [inputs.problem] if inputs.problem else find_input_problems(
+        launch.spec, allowed_roots=(*worker_input_roots(settings, owner), *inputs.extra_roots),
+        datasets_cache=settings.datasets_cache_dir)
     if problems:
         kind = classify_failure(FailureEvidence(input_problems=tuple(problems))).kind
         return _fail_job(job_id, node_rank, identity, "; ".join(problems), kind,

@@ -44,6 +44,25 @@ def input_problems(spec: JobSpec, *, principal: Principal,
     return problems
 
 
+def parent_job_problems(spec: JobSpec, *, principal: Principal,
+                        database) -> list[tuple[str, str]]:
+    """("model", message) when `model: job:ID` names a job the principal may not read, or
+    one that did not succeed (tunedeck/jobs/lineage.py)."""
+    from tunedeck.jobs.lineage import find_job, parent_job_id, parent_problem
+
+    job_id = parent_job_id(spec.model)
+    if job_id is None:
+        if spec.model.startswith("job:"):
+            return [("model", f"model {spec.model}: expected job:ID, a job's number (job:12)")]
+        return []
+    with database.transaction() as session:
+        parent = find_job(session, job_id)
+        if parent is not None and not principal.may_see_job_of(parent.owner):
+            parent = None  # another user's job reads as a missing one
+        problem = parent_problem(parent, spec.model)
+    return [("model", problem)] if problem else []
+
+
 def reference_problems(references: dict[str, str], *, principal: Principal,
                        settings: Settings) -> list[tuple[str, str]]:
     """(field, message) for the model, dataset and eval_dataset references alone: the

@@ -9,7 +9,7 @@ from app.actions.errors import Invalid
 from app.actions.job_lookup import find_visible_job
 from app.auth.job_access import owner_for_new_job
 from app.auth.principal import Principal
-from app.actions.input_checks import input_problems
+from app.actions.input_checks import input_problems, parent_job_problems
 from tunedeck.jobs import store as job_store
 from tunedeck.accounts import audit
 from tunedeck.cluster import workers as worker_registry
@@ -30,6 +30,7 @@ def submit(principal: Principal, spec: JobSpec, *, database: Database, celery_ap
     use, inputs the job could not read (app/actions/input_checks.py) or choices no worker
     can run, and nothing is stored."""
     problems = input_problems(spec, principal=principal, settings=settings)
+    problems += parent_job_problems(spec, principal=principal, database=database)
     problems += host_refusals(spec, database=database, settings=settings)
     if problems:
         raise Invalid.of_fields(problems)

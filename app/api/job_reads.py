@@ -17,7 +17,7 @@ from app.auth.job_access import visible_jobs
 from app.auth.principal import principal_of
 from app.views.cluster import cluster_overview
 from app.views.job_compare import BadJobIds, compare_jobs, parse_job_ids
-from app.views.jobs import (job_artifacts, job_config, job_log_file, job_to_dict,
+from app.views.jobs import (job_artifacts, job_config, job_lineage, job_log_file, job_to_dict,
                              latest_step_figures, read_job_log_chunk, read_job_log_tail_and_size)
 from tunedeck.jobs import queries as job_queries
 from tunedeck.db.engine import Database
@@ -78,9 +78,13 @@ def list_jobs(request: Request, limit: int = Query(200, ge=1, le=1000),
 @read_router.get("/api/jobs/{job_id}")
 def get_job(job_id: JobId, request: Request) -> dict[str, Any]:
     """The job's row, plus `artifacts`: the dtype, bytes and file count of each download
-    (only here, not in listings: it reads the run folder's files)."""
+    (only here, not in listings: it reads the run folder's files), and `lineage`: the jobs
+    whose weights it started from (`model: job:ID`), oldest first, then itself, each
+    `{id, name, objective, method, status}`."""
     job = _load_job(request, job_id)
-    return {**job_to_dict(job), "artifacts": job_artifacts(job)}
+    return {**job_to_dict(job), "artifacts": job_artifacts(job),
+            "lineage": job_lineage(job, database=_database(request),
+                                   principal=principal_of(request))}
 
 
 @read_router.get("/api/jobs/{job_id}/metrics", response_class=JSONResponse)

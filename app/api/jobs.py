@@ -118,7 +118,7 @@ def plan(request_body: PlanRequest, request: Request) -> dict[str, Any]:
     """Bytes per GPU of the spec under ddp, zero2, zero2_offload, fsdp and fsdp_offload, a
     verdict for each, the recommended backend and why."""
     return planning.plan(principal_of(request), request_body,
-                         settings=request.app.state.settings)
+                         settings=request.app.state.settings, database=request.app.state.database)
 
 
 @router.post("/api/lora-targets")

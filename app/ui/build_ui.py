@@ -18,6 +18,7 @@ from app.ui.database_banner import build_database_banner  # noqa: E402
 from app.ui.database_outage import (answers_while_unreachable,  # noqa: E402
                                     wait_out_database_outages)
 from app.ui.cluster.cluster_tab import build_cluster_tab  # noqa: E402
+from app.ui.job_ids import parse_job_id  # noqa: E402
 from app.ui.compare.compare_tab import build_compare_tab  # noqa: E402
 from app.ui.job_page.job_page_tab import build_job_page_tab  # noqa: E402
 from app.ui.jobs.jobs_tab import build_jobs_tab  # noqa: E402
@@ -29,7 +30,7 @@ JOBS_TAB = "jobs"
 JOB_TAB = "job"
 COMPARE_TAB = "compare"
 CLUSTER_TAB = "cluster"
-JOB_TAB_LABEL, COMPARE_TAB_LABEL = "Job", "Compare"
+NEW_JOB_TAB_LABEL, JOB_TAB_LABEL, COMPARE_TAB_LABEL = "New job", "Job", "Compare"
 # Scripts drive TuneDeck through its REST API, whose docs are served by this same server.
 TO_TOP_JS = "() => window.scrollTo({top: 0})"
 REST_API_LINK = '<a href="/docs" id="rest-api-docs" target="_blank">REST API docs</a>'
@@ -49,7 +50,7 @@ def build_ui(*, database, celery_app,
         account = gr.HTML(elem_id="account")
         build_database_banner(database=database)
         with gr.Tabs(selected=NEW_JOB_TAB, elem_id="tabs"):
-            with gr.Tab("New job", id=NEW_JOB_TAB, elem_id="tab-new-job") as new_job_tab:
+            with gr.Tab(NEW_JOB_TAB_LABEL, id=NEW_JOB_TAB, elem_id="tab-new-job") as new_job_tab:
                 new_job = build_new_job_tab(database=database, celery_app=celery_app,
                                             settings=settings)
             with gr.Tab("Jobs", id=JOBS_TAB, elem_id="tab-jobs") as jobs_tab:
@@ -109,6 +110,13 @@ def build_ui(*, database, celery_app,
         def open_compared_backends(ids_text: str | None, request: gr.Request):
             return open_compare(compared_ids(ids_text), request)
 
+        # "Continue from this job": the New job form, its model the job's weights (job:ID);
+        # the objective, data and the rest are the user's to pick.
+        job_page.continue_from.click(
+            continue_from_job, job_page.job_id, [new_job.model, tab_to_show],
+            show_progress="hidden").then(None, tab_to_show, None, js=SHOW_TAB_JS) \
+            .then(None, js=TO_TOP_JS)
+
         # "Compare backends" opens Compare on the two jobs it started.
         job_page.backends_compared.then(
             open_compared_backends,
@@ -167,6 +175,14 @@ def open_job(job_id: int | None):
 def open_job_in_address(request: gr.Request):
     """A page opened at `/?job=ID` shows that job's page."""
     return open_job(job_in_address(request.query_params))
+
+
+def continue_from_job(job_id_text: str | None):
+    """The New job form's model set to the job's weights, and that tab shown."""
+    job_id = parse_job_id(job_id_text)
+    if job_id is None:
+        return gr.skip(), ""
+    return f"job:{job_id}", NEW_JOB_TAB_LABEL
 
 
 def nothing_to_compare() -> tuple:

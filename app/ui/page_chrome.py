@@ -86,6 +86,7 @@ footer .divider { display: none !important; }
 .dark #database-banner .database-banner { background: #451a03; color: #fde68a; }
 #tabs:has(#job-status.job-none) #job-body { display: none !important; }
 #tabs:not(:has(#job-status.job-succeeded)) #job-try-it { display: none !important; }
+#tabs:not(:has(#job-status.job-succeeded)) #job-continue { display: none !important; }
 #jobs-table th, #jobs-table th *, #compare-summary th, #compare-summary th * {
   word-break: keep-all !important; overflow-wrap: normal !important; white-space: nowrap;
 }

@@ -45,6 +45,24 @@ def job_to_dict(job: Job) -> dict[str, Any]:
     }
 
 
+def job_lineage(job: Job, *, database, principal) -> list[dict[str, Any]]:
+    """The jobs whose weights `job` started from, oldest first, then `job` itself: SFT, then
+    DPO, then GRPO. An ancestor the principal may not see ends the list there."""
+    from tunedeck.jobs.lineage import find_job, lineage
+
+    with database.transaction() as session:
+        chain = lineage(session, find_job(session, job.id) or job)
+        visible = []
+        for ancestor in reversed(chain):
+            if ancestor.id != job.id and not principal.may_see_job_of(ancestor.owner):
+                break
+            spec = ancestor.spec_model
+            visible.insert(0, {"id": ancestor.id, "name": ancestor.name,
+                               "objective": spec.objective, "method": spec.method,
+                               "status": ancestor.status})
+    return visible
+
+
 def latest_step_figures(step_row: dict[str, Any] | None) -> dict[str, Any] | None:
     """A job row's `latest` in a listing: its newest step, loss and tokens/s."""
     if not step_row:

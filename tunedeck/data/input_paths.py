@@ -43,6 +43,8 @@ def reference_problem(field: str, reference: str, allowed_roots: Sequence[Path])
     the path and the allowed roots."""
     if reference.startswith("builtin:"):
         return None
+    if field in MODEL_FIELDS and reference.startswith("job:"):
+        return None  # another job's weights: tunedeck/jobs/lineage.py judges the id
     if not is_local_reference(reference):
         if HUB_ID_PATTERN.match(reference):
             return None

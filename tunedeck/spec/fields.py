@@ -57,7 +57,9 @@ class JobSpecFields(StrictModel):
     model: str = Field(
         "builtin:tiny-llama", min_length=1, max_length=1000, title="Model",
         description="The base model: `builtin:tiny-llama` (a tiny random Llama made offline), "
-                    "a Hugging Face id, or an absolute local folder inside the allowed roots.")
+                    "a Hugging Face id, an absolute local folder inside the allowed roots, or "
+                    "`job:ID`: the merged weights of a succeeded job you may read (SFT, then "
+                    "DPO or GRPO on its result).")
     dataset: str = Field(
         "builtin:arithmetic", min_length=1, max_length=1000, title="Dataset",
         description="The training data: `builtin:arithmetic`, a .jsonl, .json, .jsonl.gz, "

@@ -275,7 +275,10 @@ def spec_field(location: str) -> FieldInfo:
 
 def model_stem(model: str) -> str:
     """A model reference's last part: "builtin:tiny-llama", "Qwen/Qwen2-0.5B" and
-    "/models/qwen2-0.5b/" give "tiny-llama", "Qwen2-0.5B" and "qwen2-0.5b"."""
+    "/models/qwen2-0.5b/" give "tiny-llama", "Qwen2-0.5B" and "qwen2-0.5b"; another job's
+    weights, "job:12", give "job-12"."""
+    if model.startswith("job:"):
+        return model.replace(":", "-", 1)
     return model.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1] or model
 
 

@@ -21,7 +21,7 @@ from tunedeck.slurm.sbatch_script import (SCRIPT_NAME, SbatchJob, SlurmOptions, 
                                          rank_threads, sbatch_script)
 from worker import job_runner
 from worker.failure_triage import FailureEvidence, FailureReason, classify_failure
-from worker.input_check import find_input_problems, worker_input_roots
+from worker.input_check import find_input_problems, trainer_inputs, worker_input_roots
 from worker.launch import inherited_environment, launch_environment, torchrun_path
 from worker.outcome import Outcome
 from worker.slurm import client
@@ -78,9 +78,12 @@ class SlurmSubmission:
     def submit(self, job_id: int, spec: JobSpec, run: RunFolder, *, owner: str | None,
                resume: bool) -> str | None:
         """The new Slurm job's id, or None when the job failed before Slurm took it."""
-        problems = find_input_problems(spec, allowed_roots=worker_input_roots(self.settings, owner),
-                                       datasets_cache=self.settings.datasets_cache_dir,
-                                       cuda_available=self._partition_has_gpus())
+        inputs = trainer_inputs(spec, database=self.database, settings=self.settings)
+        spec = inputs.spec
+        problems = [inputs.problem] if inputs.problem else find_input_problems(
+            spec, allowed_roots=(*worker_input_roots(self.settings, owner), *inputs.extra_roots),
+            datasets_cache=self.settings.datasets_cache_dir,
+            cuda_available=self._partition_has_gpus())
         problems += self._partition_problems(spec)
         if problems:
             self._fail(job_id, "\n".join(problems), classify_failure(

@@ -24,6 +24,7 @@ from app.views.failure import FailureView, failure_view
 from app.views.jobs import job_config, job_run_folder, read_job_log_tail
 from app.views.log_noise import quiet_log_tail
 from tunedeck.jobs import queries as job_queries
+from tunedeck.jobs.lineage import base_model, lineage
 from tunedeck.db.models import Job
 from tunedeck.spec.job_spec import JobSpec
 from tunedeck.jobs.states import CANCELLED, FAILED, FINISHED_STATUSES, QUEUED, RUNNING, SUCCEEDED
@@ -93,6 +94,12 @@ def load_job_page(job_id: Any, *, database, principal: Principal,
         metrics = read_job_series(session=session, job_id=job_id,  # downsampled for the charts
                                   max_points=MAX_POINTS_PER_LINE)
         events = job_queries.list_job_events(session=session, job_id=job_id)
+        chain = [ancestor for ancestor in lineage(session, job)
+                 if principal.may_see_job_of(ancestor.owner)]
+        # The memory plan of a job that started from another's weights is its chain's
+        # first model's (merged weights have its shape).
+        planned = job.spec_model.model_copy(update={
+            "model": base_model(session, job.spec_model.model)})
     train, evaluations = metrics["train"], metrics["eval"]
     spec = job.spec_model
     config_json, command_line = _config_texts(job)
@@ -102,7 +109,7 @@ def load_job_page(job_id: Any, *, database, principal: Principal,
     return JobPage(
         job_id=job.id, status=job.status,
         headline=_headline(job, spec, train[-1] if train else None,
-                           evaluations[-1] if evaluations else None),
+                           evaluations[-1] if evaluations else None, chain=chain),
         error=job.error,
         loss=loss_frame(train, evaluations, with_eval=spec.has_eval, view=view),
         log_scale=view.log_scale,
@@ -116,15 +123,15 @@ def load_job_page(job_id: Any, *, database, principal: Principal,
         config_json=config_json, command_line=command_line, downloads_html=downloads_html(job),
         checkpoints=checkpoints,
         resume_hint=resume_hint(job.status, spec, checkpoints),
-        memory_comparison=memory_comparison_markdown(spec, metrics),
+        memory_comparison=memory_comparison_markdown(planned, metrics),
         failure=failure_view(job),
-        live=live_charts(spec=spec, series=metrics, status=job.status,
+        live=live_charts(spec=planned, series=metrics, status=job.status,
                          started_at=job.started_at, finished_at=job.finished_at, view=view),
     )
 
 
 def _headline(job: Job, spec: JobSpec, latest_step: dict[str, Any] | None,
-              latest_eval: dict[str, Any] | None = None) -> str:
+              latest_eval: dict[str, Any] | None = None, chain: list[Job] = ()) -> str:
     latest_step = latest_step or {}
     loss, eval_loss, throughput = LOSS.field, EVAL_LOSS.field, TOKENS_PER_SECOND.field
     figures = [f"step {step_progress(latest_step.get('step'), spec.max_steps)}"]
@@ -138,7 +145,7 @@ def _headline(job: Job, spec: JobSpec, latest_step: dict[str, Any] | None,
                        f"{TOKENS_PER_SECOND.unit}")
     cancel_note = " (cancel requested)" if job.cancel_requested and job.status == RUNNING else ""
     return (f"### Job {job.id} · {html.escape(job.name)}\n"
-            f"{_what_ran(job, spec)}\n\n{_tags_line(spec)}"
+            f"{_what_ran(job, spec)}\n\n{_lineage_line(chain)}{_tags_line(spec)}"
             f"**Status:** `{job.status}`{cancel_note} · " + " · ".join(figures))
 
 
@@ -150,9 +157,25 @@ def _what_ran(job: Job, spec: JobSpec) -> str:
     objective = (f"DPO ({spec.dpo.loss}, beta {spec.dpo.beta:g}"
                  + (f", reference {spec.dpo.reference}" if spec.uses_reference_model else "")
                  + ") · ") if spec.objective == "dpo" else ""
+    if spec.objective == "grpo":
+        rewards = ", ".join(reward.name for reward in spec.grpo.rewards)
+        objective = (f"GRPO (G {spec.grpo.num_generations}, {spec.grpo.loss_type}, "
+                     f"rewards {rewards}) · ")
     return (f'<span id="job-what-ran">`{html.escape(spec.model)}` on '
             f"`{html.escape(spec.dataset)}` · {objective}{spec.method} on {spec.backend} · "
             f"{gpus} · submitted {who} at {format_time(job.created_at)} UTC</span>")
+
+
+def _lineage_line(chain: list[Job]) -> str:
+    """The jobs whose weights this one started from, each a link to its page: "Lineage:
+    #3 sft lora → #7 dpo lora → #9 grpo lora"; nothing for a job that started from a model."""
+    if len(chain) < 2:
+        return ""
+    links = " → ".join(
+        f'<a href="/?job={ancestor.id}" class="job-link">#{ancestor.id}</a> '
+        f"{html.escape(ancestor.spec_model.objective)} {html.escape(ancestor.spec_model.method)}"
+        for ancestor in chain)
+    return f'<span id="job-lineage">Lineage: {links}</span>\n\n'
 
 
 def _tags_line(spec: JobSpec) -> str:

@@ -28,6 +28,7 @@ class JobButtons:
     cancel: gr.Button
     resume: gr.Button
     compare: gr.Button  # "Compare backends"
+    continue_from: gr.Button  # "Continue from this job": a succeeded job's weights in the form
     confirm_row: gr.Row  # Cancel's second question: confirm_cancel or keep_running
     confirm_cancel: gr.Button
     keep_running: gr.Button
@@ -105,6 +106,8 @@ def _buttons() -> JobButtons:
                                       elem_id="job-resume")
             compare_button = gr.Button("Compare backends", interactive=False,
                                        elem_id="job-compare-backends")
+            # Shown for a succeeded job only (page_chrome.CSS reads the headline's class).
+            continue_button = gr.Button("Continue from this job", elem_id="job-continue")
         # Cancel asks once more: a stopped run cannot be taken back (Resume needs a
         # checkpoint, and the steps since it are lost).
         with gr.Row(visible=False, elem_id="job-cancel-confirm-row") as confirm_row:
@@ -113,8 +116,8 @@ def _buttons() -> JobButtons:
             keep_running = gr.Button("Keep it running", size="sm", elem_id="job-cancel-keep")
         cancel_message = gr.Markdown(elem_id="job-cancel-result")
         resume_hint = gr.Markdown(elem_id="job-resume-hint")
-    return JobButtons(cancel_button, resume_button, compare_button, confirm_row,
-                      confirm_cancel, keep_running, cancel_message, resume_hint)
+    return JobButtons(cancel_button, resume_button, compare_button, continue_button,
+                      confirm_row, confirm_cancel, keep_running, cancel_message, resume_hint)
 
 
 def _chart_controls() -> tuple[gr.Slider, gr.Checkbox]:

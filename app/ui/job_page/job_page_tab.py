@@ -24,6 +24,7 @@ class JobPageTab:
     backends_compared: Any  # the Compare-backends click, for build_ui to fill the Compare tab
     compared_job_ids: gr.State  # "A, B" once Compare backends started two jobs
     looking: gr.State  # whether the Job tab is the one shown: set False when another is
+    continue_from: gr.Button  # "Continue from this job", for build_ui to fill the New job form
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,8 @@ def build_job_page_tab(*, database, celery_app, settings, tab: gr.Tab) -> JobPag
                                               celery_app=celery_app)
     wire_what_is_in_view(layout, state, refresh, tab=tab)
     return JobPageTab(job_id=layout.job_id, opened=opened, backends_compared=backends_compared,
-                      compared_job_ids=state.compared_job_ids, looking=state.looking)
+                      compared_job_ids=state.compared_job_ids, looking=state.looking,
+                      continue_from=layout.buttons.continue_from)
 
 
 def _page_state() -> JobPageState:

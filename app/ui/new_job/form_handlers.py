@@ -181,7 +181,8 @@ def preview_form(form: dict[str, Any], *, principal: Principal, settings: Settin
         command_line = preview_script(spec, site)
     workers = [] if database is None else submit.live_workers(database=database,
                                                               settings=settings)
-    plan = plan_view(spec, form, principal=principal, settings=settings, workers=workers)
+    plan = plan_view(spec, form, principal=principal, settings=settings, workers=workers,
+                     database=database)
     infos = {"gpu_memory_gb": CPU_RANKS_MEMORY_INFO} if plan.per == "rank" else {}
     # Not an error: a worker on another host may hold the path (it checks on its own).
     infos.update(missing_here(spec))
@@ -225,7 +226,8 @@ def submit_form(form: dict[str, Any], *, database, celery_app, principal: Princi
     except Invalid as refused:
         return None, "Not submitted. " + problems_markdown(str(refused))
     warning = plan_view(spec, form, principal=principal, settings=settings,
-                        workers=submit.live_workers(database=database, settings=settings)).warning
+                        workers=submit.live_workers(database=database, settings=settings),
+                        database=database).warning
     return job.id, (f"Submitted job **{job.id}** ({job.name}): status `{job.status}`."
                     + (f"\n\n{warning}" if warning else ""))
 

@@ -46,7 +46,8 @@ class PlanView:
 
 
 def plan_view(spec: JobSpec, form: Mapping[str, Any], *, principal: Principal,
-              settings: Settings, workers: Sequence[WorkerView] = ()) -> PlanView:
+              settings: Settings, workers: Sequence[WorkerView] = (),
+              database=None) -> PlanView:
     """The plan for the spec's own GPU count on cards of the form's GPU memory, by the same
     action as POST /api/plan (so a model the principal may not read is never read). Where
     every live worker that could take the job has no GPU (`workers`), the plan is for the
@@ -58,7 +59,8 @@ def plan_view(spec: JobSpec, form: Mapping[str, Any], *, principal: Principal,
     try:
         gpus = (cpu_ranks(cpu_workers, spec.num_gpus) if cpu_workers
                 else GpuRequest(memory_gb=gpu_memory_gb))
-        plan = plan_action.plan(principal, PlanRequest(spec=spec, gpus=gpus), settings=settings)
+        plan = plan_action.plan(principal, PlanRequest(spec=spec, gpus=gpus), settings=settings,
+                                database=database)
     except (Invalid, ValueError) as error:  # ValueError: a GPU request out of range
         return PlanView(html=f"<p>No memory plan: {html.escape(str(error))}</p>")
     offered = tuple(setups(plan))

@@ -21,6 +21,7 @@ from tunedeck.settings import Settings
 class NewJobTab:
     submitted: Any  # the Submit click's event, for build_ui to chain "open the new job" onto
     submitted_job_id: gr.State
+    model: gr.Textbox  # set by the job page's "Continue from this job" (job:ID)
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,8 @@ def build_new_job_tab(*, database, celery_app, settings: Settings) -> NewJobTab:
     submitted = wiring.wire_submit(form, submit_button, [submitted_job_id, submit_message],
                                    database=database, celery_app=celery_app, settings=settings)
     wire_presets(presets, form.inputs, loaded_from_preset, database=database)
-    return NewJobTab(submitted=submitted, submitted_job_id=submitted_job_id)
+    return NewJobTab(submitted=submitted, submitted_job_id=submitted_job_id,
+                     model=form.fields["model"])
 
 
 def build_preview_column(initial: FormPreview) -> PreviewColumn:
