@@ -19,6 +19,7 @@ from app.auth.spec_access import allowed_roots_for, spec_access_problems
 from tunedeck.data.columns import peek_columns
 from tunedeck.data.input_paths import PATH_FIELDS, is_local_reference, reference_problem
 from tunedeck.data.records import builtin_dataset_problem, columns_problem
+from tunedeck.data.sources import reward_readers
 from tunedeck.spec.job_spec import JobSpec
 from tunedeck.settings import Settings
 
@@ -96,15 +97,18 @@ def _model_folder_problem(reference: str) -> str | None:
 
 
 def _dataset_columns_problem(field: str, reference: str, split: str, spec: JobSpec) -> str | None:
+    readers = dict(reward_readers(spec))  # objective grpo: the columns its rewards read
     if reference.startswith("builtin:"):
-        return builtin_dataset_problem(field, reference, objective=spec.objective)
+        return builtin_dataset_problem(field, reference, objective=spec.objective,
+                                       reward_columns=readers)
     if not is_local_reference(reference):
         return None
     try:
         names = peek_columns(reference, split=split)
     except (OSError, ValueError):
         return None  # unreadable here: the worker's check says why, naming the line
-    problem = columns_problem(names, spec.columns, objective=spec.objective) if names else None
+    problem = columns_problem(names, spec.columns, objective=spec.objective,
+                              reward_columns=readers) if names else None
     if problem is None:
         return None
     return f"{field} {reference}: {problem}; {PICK_COLUMNS}"

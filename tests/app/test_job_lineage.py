@@ -127,3 +127,15 @@ def test_the_worker_hands_the_trainer_the_parents_merged_folder(database, tmp_pa
                                              ("builtin:tiny-llama", None), ("job:12x", None)])
 def test_a_job_reference_is_job_colon_a_positive_number(model, expected):
     assert parent_job_id(model) == expected
+
+
+def test_grpo_data_without_a_rewarded_column_is_a_422_naming_the_dataset(client, tmp_path):
+    data = tmp_path / "rl.jsonl"
+    data.write_text(json.dumps({"prompt": "Q", "solution": "4"}) + "\n")
+    problems = refused(client.post("/api/jobs", json={**GRPO, "dataset": str(data)}))
+    assert "no column 'answer', which grpo.rewards[0] (numeric_match) reads" in problems["dataset"]
+    builtin = refused(client.post("/api/jobs", json={**GRPO, "dataset": "builtin:arithmetic"}))
+    assert "its columns are ['prompt', 'response']" in builtin["dataset"]
+    mapped = client.post("/api/jobs", json={**GRPO, "dataset": str(data), "grpo": {
+        "rewards": [{"name": "numeric_match", "column": "solution"}]}})
+    assert mapped.status_code == 201, mapped.text

@@ -168,14 +168,15 @@ def _with_system(example: Example, system: Any) -> Example:
 
 
 def columns_problem(column_names: Iterable[str], columns: ColumnMapping | None, *,
-                    objective: str = "sft") -> str | None:
+                    objective: str = "sft",
+                    reward_columns: dict[str, str] | None = None) -> str | None:
     """Why rows with these columns cannot become what `objective` trains on (sft: examples,
     when a mapped column is missing or no accepted shape fits; dpo: preference pairs,
     `preference_columns_problem`), or None; for data whose columns are known before its rows."""
     if objective == "dpo":
         return preference_columns_problem(column_names, columns)
     if objective == "grpo":
-        return prompt_columns_problem(column_names, columns)
+        return prompt_columns_problem(column_names, columns, reward_columns=reward_columns)
     names = set(column_names)
     columns = columns or NO_COLUMNS
     mapped = {f"columns.{role}": name for role, name in columns.model_dump().items() if name}
