@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from tunedeck.metrics.events import EVAL, FOOTPRINT, MEMORY, NOTICE, PHASE, STEP, encode_event
+from tunedeck.metrics.events import (EVAL, FOOTPRINT, MEMORY, NOTICE, PHASE, ROLLOUT, STEP,
+                                     encode_event)
 from tunedeck.units import GIB, MIB  # the readings' `*_mb` fields are MiB
 
 
@@ -31,6 +32,8 @@ class Telemetry(Protocol):
 
     def phase(self, *, phase: str, state: str, done: float | None, total: float | None,
               unit: str | None, elapsed: float, message: str | None) -> None: ...
+
+    def rollout(self, *, step: int, samples: list[dict]) -> None: ...
 
     def close(self) -> None: ...
 
@@ -52,6 +55,9 @@ class NullTelemetry:
         pass
 
     def phase(self, **fields) -> None:
+        pass
+
+    def rollout(self, **fields) -> None:
         pass
 
     def close(self) -> None:
@@ -100,6 +106,9 @@ class FileTelemetry:
               unit: str | None, elapsed: float, message: str | None) -> None:
         self._write(PHASE, phase=phase, state=state, done=done, total=total, unit=unit,
                     elapsed=elapsed, message=message)
+
+    def rollout(self, *, step: int, samples: list[dict]) -> None:
+        self._write(ROLLOUT, step=step, samples=samples)
 
     def close(self) -> None:
         self._file.close()

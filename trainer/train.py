@@ -219,7 +219,7 @@ def run_training_loop(backend: TrainingBackend, batches: Iterator[MicroBatch], *
         stop_on_non_finite_loss(loss, step=step, precision=spec.precision)
         reporting = time.perf_counter()
         # grpo's rewards and completion lengths (a collective: every rank asks).
-        round_figures = step_figures(step_batches, context=context,
+        round_figures = step_figures(step_batches, step=step, context=context,
                                      step_seconds=step_seconds) if step_figures else {}
         telemetry.step(step=step, loss=loss, learning_rate=learning_rate, grad_norm=grad_norm_value,
                        tokens_per_second=tokens / step_seconds, step_seconds=step_seconds,

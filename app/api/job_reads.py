@@ -87,6 +87,18 @@ def get_job(job_id: JobId, request: Request) -> dict[str, Any]:
                                    principal=principal_of(request))}
 
 
+@read_router.get("/api/jobs/{job_id}/rollouts")
+def get_job_rollouts(job_id: JobId, request: Request,
+                     limit: int = Query(20, ge=1, le=1000)) -> dict[str, Any]:
+    """A GRPO job's kept rollouts, newest step first: every `grpo.rollouts_every` steps, a few
+    of rank 0's prompts, each with all its completions, each completion's reward (the
+    weighted sum) and each reward's own score. Empty for another objective."""
+    _load_job(request, job_id)
+    with _database(request).transaction() as session:
+        return {"rollouts": metric_store.read_rollouts(session=session, job_id=job_id,
+                                                       limit=limit)}
+
+
 @read_router.get("/api/jobs/{job_id}/metrics", response_class=JSONResponse)
 def get_job_metrics(job_id: int, request: Request,
                     max_points: int = Query(DEFAULT_MAX_POINTS, ge=10, le=100_000)

@@ -87,6 +87,14 @@ footer .divider { display: none !important; }
 #tabs:has(#job-status.job-none) #job-body { display: none !important; }
 #tabs:not(:has(#job-status.job-succeeded)) #job-try-it { display: none !important; }
 #tabs:not(:has(#job-status.job-succeeded)) #job-continue { display: none !important; }
+#job-rollouts h4 { margin: 12px 0 6px; }
+#job-rollouts table.rollouts { width: 100%; border-collapse: collapse; font-size: 13px; }
+#job-rollouts th, #job-rollouts td { border-bottom: 1px solid var(--border-color-primary);
+  padding: 3px 6px; text-align: left; vertical-align: top; }
+#job-rollouts td pre { margin: 0; white-space: pre-wrap; word-break: break-word;
+  font-size: 12px; background: none; }
+#job-rollouts tr.rollout-prompt td { background: var(--background-fill-secondary); }
+#job-rollouts tr.rollout-best td { font-weight: 600; }
 #jobs-table th, #jobs-table th *, #compare-summary th, #compare-summary th * {
   word-break: keep-all !important; overflow-wrap: normal !important; white-space: nowrap;
 }

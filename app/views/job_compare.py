@@ -11,8 +11,9 @@ from tunedeck.db.models import Job, as_utc, utc_now
 from tunedeck.jobs.queries import MAX_JOB_ID
 from tunedeck.metrics import store as metric_store
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
-from tunedeck.metrics.figures import (EVAL_LOSS, LOSS, PREFERENCE_CHARTS, REWARD_ACCURACY,
-                                      REWARD_MARGIN, TOKENS_PER_SECOND, rank_memory_mb)
+from tunedeck.metrics.figures import (EVAL_LOSS, LOSS, OBJECTIVE_CHARTS, REWARD,
+                                      REWARD_ACCURACY, REWARD_MARGIN, TOKENS_PER_SECOND,
+                                      rank_memory_mb)
 from tunedeck.metrics.store import read_chart_metrics
 
 MAX_COMPARED_JOBS = 12  # more lines than that is no longer a comparison anyone can read
@@ -58,9 +59,9 @@ def compare_jobs(*, database: Database, job_ids: list[int],
 
 
 RECENT_STEPS = 20  # tokens/s is the mean of the newest steps: the warm-up's first is slow
-# A preference job's figures, each the mean of its newest steps (one step's is noisy).
-RECENT_PREFERENCE_FIGURES = (REWARD_MARGIN, REWARD_ACCURACY)
-PREFERENCE_FIGURES = tuple(figure for chart in PREFERENCE_CHARTS for figure in chart.figures)
+# A preference or RL job's figures, each the mean of its newest steps (one step's is noisy).
+RECENT_PREFERENCE_FIGURES = (REWARD_MARGIN, REWARD_ACCURACY, REWARD)
+PREFERENCE_FIGURES = tuple(figure for chart in OBJECTIVE_CHARTS for figure in chart.figures)
 
 
 def job_figures(job: Job, metrics: dict[str, list[dict[str, Any]]],

@@ -123,12 +123,16 @@ def test_the_trainer_preview_leads_with_the_objective():
 
 
 def test_the_objective_shows_its_options_and_columns():
-    shown = dict(zip(("dpo", *COLUMN_ROLES), option_visibility.objective_options_visible("dpo")))
-    assert shown == {"dpo": True, "prompt": True, "response": False, "messages": False,
-                     "system": True, "chosen": True, "rejected": True}
-    shown = dict(zip(("dpo", *COLUMN_ROLES), option_visibility.objective_options_visible("sft")))
-    assert shown == {"dpo": False, "prompt": True, "response": True, "messages": True,
-                     "system": True, "chosen": False, "rejected": False}
+    groups = ("dpo", "grpo", *COLUMN_ROLES)
+    shown = dict(zip(groups, option_visibility.objective_options_visible("dpo")))
+    assert shown == {"dpo": True, "grpo": False, "prompt": True, "response": False,
+                     "messages": False, "system": True, "chosen": True, "rejected": True}
+    shown = dict(zip(groups, option_visibility.objective_options_visible("sft")))
+    assert shown == {"dpo": False, "grpo": False, "prompt": True, "response": True,
+                     "messages": True, "system": True, "chosen": False, "rejected": False}
+    shown = dict(zip(groups, option_visibility.objective_options_visible("grpo")))
+    assert shown == {"dpo": False, "grpo": True, "prompt": True, "response": False,
+                     "messages": True, "system": True, "chosen": False, "rejected": False}
 
 
 def test_submit_stores_a_dpo_job(database):
@@ -158,7 +162,8 @@ def test_the_objective_sits_beside_method_with_its_settings_in_the_specs_words(d
     # One box with Method (a row above it: four radios do not fit one row).
     box = by_id["new-job-objective-and-method"]
     assert isinstance(objective, gr.Radio) and inside(objective, box) and inside(method, box)
-    assert objective.choices == [("SFT", "sft"), ("DPO", "dpo")] and objective.value == "sft"
+    assert objective.choices == [("SFT", "sft"), ("DPO", "dpo"), ("GRPO", "grpo")] \
+        and objective.value == "sft"
     assert (objective.label, objective.info) == (spec_field("objective").title,
                                                  spec_field("objective").description)
     assert "objective" not in OTHER_OPTIONS  # not in "Other options"

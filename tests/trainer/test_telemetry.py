@@ -2,7 +2,7 @@ import torch
 
 from trainer.telemetry import FileTelemetry, NullTelemetry, open_telemetry
 from tunedeck.metrics.events import (EVAL_FIELDS, MEMORY_FIELDS, NOTICE_FIELDS,
-                                     PREFERENCE_FIELDS, STEP_FIELDS, decode_event)
+                                     OBJECTIVE_FIELDS, STEP_FIELDS, decode_event)
 
 
 def test_file_telemetry_writes_schema_events(tmp_path):
@@ -20,9 +20,9 @@ def test_file_telemetry_writes_schema_events(tmp_path):
     assert notice["kind"] == "notice" and set(NOTICE_FIELDS) <= notice.keys()
     assert notice["level"] == "info" and notice["rank"] == 1
     # The MFUs come only from a GPU rank (trainer/mfu.py); a CPU step carries none; the
-    # preference figures only a DPO job's step.
+    # preference and RL figures only a DPO or GRPO job's step.
     assert step["kind"] == "step" and \
-        set(STEP_FIELDS) - {"mfu", "mfu_6n", *PREFERENCE_FIELDS} <= step.keys()
+        set(STEP_FIELDS) - {"mfu", "mfu_6n", *OBJECTIVE_FIELDS} <= step.keys()
     assert step["tokens"] == 20 and "mfu" not in step and "mfu_6n" not in step
     assert memory["kind"] == "memory" and set(MEMORY_FIELDS) <= memory.keys()
     assert memory["device"] == "cpu" and memory["allocated_mb"] is None and memory["rss_mb"] > 0

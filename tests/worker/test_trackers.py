@@ -310,3 +310,19 @@ def test_an_unreadable_cursor_starts_the_tracker_over_instead_of_failing(databas
     accumulator = EventAccumulator(str(run.tensorboard_dir), size_guidance={"scalars": 0})
     accumulator.Reload()
     assert len(accumulator.Scalars("train/loss")) == STEPS
+
+
+def test_a_grpo_steps_figures_go_out_under_trls_names():
+    from worker.trackers.tracker import ExportRows, scalars_of
+
+    values = {"loss": 0.01, "reward": 0.75, "kl": 0.02, "clip_ratio_low": 0.0,
+              "completion_length": 5.5, "sampling_seconds": 0.3,
+              "reward_means": {"numeric_match": 0.5, "length": -0.25}}
+    scalars, last_step = scalars_of(ExportRows(points=[("step", 0, 0, 7, 100.0, values)]),
+                                    last_step=0)
+    named = {scalar.tag: scalar.value for scalar in scalars}
+    assert last_step == 7 and all(scalar.step == 7 for scalar in scalars)
+    assert named == {"train/loss": 0.01, "train/reward": 0.75, "train/kl": 0.02,
+                     "train/clip_ratio/low_mean": 0.0, "train/completions/mean_length": 5.5,
+                     "train/sampling_seconds": 0.3, "train/rewards/numeric_match/mean": 0.5,
+                     "train/rewards/length/mean": -0.25}

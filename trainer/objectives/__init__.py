@@ -54,11 +54,11 @@ class TrainingObjective(Protocol):
     def score(self, model, batch: dict[str, Any]) -> tuple[Any, Any]:
         """Forward only, already in eval mode without gradients: (summed loss, loss units)."""
 
-    def step_figures(self, step_batches: list[MicroBatch], *, context: RankContext,
+    def step_figures(self, step_batches: list[MicroBatch], *, step: int, context: RankContext,
                      step_seconds: float) -> dict[str, Any]:
         """The step's figures that are not means over its loss units (grpo's rewards and
         completion lengths, from its round of samples), over every rank: a collective.
-        Empty for sft and dpo."""
+        Empty for sft and dpo. (grpo also keeps a rollout every grpo.rollouts_every steps.)"""
 
     def prepare(self, backend, rows: Sequence[TokenizedExample], *,
                 spec: JobSpec, pad_token_id: int, context: RankContext, telemetry,

@@ -188,7 +188,7 @@ class DpoObjective:
                 logits = self._reference_model(**inputs).logits
         return split_pairs(*answer_logps(logits, labels))
 
-    def step_figures(self, step_batches, *, context, step_seconds) -> dict[str, Any]:
+    def step_figures(self, step_batches, *, step, context, step_seconds) -> dict[str, Any]:
         return {}  # every figure is a mean over the pairs (`loss`)
 
     # Before step 1.

@@ -71,6 +71,7 @@ class GrpoObjective:
         self.unit = {"dapo": "completion tokens", "grpo": "completions",
                      "dr_grpo": "completion token slots", "bnpo": "micro-batches"}[grpo.loss_type]
         self._forward_only = self._sample = None  # the backend's, once prepare() has them
+        self._telemetry = None
         self._records: list[PromptRecord] = []
         self._labels = [reward_label(reward, grpo.rewards) for reward in grpo.rewards]
 
@@ -104,6 +105,7 @@ class GrpoObjective:
         from trainer.data.prompt_data import load_spec_prompts
 
         self._forward_only, self._sample = backend.forward_only, backend.sample
+        self._telemetry = telemetry  # where the kept rollouts go
         self._records = load_spec_prompts(spec)
         if len(self._records) != len(rows):
             raise ValueError(f"dataset {spec.dataset}: {len(self._records)} prompts read, "
@@ -166,7 +168,10 @@ class GrpoObjective:
         report = RoundReport.of(rewards, each, self._labels, advantages.std_is_zero,
                                 grpo.num_generations, lengths, truncated,
                                 sampling_seconds=sampled - started,
-                                scoring_seconds=scored - sampled)
+                                scoring_seconds=scored - sampled,
+                                samples=rollout_samples(records, texts, totals, each,
+                                                        grpo.num_generations,
+                                                        grpo.rollout_prompts))
         return Round(input_ids.cpu(), attention_mask.cpu(), completion_ids.cpu(),
                      completion_mask.cpu(), advantages.values, report,
                      [record.prompt_text for record in records], texts, totals)
@@ -265,10 +270,14 @@ class GrpoObjective:
 
     # The step's figures from its round.
 
-    def step_figures(self, step_batches: list[MicroBatch], *, context: RankContext,
+    def step_figures(self, step_batches: list[MicroBatch], *, step: int, context: RankContext,
                      step_seconds: float) -> dict[str, Any]:
         report = next(batch.rollout for batch in step_batches if batch.rollout is not None)
         figures = report.reduced(context)
+        every = self._grpo.rollouts_every
+        if every and context.is_main and (step % every == 0 or step == 1) \
+                and self._telemetry is not None:
+            self._telemetry.rollout(step=step, samples=report.samples)
         figures["training_seconds"] = max(
             0.0, step_seconds - figures["sampling_seconds"] - figures["scoring_seconds"])
         return figures
@@ -378,11 +387,13 @@ class RoundReport:
     truncated: int
     sampling_seconds: float
     scoring_seconds: float
+    # This rank's first prompts with all their completions and rewards (`rollout_samples`).
+    samples: list[dict] = field(default_factory=list)
 
     @classmethod
     def of(cls, rewards, each: dict[str, list[float]], labels: list[str], std_is_zero,
            num_generations: int, lengths, truncated, *, sampling_seconds: float,
-           scoring_seconds: float) -> "RoundReport":
+           scoring_seconds: float, samples: list[dict] = ()) -> "RoundReport":
         return cls(reward_sum=float(rewards.double().sum()),
                    reward_squares=float(rewards.double().square().sum()),
                    completions=len(rewards),
@@ -391,7 +402,8 @@ class RoundReport:
                    groups=len(rewards) // num_generations,
                    length_sum=float(lengths.sum()), length_min=float(lengths.min()),
                    length_max=float(lengths.max()), truncated=int(truncated.sum()),
-                   sampling_seconds=sampling_seconds, scoring_seconds=scoring_seconds)
+                   sampling_seconds=sampling_seconds, scoring_seconds=scoring_seconds,
+                   samples=list(samples))
 
     def reused(self) -> "RoundReport":
         """The same round trained on again (num_iterations > 1): nothing sampled or scored."""
@@ -445,6 +457,21 @@ def tokenize_prompts(tokenizer, records: list[PromptRecord], *, room: int) -> li
         kept = ids[-room:]
         rows.append(TokenizedExample(input_ids=kept, labels=[IGNORE_INDEX] * len(kept)))
     return rows
+
+
+def rollout_samples(records: list[PromptRecord], texts: list[str], totals: list[float],
+                    each: dict[str, list[float]], num_generations: int,
+                    prompts: int) -> list[dict]:
+    """The first `prompts` groups as the job shows them: each prompt with all its
+    completions, each completion's reward and each reward's own score."""
+    samples = []
+    for start in range(0, min(len(texts), prompts * num_generations), num_generations):
+        group = range(start, start + num_generations)
+        samples.append({"prompt": records[start].prompt_text, "completions": [
+            {"text": texts[index], "reward": totals[index],
+             "rewards": {label: scores[index] for label, scores in each.items()}}
+            for index in group]})
+    return samples
 
 
 def round_seed(seed: int, round_index: int, rank: int) -> int:

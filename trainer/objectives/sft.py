@@ -73,5 +73,5 @@ class SftObjective:
                 eval_rows=()) -> None:
         pass  # nothing to compute before step 1
 
-    def step_figures(self, step_batches, *, context, step_seconds) -> dict[str, Any]:
+    def step_figures(self, step_batches, *, step, context, step_seconds) -> dict[str, Any]:
         return {}  # the loss is the step's one figure

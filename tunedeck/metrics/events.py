@@ -23,6 +23,9 @@ Each line is a JSON object with `kind` and `time` (Unix seconds) and `rank`:
                  peak_reserved_mb, rss_mb
 - kind "eval":   step, eval_loss (mean over every answer token of the eval set, all
                  ranks), eval_tokens (how many answer tokens that mean is over)
+- kind "rollout": step, samples (objective grpo, rank 0, every grpo.rollouts_every steps:
+                 a few of the step's prompts, each {prompt, completions: [{text, reward
+                 (the weighted sum), rewards ({label: its score})}]}, all G of its group)
 - kind "footprint": step, params_bytes, grads_bytes, optimizer_bytes (what this rank
                  holds, measured once a launch after its first step; see trainer/footprint.py)
 - kind "notice": level ("info" | "error"), message
@@ -46,7 +49,8 @@ NOTICE = "notice"
 EVAL = "eval"
 FOOTPRINT = "footprint"
 PHASE = "phase"
-KINDS = (STEP, MEMORY, NOTICE, EVAL, FOOTPRINT, PHASE)
+ROLLOUT = "rollout"
+KINDS = (STEP, MEMORY, NOTICE, EVAL, FOOTPRINT, PHASE, ROLLOUT)
 
 # A preference-tuning (DPO) step's own figures; an SFT step never carries them.
 PREFERENCE_FIELDS = ("rewards_chosen", "rewards_rejected", "reward_margin", "reward_accuracy",
@@ -65,6 +69,7 @@ MEMORY_FIELDS = ("step", "host", "device", "allocated_mb", "reserved_mb", "peak_
 NOTICE_FIELDS = ("level", "message")
 EVAL_FIELDS = ("step", "eval_loss", "eval_tokens")
 FOOTPRINT_FIELDS = ("step", "params_bytes", "grads_bytes", "optimizer_bytes")
+ROLLOUT_FIELDS = ("step", "samples")
 PHASE_FIELDS = ("phase", "state", "done", "total", "unit", "elapsed", "message")
 
 DOWNLOAD = "download"

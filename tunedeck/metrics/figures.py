@@ -54,6 +54,22 @@ REWARD_ACCURACY = Figure("reward_accuracy", STEP, "Preference accuracy",
 LOGPS_CHOSEN = Figure("logps_chosen", STEP, "Log-prob of the chosen answers", unit="log-prob")
 LOGPS_REJECTED = Figure("logps_rejected", STEP, "Log-prob of the rejected answers",
                         unit="log-prob")
+# An online RL (GRPO) step's figures (events.RL_FIELDS): no columns either; charted by
+# `RL_CHARTS`, only for a job whose steps carry them.
+REWARD = Figure("reward", STEP, "Reward", unit="weighted sum of the rewards")
+REWARD_STD = Figure("reward_std", STEP, "Reward standard deviation", unit="reward")
+REWARD_MEANS = Figure("reward_means", STEP, "Each reward's mean", unit="score")
+KL = Figure("kl", STEP, "KL to the reference", unit="k3 estimate per token")
+CLIP_RATIO_LOW = Figure("clip_ratio_low", STEP, "Clipped below", unit="share of tokens")
+CLIP_RATIO_HIGH = Figure("clip_ratio_high", STEP, "Clipped above", unit="share of tokens")
+COMPLETION_LENGTH = Figure("completion_length", STEP, "Completion length", unit="tokens")
+COMPLETION_LENGTH_MIN = Figure("completion_length_min", STEP, "Shortest completion",
+                               unit="tokens")
+COMPLETION_LENGTH_MAX = Figure("completion_length_max", STEP, "Longest completion",
+                               unit="tokens")
+SAMPLING_SECONDS = Figure("sampling_seconds", STEP, "Sampling", unit="s")
+SCORING_SECONDS = Figure("scoring_seconds", STEP, "Scoring", unit="s")
+TRAINING_SECONDS = Figure("training_seconds", STEP, "Training", unit="s")
 EVAL_LOSS = Figure("eval_loss", EVAL, "Eval loss", column="eval_loss")
 ALLOCATED_MB = Figure("allocated_mb", MEMORY, "Accelerator memory allocated", unit="MiB",
                       column="allocated_mb")
@@ -69,7 +85,9 @@ PROCESS_CPU_PERCENT = Figure("cpu_percent", PROCESS_SAMPLE, "CPU per rank proces
 FIGURES: tuple[Figure, ...] = (
     LOSS, TOKENS_PER_SECOND, LEARNING_RATE, GRAD_NORM, STEP_SECONDS, MFU,
     REWARDS_CHOSEN, REWARDS_REJECTED, REWARD_MARGIN, REWARD_ACCURACY, LOGPS_CHOSEN,
-    LOGPS_REJECTED, EVAL_LOSS,
+    LOGPS_REJECTED, REWARD, REWARD_STD, REWARD_MEANS, KL, CLIP_RATIO_LOW, CLIP_RATIO_HIGH,
+    COMPLETION_LENGTH, COMPLETION_LENGTH_MIN, COMPLETION_LENGTH_MAX, SAMPLING_SECONDS,
+    SCORING_SECONDS, TRAINING_SECONDS, EVAL_LOSS,
     ALLOCATED_MB, RSS_MB, PEAK_RESERVED_MB,
     GPU_USED_MB, GPU_UTILIZATION_PERCENT, PROCESS_RSS_MB, PROCESS_CPU_PERCENT,
 )
@@ -85,6 +103,10 @@ class FigureChart:
     title: str
     y_title: str
     lines: tuple[tuple[str, Figure], ...]  # (the line's name, the figure it draws)
+    objective: str = "dpo"  # whose steps carry its figures
+    # A figure holding {label: value}: a line each label, beside `lines` (grpo's each
+    # reward). Drawn on the job page; Compare draws the fixed lines only.
+    keyed: Figure | None = None
 
     @property
     def figures(self) -> tuple[Figure, ...]:
@@ -103,6 +125,24 @@ LOGPS_CHART = FigureChart("logps", "Log-probs", "summed log-prob of the answer",
                           (("chosen", LOGPS_CHOSEN), ("rejected", LOGPS_REJECTED)))
 PREFERENCE_CHARTS: tuple[FigureChart, ...] = (REWARDS_CHART, REWARD_MARGIN_CHART,
                                               REWARD_ACCURACY_CHART, LOGPS_CHART)
+# An online RL job's: the reward with each reward's mean, the KL to the reference (beta
+# above 0), completion lengths, clip ratios, and where a step's time goes.
+RL_CHARTS: tuple[FigureChart, ...] = (
+    FigureChart("reward", REWARD.title, REWARD.unit, (("reward", REWARD),), objective="grpo",
+                keyed=REWARD_MEANS),
+    FigureChart("kl", KL.title, KL.unit, (("kl", KL),), objective="grpo"),
+    FigureChart("completion_length", COMPLETION_LENGTH.title, COMPLETION_LENGTH.unit,
+                (("mean", COMPLETION_LENGTH), ("min", COMPLETION_LENGTH_MIN),
+                 ("max", COMPLETION_LENGTH_MAX)), objective="grpo"),
+    FigureChart("clip_ratio", "Clip ratio", CLIP_RATIO_LOW.unit,
+                (("below", CLIP_RATIO_LOW), ("above", CLIP_RATIO_HIGH)), objective="grpo"),
+    FigureChart("step_time_split", "Step time: sampling, scoring, training", "s",
+                (("sampling", SAMPLING_SECONDS), ("scoring", SCORING_SECONDS),
+                 ("training", TRAINING_SECONDS)), objective="grpo"),
+)
+# Every objective's own charts, drawn for a job whose steps carry their figures (Compare
+# draws each chart's fixed lines, not its keyed ones).
+OBJECTIVE_CHARTS: tuple[FigureChart, ...] = PREFERENCE_CHARTS + RL_CHARTS
 
 
 def figures_of(kind: str) -> tuple[Figure, ...]:

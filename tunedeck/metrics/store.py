@@ -209,6 +209,29 @@ def _latest_footprint_per_rank(session: Session, job_id: int) -> list[dict[str, 
             for rank, values in sorted(latest.items())]
 
 
+# A step's rollout is stored once a launch that ran it: rows read for `limit` distinct steps.
+ROLLOUT_REPEATS = 4
+
+
+def read_rollouts(*, session: Session, job_id: int, limit: int) -> list[dict[str, Any]]:
+    """A GRPO job's kept rollouts (events.ROLLOUT), newest step first, at most `limit`: each
+    {step, time, samples}. A step a resumed run sampled again counts once, the later one."""
+    rows = session.execute(
+        select(MetricPoint.step, MetricPoint.time, MetricPoint.values)
+        .where(MetricPoint.job_id == job_id, MetricPoint.kind == metrics_event.ROLLOUT)
+        .order_by(MetricPoint.step.desc(), MetricPoint.id.desc())
+        .limit(limit * ROLLOUT_REPEATS))
+    rollouts, seen = [], set()
+    for step, time, values in rows:
+        if step in seen:
+            continue
+        seen.add(step)
+        rollouts.append({"step": step, "time": time, "samples": values.get("samples", [])})
+        if len(rollouts) == limit:
+            break
+    return rollouts
+
+
 def latest_phase(*, session: Session, job_id: int) -> list[dict[str, Any]]:
     """The job's newest phase line (events.PHASE: what it does before step 1), as a list of
     one, or none before the first; the newest of any rank, since a node's first rank

@@ -71,6 +71,15 @@ class GrpoSettings(StrictModel):
     mask_truncated_completions: bool = Field(
         False, title="Skip truncated completions",
         description="Leave completions cut at max_completion_length out of the loss.")
+    rollouts_every: int = Field(
+        10, ge=0, le=1_000_000, title="Rollouts every N steps",
+        description="Every N steps, a few prompts with all their completions and rewards "
+                    "are kept for the job page's rollouts table and GET "
+                    "/api/jobs/{id}/rollouts (0: none).")
+    rollout_prompts: int = Field(
+        2, ge=1, le=16, title="Prompts per rollout",
+        description="How many of the step's prompts a kept rollout shows, each with all "
+                    "num_generations completions.")
     rewards: list[Reward] = Field(
         default_factory=lambda: [NumericMatch(name="numeric_match")], min_length=1,
         max_length=16, title="Rewards",

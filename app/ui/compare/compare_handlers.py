@@ -17,7 +17,7 @@ from tunedeck.jobs import queries as job_queries
 from tunedeck.spec.job_spec import JobSpec
 from tunedeck.jobs.states import FINISHED_STATUSES
 from tunedeck.metrics.eta import format_duration
-from tunedeck.metrics.figures import PREFERENCE_CHARTS, FigureChart
+from tunedeck.metrics.figures import OBJECTIVE_CHARTS, FigureChart
 
 LOSS_COLUMNS = ["step", "loss", "job"]
 THROUGHPUT_COLUMNS = ["step", "tokens_per_second", "job"]
@@ -46,7 +46,7 @@ def compare_elem_id(chart: FigureChart) -> str:
 
 
 COMPARE_CHARTS = ("#compare-loss-plot", "#compare-throughput-plot", "#compare-memory-plot",
-                  *(f"#{compare_elem_id(chart)}" for chart in PREFERENCE_CHARTS))
+                  *(f"#{compare_elem_id(chart)}" for chart in OBJECTIVE_CHARTS))
 FIGURE_ROWS = [("final loss", "final_loss", "{:.4f}"), ("best loss", "best_loss", "{:.4f}"),
                ("final eval loss", "final_eval_loss", "{:.4f}"),
                ("tokens/s (last 20 steps)", "tokens_per_second", "{:,.0f}"),
@@ -55,6 +55,7 @@ FIGURE_ROWS = [("final loss", "final_loss", "{:.4f}"), ("best loss", "best_loss"
                # for every job (SFT jobs) are left out.
                ("reward margin (last 20 steps)", "reward_margin", "{:.4f}"),
                ("preference accuracy (last 20 steps)", "reward_accuracy", "{:.1%}"),
+               ("mean reward (last 20 steps)", "reward", "{:.4f}"),
                # Start-up apart: a one-time op build must not count against a backend.
                ("wall time from the first loss", "training_seconds", None),
                ("start-up (to the first loss)", "startup_seconds", None)]
@@ -68,9 +69,9 @@ class Comparison:
     loss: pd.DataFrame = field(default_factory=lambda: _frame([], LOSS_COLUMNS))
     throughput: pd.DataFrame = field(default_factory=lambda: _frame([], THROUGHPUT_COLUMNS))
     memory: pd.DataFrame = field(default_factory=lambda: _frame([], MEMORY_COLUMNS))
-    # A preference job's charts, by name (PREFERENCE_CHARTS); drawn while `lines` has any.
+    # A preference job's charts, by name (OBJECTIVE_CHARTS); drawn while `lines` has any.
     preference: dict[str, pd.DataFrame] = field(default_factory=lambda: {
-        chart.name: _frame([], PREFERENCE_COLUMNS) for chart in PREFERENCE_CHARTS})
+        chart.name: _frame([], PREFERENCE_COLUMNS) for chart in OBJECTIVE_CHARTS})
     diff: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=DIFF_COLUMNS))
     summary: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SUMMARY_COLUMNS))
     running: bool = False
@@ -109,7 +110,7 @@ def load_comparison(ids_text: str | None, *, database, principal: Principal) -> 
                         f"{labels[row['job_id']]} rank {row['rank']}")
                        for row in series["memory"]], MEMORY_COLUMNS),
         preference={chart.name: preference_frame(chart, series, labels)
-                    for chart in PREFERENCE_CHARTS},
+                    for chart in OBJECTIVE_CHARTS},
         diff=diff_frame(compared["diff"], list(labels.values())),
         summary=summary_frame(compared["jobs"], list(labels.values())),
         running=any(job["status"] not in FINISHED_STATUSES for job in compared["jobs"]),
@@ -202,11 +203,11 @@ def _every_line(labels: dict[int, str], specs: dict[int, JobSpec],
             loss.append(_loss_line(label, "eval"))
         memory += [f"{label} rank {rank}" for rank in range(specs[job_id].world_size)]
     lines = {"loss": loss, "throughput": list(labels.values()), "memory": memory}
-    for chart in PREFERENCE_CHARTS:
+    for chart in OBJECTIVE_CHARTS:
         reporting = {row["job_id"] for figure in chart.figures for row in series[figure.field]}
         lines[chart.name] = [_preference_line(chart, label, name)
                              for job_id, label in labels.items()
-                             if specs[job_id].objective == "dpo" or job_id in reporting
+                             if specs[job_id].objective == chart.objective or job_id in reporting
                              for name, _figure in chart.lines]
     return lines
 

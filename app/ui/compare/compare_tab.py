@@ -12,7 +12,7 @@ import gradio as gr
 from app.auth.principal import principal_of
 from app.ui.compare import compare_handlers
 from app.ui.compare.compare_handlers import PREFERENCE_COLUMNS, Comparison, compare_elem_id
-from tunedeck.metrics.figures import PREFERENCE_CHARTS, FigureChart
+from tunedeck.metrics.figures import OBJECTIVE_CHARTS, FigureChart
 
 REFRESH_SECONDS = 2.0
 PLOT_HEIGHT = 300
@@ -83,10 +83,10 @@ def _charts() -> list[gr.LinePlot]:
                               height=PLOT_HEIGHT, visible=False, elem_id="compare-memory-plot")
     # A preference job's figures, two charts a row; hidden unless a compared job has them.
     preference_plots = []
-    for start in range(0, len(PREFERENCE_CHARTS), 2):
+    for start in range(0, len(OBJECTIVE_CHARTS), 2):
         with gr.Row():
             preference_plots += [_preference_plot(chart)
-                                 for chart in PREFERENCE_CHARTS[start:start + 2]]
+                                 for chart in OBJECTIVE_CHARTS[start:start + 2]]
     return [loss_plot, throughput_plot, memory_plot, *preference_plots]
 
 
@@ -145,7 +145,7 @@ def _show(comparison: Comparison) -> tuple:
                                                                lines[chart.name]),
                               color_map=comparison.colours, visible=True)
                   if lines.get(chart.name) else gr.LinePlot(visible=False)
-                  for chart in PREFERENCE_CHARTS]
+                  for chart in OBJECTIVE_CHARTS]
     # Before there is anything to compare, only the message says what to do.
     return (comparison.message, *charts, *preference,
             gr.Dataframe(comparison.summary, visible=comparison.shown),

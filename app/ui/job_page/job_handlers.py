@@ -29,9 +29,11 @@ from tunedeck.db.models import Job
 from tunedeck.spec.job_spec import JobSpec
 from tunedeck.jobs.states import CANCELLED, FAILED, FINISHED_STATUSES, QUEUED, RUNNING, SUCCEEDED
 from tunedeck.metrics.figures import EVAL_LOSS, LOSS, TOKENS_PER_SECOND
+from tunedeck.metrics import store as metric_store
 from tunedeck.metrics.series import read_job_series
 
 LOG_TAIL_LINES = 200
+ROLLOUTS_SHOWN = 5  # a GRPO job's newest kept rollouts on its page
 # Lines read to find LOG_TAIL_LINES that are not library noise (app/views/log_noise.py):
 # ranks' warnings can outnumber a short job's own lines many times over.
 LOG_READ_LINES = 10 * LOG_TAIL_LINES
@@ -93,6 +95,9 @@ def load_job_page(job_id: Any, *, database, principal: Principal,
             return JobPage(job_id, None, f"There is no job {job_id}.")
         metrics = read_job_series(session=session, job_id=job_id,  # downsampled for the charts
                                   max_points=MAX_POINTS_PER_LINE)
+        if job.spec_model.objective == "grpo":
+            metrics["rollouts"] = metric_store.read_rollouts(session=session, job_id=job_id,
+                                                             limit=ROLLOUTS_SHOWN)
         events = job_queries.list_job_events(session=session, job_id=job_id)
         chain = [ancestor for ancestor in lineage(session, job)
                  if principal.may_see_job_of(ancestor.owner)]

@@ -23,7 +23,7 @@ from tunedeck.metrics import events as metrics_event
 from tunedeck.metrics.downsample import DEFAULT_MAX_POINTS
 from tunedeck.metrics.eta import eta_seconds, format_duration
 from tunedeck.metrics.figures import (GPU_USED_MB, GRAD_NORM, LEARNING_RATE, LIVE_STEP_FIGURES, MFU,
-                                      PREFERENCE_CHARTS, PROCESS_RSS_MB, STEP_SECONDS,
+                                      OBJECTIVE_CHARTS, PROCESS_RSS_MB, STEP_SECONDS,
                                       FigureChart)
 from tunedeck.planner.gpu_cards import GpuSet
 from tunedeck.planner.memory_plan import spec_plan
@@ -43,9 +43,9 @@ def step_frames(train: list[dict[str, Any]]) -> dict[str, pd.DataFrame]:
 
 def preference_frames(train: list[dict[str, Any]], *,
                       view: ChartView = ChartView(smoothing=0.0)) -> dict[str, pd.DataFrame]:
-    """One frame a preference chart (`PREFERENCE_CHARTS`), by its name, its lines smoothed
+    """One frame a preference chart (`OBJECTIVE_CHARTS`), by its name, its lines smoothed
     as `view` says."""
-    return {chart.name: figure_chart_frame(train, chart, view=view) for chart in PREFERENCE_CHARTS}
+    return {chart.name: figure_chart_frame(train, chart, view=view) for chart in OBJECTIVE_CHARTS}
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,10 @@ class LiveCharts:
     sampled_memory_title: str = GPU_USED_MB.title
     step_charts: dict[str, pd.DataFrame] = field(default_factory=lambda: step_frames([]))
     progress_html: str = ""
-    # A preference (DPO) job's charts, by name; an SFT job's have no point.
+    # A preference (DPO) or RL (GRPO) job's charts, by name; an SFT job's have no point.
     preference: dict[str, pd.DataFrame] = field(default_factory=lambda: preference_frames([]))
+    # A GRPO job's newest kept rollouts (metric_store.read_rollouts), newest first.
+    rollouts: list[dict[str, Any]] = field(default_factory=list)
 
     # The live panel's plots, by name (app/ui/job_page/live_panel.py).
     @property
@@ -120,6 +122,7 @@ def live_charts(*, spec: JobSpec, series: dict[str, list[dict[str, Any]]],
                                     started_at=started_at, finished_at=finished_at, now=now,
                                     phase=next(iter(series.get("phase") or []), None)),
         preference=preference_frames(train, view=view),
+        rollouts=series.get("rollouts") or [],
     )
 
 

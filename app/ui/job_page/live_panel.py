@@ -1,8 +1,9 @@
-"""The job page's live signals: the progress line (under the headline), a preference job's
-charts (under the loss and throughput) and the charts of the worker's samples and the step
+"""The job page's live signals: the progress line (under the headline), a preference or RL
+job's charts and an RL job's rollouts (under the loss and throughput) and the charts of the worker's samples and the step
 figures (under the memory chart)."""
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 from typing import Callable
 
@@ -13,7 +14,7 @@ from app.ui.job_page.live_charts import CAPACITY_SERIES, PLANNED_SERIES, LiveCha
 from app.ui.job_page.step_charts import figure_chart_html
 from app.ui.charts.line_chart import Axes, chart_html, frame_lines
 from app.ui.charts.page_assets import HOVER_JS
-from tunedeck.metrics.figures import (GRAD_NORM, LEARNING_RATE, MFU, PREFERENCE_CHARTS,
+from tunedeck.metrics.figures import (GRAD_NORM, LEARNING_RATE, MFU, OBJECTIVE_CHARTS,
                                       STEP_SECONDS, Figure, FigureChart)
 
 PLOT_HEIGHT = 200  # the plot area, CSS pixels
@@ -64,14 +65,58 @@ def preference_panel_html(live: LiveCharts) -> str:
     """The charts the job has points for, in a grid of two columns."""
     charts = "".join(f'<div id="{preference_elem_id(chart)}" style="min-width:0">'
                      f"{figure_chart_html(chart, live.preference[chart.name], height=PLOT_HEIGHT)}"
-                     f"</div>" for chart in PREFERENCE_CHARTS if live.has_chart(chart))
+                     f"</div>" for chart in OBJECTIVE_CHARTS if live.has_chart(chart))
     return (f'<div class="td-preference-charts" style="display:grid;'
-            f'grid-template-columns:repeat(2,minmax(0,1fr));gap:16px">{charts}</div>')
+            f'grid-template-columns:repeat(2,minmax(0,1fr));gap:16px">{charts}</div>'
+            + rollouts_html(live.rollouts))
 
 
 def show_preference(live: LiveCharts) -> gr.HTML:
     return gr.HTML(preference_panel_html(live),
-                   visible=any(live.has_chart(chart) for chart in PREFERENCE_CHARTS))
+                   visible=any(live.has_chart(chart) for chart in OBJECTIVE_CHARTS)
+                   or bool(live.rollouts))
+
+
+ROLLOUT_TEXT_CHARACTERS = 400  # a completion's first characters in the table
+
+
+def rollouts_html(rollouts: list[dict]) -> str:
+    """A GRPO job's kept rollouts as a table, newest step first: each prompt, then each of
+    its completions with its reward and each reward's score, the best of the group marked.
+    Nothing for a job with none."""
+    if not rollouts:
+        return ""
+    labels = list(dict.fromkeys(label for rollout in rollouts for sample in rollout["samples"]
+                                for completion in sample["completions"]
+                                for label in completion["rewards"]))
+    head = "".join(f"<th>{html.escape(label)}</th>" for label in labels)
+    rows = []
+    for rollout in rollouts:
+        for sample in rollout["samples"]:
+            completions = sample["completions"]
+            best = max((completion["reward"] for completion in completions), default=None)
+            rows.append(f'<tr class="rollout-prompt"><td>{rollout["step"]}</td>'
+                        f'<td colspan="{2 + len(labels)}"><b>Prompt:</b> '
+                        f'{html.escape(sample["prompt"])}</td></tr>')
+            for completion in completions:
+                text = completion["text"]
+                shown = html.escape(text[:ROLLOUT_TEXT_CHARACTERS]) + (
+                    "…" if len(text) > ROLLOUT_TEXT_CHARACTERS else "")
+                mark = ' class="rollout-best"' if completion["reward"] == best else ""
+                scores = "".join(f"<td>{_score(completion['rewards'].get(label))}</td>"
+                                 for label in labels)
+                rows.append(f"<tr{mark}><td></td><td><pre>{shown or '(empty)'}</pre></td>"
+                            f"<td>{_score(completion['reward'])}</td>{scores}</tr>")
+    return ('<div id="job-rollouts"><h4>Rollouts (newest first): a prompt, all its completions '
+            "and their rewards</h4>"
+            '<div class="rollouts-box" style="max-height:480px;overflow:auto">'
+            '<table class="rollouts"><thead><tr><th>step</th><th>completion</th>'
+            f"<th>reward</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            "</div></div>")
+
+
+def _score(value) -> str:
+    return "" if value is None else f"{value:.3g}"
 
 
 def build_live_panel(progress: gr.HTML) -> LivePanel:

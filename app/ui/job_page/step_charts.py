@@ -1,7 +1,7 @@
 """The job page's step charts: loss and throughput by step as frames (smoothed, each raw
 line kept faint behind its smoothed one, eval losses as points) and as the charts drawn
 from them; and, smoothed the same way, charts of several figures a line each (a preference
-job's rewards, margin, accuracy and log-probs: `tunedeck.metrics.figures.PREFERENCE_CHARTS`)."""
+job's rewards, margin, accuracy and log-probs: `tunedeck.metrics.figures.OBJECTIVE_CHARTS`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -85,8 +85,15 @@ def throughput_frame(train: list[dict[str, Any]], *,
 def figure_chart_frame(train: list[dict[str, Any]], chart: FigureChart, *,
                        view: ChartView = ChartView(smoothing=0.0)) -> pd.DataFrame:
     """A line a figure of `chart` by step, each smoothed as the loss is (its raw line kept
-    as "NAME (raw)"); a line with no point is one empty row, as in `loss_frame`."""
+    as "NAME (raw)"); a line with no point is one empty row, as in `loss_frame`. A keyed
+    figure adds a line for each label its steps carry (grpo's each reward)."""
     lines = {name: _step_points(train, figure.field) for name, figure in chart.lines}
+    if chart.keyed is not None:
+        labels = dict.fromkeys(label for row in train
+                               for label in (row.get(chart.keyed.field) or {}))
+        lines.update({label: [(row["step"], row[chart.keyed.field][label]) for row in train
+                              if (row.get(chart.keyed.field) or {}).get(label) is not None]
+                      for label in labels})
     return typed_frame(_with_smoothing(lines, view.smoothing), FIGURE_CHART_COLUMNS)
 
 

@@ -4,6 +4,7 @@ where each area goes on the page and what sits beside the fields (the upload but
 suggestions, the data check, What LoRA adapts), none of which is a spec field."""
 from __future__ import annotations
 
+import html
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -12,12 +13,13 @@ import gradio as gr
 
 from app.ui.new_job import option_visibility
 from app.ui.new_job.column_handlers import column_choices
-from app.ui.new_job.form_layout import (FORM_FIELDS, FORM_INPUTS, FORM_LABELS,
+from app.ui.new_job.form_layout import (FORM_FIELDS, FORM_INPUTS, FORM_LABELS, GRPO_AREAS,
                                         OTHER_OPTIONS, OTHER_OPTIONS_AREA, Place, area_rows,
                                         form_key, place_help, spec_location)
 from app.ui.new_job.option_visibility import COLUMN_ROLES
 from app.ui.new_job.typed_fields import (CHECKBOX, CHOICE, CHOICES, COLUMN, INTEGER, NUMBER,
-                                         OPTIONAL_CHOICE, OPTIONAL_NUMBER, RADIO, TEXT_LIST)
+                                         OPTIONAL_CHOICE, OPTIONAL_NUMBER, RADIO, SECTION_LIST,
+                                         TEXT_LIST)
 from tunedeck.data.file_formats import DATASET_FILE_SUFFIXES
 from tunedeck.planner.shape_source import has_experts
 from tunedeck.spec.fields import BACKEND_NAMES
@@ -62,11 +64,29 @@ def build_input(place: Place, value: Any, *, visible: bool = True) -> Any:
     if kind == OPTIONAL_CHOICE:
         return gr.Dropdown([FORM_INPUTS[place.key].unset_choice, *choices], value=value,
                            **common)
+    if kind == SECTION_LIST:
+        return gr.Textbox(value, lines=3, max_lines=12, **common)
     if kind == COLUMN:  # the dataset's columns once it is read; any name can be typed
         return gr.Dropdown(column_choices(spec_location(place.key).split(".")[-1], []),
                            value=value, allow_custom_value=True, **common)
     return gr.Textbox(value, placeholder=place.placeholder or DEFAULT_PLACEHOLDERS.get(kind),
                       **common)
+
+
+def scorer_list_html() -> str:
+    """The rewards a spec may name, each with what it scores and its options (the scorer
+    registry's own words, tunedeck/rewards/scorers.py)."""
+    from tunedeck.rewards.scorers import SCORERS
+
+    rows = []
+    for scorer in SCORERS:
+        name = scorer.model_fields["name"].annotation.__args__[0]
+        options = ", ".join(f"<code>{option}</code>" for option, field in scorer.model_fields.items()
+                            if option not in ("name", "weight"))
+        rows.append(f"<li><code>{name}</code>: {html.escape(scorer.description)}"
+                    + (f" (options: {options})" if options else "") + "</li>")
+    return ('<div class="scorer-list"><small>Rewards you can name, each with <code>weight'
+            f"</code> too:<ul>{''.join(rows)}</ul></small></div>")
 
 
 def _named_choices(place: Place, choices: tuple[str, ...]) -> list:
@@ -162,6 +182,20 @@ def _option_groups(defaults: Mapping[str, Any], fields: dict[str, Any],
                   elem_id="new-job-dpo-options") as groups["dpo"]:
         gr.Markdown(f"**{spec_field('dpo').title} (DPO) options**", padding=True)
         build_area("dpo", defaults, fields)
+    # Online RL: sampling, the rewards (with the scorers they may name), the loss; a group
+    # each (one would be too large a block for an event to show: test_layout_outputs.py).
+    rl_shown = option_visibility.rl_options_visible(defaults["objective"])
+    for area, heading in zip(GRPO_AREAS, (
+            f"**{spec_field('grpo').title}**: sampling",
+            "**Rewards**: a completion's reward is the weighted sum of these",
+            "**Loss**, and the rollouts the job keeps")):
+        key = area.replace(" ", "_")
+        with gr.Group(visible=rl_shown, elem_id=f"new-job-{key.replace('_', '-')}-options") \
+                as groups[key]:
+            gr.Markdown(heading, padding=True)
+            build_area(area, defaults, fields)
+            if area == "grpo rewards":
+                gr.HTML(scorer_list_html(), elem_id="new-job-grpo-scorers")
     # One group a backend, named as it is (backend_options_visible's order).
     for area, visible in zip(BACKEND_NAMES,
                              option_visibility.backend_options_visible(defaults["backend"])):

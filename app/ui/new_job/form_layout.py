@@ -54,14 +54,18 @@ def form_key(location: str) -> str:
 
 
 OTHER_OPTIONS_AREA = "other"
+# The GRPO options, grouped as a user reads them: how completions are sampled, what rewards
+# them, how the loss is taken (with the rollouts the job keeps).
+GRPO_AREAS = ("grpo sampling", "grpo rewards", "grpo loss")
 # The areas of the form, top to bottom (form_fields.build_form lays each out in its box): a
 # section's group is named as the section is, one a backend.
 AREAS = ("data", "dataset options", "name", "objective and method", "training", "evaluation",
-         "speed", "lora", "dpo", *BACKEND_NAMES, OTHER_OPTIONS_AREA)
+         "speed", "lora", "dpo", *GRPO_AREAS, *BACKEND_NAMES, OTHER_OPTIONS_AREA)
 # Rows there give no help line unless they say one: the form stays compact. The preference
 # options show the spec's words, which say which loss reads each; "Other options" holds
 # fields nobody laid out, whose description is all the form knows of them.
-AREA_HELP = {"dpo": Help.DESCRIPTION, OTHER_OPTIONS_AREA: Help.DESCRIPTION}
+AREA_HELP = {"dpo": Help.DESCRIPTION, OTHER_OPTIONS_AREA: Help.DESCRIPTION,
+             **{area: Help.DESCRIPTION for area in GRPO_AREAS}}
 # The form's own inputs, which are no spec field: the card size is the memory plan's.
 FORM_ONLY_LABELS = {"gpu_memory_gb": "GPU memory (GB)"}
 # The FSDP compute dtype's unset choice: fsdp.param_dtype then follows `precision`.
@@ -135,6 +139,21 @@ PLACES = (
     Place("dpo.label_smoothing", "dpo", 2, step=0.05, empty_is_default=True),
     Place("dpo.sft_weight", "dpo", 2, placeholder="empty: 1 for orpo, 0 otherwise"),
     Place("dpo.simpo_gamma", "dpo", 2, step=0.1),
+    Place("grpo.num_generations", "grpo sampling"),
+    Place("grpo.max_completion_length", "grpo sampling"),
+    Place("grpo.temperature", "grpo sampling", step=0.1),
+    Place("grpo.top_p", "grpo sampling", 2, step=0.05),
+    Place("grpo.top_k", "grpo sampling", 2),
+    Place("grpo.rewards", "grpo rewards"),
+    Place("grpo.loss_type", "grpo loss"),
+    Place("grpo.scale_rewards", "grpo loss"),
+    Place("grpo.beta", "grpo loss", step=0.01),
+    Place("grpo.epsilon", "grpo loss", 2, step=0.01),
+    Place("grpo.epsilon_high", "grpo loss", 2, placeholder="empty: epsilon"),
+    Place("grpo.num_iterations", "grpo loss", 2),
+    Place("grpo.mask_truncated_completions", "grpo loss", 3),
+    Place("grpo.rollouts_every", "grpo loss", 3),
+    Place("grpo.rollout_prompts", "grpo loss", 3),
     Place("zero2.offload_optimizer", "zero2"),
     Place("zero2.overlap_comm", "zero2"),
     Place("zero2.contiguous_gradients", "zero2"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import types
 from dataclasses import dataclass
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic.fields import FieldInfo
 
@@ -16,6 +16,9 @@ CHOICE, CHOICES, TEXT, OPTIONAL_TEXT, TEXT_LIST = ("choice", "choices", "text", 
                                                    "text_list")
 # An optional Literal: a dropdown whose first choice leaves it unset.
 OPTIONAL_CHOICE = "optional_choice"
+# A list of sections picked by a name (grpo.rewards: `{name, weight, ...options}` each):
+# YAML in a text box, an item a line.
+SECTION_LIST = "section_list"
 # Kinds only a layout line names, each reading its values as the kind it stands for: RADIO
 # as CHOICE (a few choices, all in sight), COLUMN as OPTIONAL_TEXT (a dataset column
 # picker that takes any typed name).
@@ -49,6 +52,8 @@ class TypedField:
             return "" if value is None else f"{value:g}"
         if self.kind == OPTIONAL_CHOICE:
             return self.unset_choice if value is None else value
+        if self.kind == SECTION_LIST:
+            return section_list_text(value)
         return value
 
     def to_spec(self, value: Any) -> Any:
@@ -76,6 +81,8 @@ class TypedField:
             return number_or_none(value, integer=self.integer)
         if self.kind == OPTIONAL_CHOICE:
             return None if value == self.unset_choice else value
+        if self.kind == SECTION_LIST:
+            return section_list_value(value)
         return value
 
 
@@ -100,7 +107,48 @@ def typed_field(name: str, field: FieldInfo) -> TypedField | None:
             return TypedField(name, TEXT_LIST)
         if get_origin(item) is Literal:
             return TypedField(name, CHOICES, tuple(map(str, get_args(item))))
+        if _is_section_union(item):
+            return TypedField(name, SECTION_LIST)
     return None
+
+
+def _is_section_union(item: Any) -> bool:
+    """`Annotated[Union[ModelA, ModelB, ...], Field(discriminator=...)]`: sections picked by
+    a name (the rewards' scorers)."""
+    from pydantic import BaseModel
+
+    if get_origin(item) is Annotated:
+        item = get_args(item)[0]
+    members = get_args(item) if get_origin(item) in (Union, types.UnionType) else ()
+    return bool(members) and all(isinstance(member, type) and issubclass(member, BaseModel)
+                                 for member in members)
+
+
+def section_list_text(value: Any) -> str:
+    """The list as YAML, one `- {name: ..., option: ...}` line an item, options at their
+    defaults left out (the spec's JSON, or its models)."""
+    import yaml
+
+    items = [item.model_dump(mode="json", exclude_defaults=True) | {"name": item.name}
+             if hasattr(item, "model_dump") else item for item in value or []]
+    items = [{"name": item["name"], **{key: item[key] for key in item if key != "name"}}
+             if isinstance(item, dict) and "name" in item else item for item in items]
+    return "".join(yaml.safe_dump([item], default_flow_style=None, sort_keys=False,
+                                  width=10_000, allow_unicode=True) for item in items)
+
+
+def section_list_value(text: Any) -> Any:
+    """The YAML list read back; text that is not YAML is passed on as typed, for the spec
+    to refuse by name."""
+    import yaml
+
+    if not isinstance(text, str):
+        return text
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return [] if value is None else value
 
 
 def _without_none(annotation: Any) -> tuple[Any, bool]:

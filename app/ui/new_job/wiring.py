@@ -11,7 +11,7 @@ from app.ui.new_job import (column_handlers, form_handlers, option_visibility,
                             preflight_handlers, target_handlers, upload_handlers)
 from app.ui.new_job.form_fields import NewJobForm
 from app.ui.new_job.form_handlers import form_values
-from app.ui.new_job.form_layout import FORM_FIELDS, form_key
+from app.ui.new_job.form_layout import FORM_FIELDS, GRPO_AREAS, form_key
 from app.ui.new_job.option_visibility import COLUMN_ROLES
 from app.ui.new_job.plan_panel import PlanPanel, plan_updates
 from app.ui.request_polling import RequestPolling, still_waiting
@@ -172,29 +172,44 @@ def wire_option_groups(form: NewJobForm) -> None:
     def lora_group(method: str):
         return gr.Group(visible=option_visibility.lora_options_visible(method))
 
+    rl_groups = [groups[area.replace(" ", "_")] for area in GRPO_AREAS]
+
     def objective_options(objective: str):
-        dpo, *columns = option_visibility.objective_options_visible(objective)
-        return gr.Group(visible=dpo), *(gr.Dropdown(visible=shown) for shown in columns)
+        dpo, grpo, *columns = option_visibility.objective_options_visible(objective)
+        return (gr.Group(visible=dpo), *(gr.Group(visible=grpo) for _ in rl_groups),
+                *(gr.Dropdown(visible=shown) for shown in columns))
 
     fields["backend"].change(backend_groups, fields["backend"],
                              [groups[name] for name in BACKEND_NAMES], show_progress="hidden")
     fields["method"].change(lora_group, fields["method"], groups["lora"], show_progress="hidden")
     fields["objective"].change(objective_options, fields["objective"],
-                               [groups["dpo"], *(fields[key] for key in COLUMN_KEYS)],
+                               [groups["dpo"], *rl_groups,
+                                *(fields[key] for key in COLUMN_KEYS)],
                                show_progress="hidden")
 
 
 def wire_objective_switch(form: NewJobForm) -> None:
-    """A user's pick of an objective also swaps the built-in dataset for the objective's and
-    turns off what DPO refuses (`.input`: a preset's Load sets what it saved instead)."""
-    switched = [form.fields[key] for key in ("dataset", "packing", "padding_free")]
+    """A user's pick of an objective also swaps the built-in dataset for the objective's,
+    turns off what DPO and GRPO refuse, and fits GRPO's batch and sequence to its groups
+    (`.input`: a preset's Load sets what it saved instead)."""
+    keys = ("dataset", "packing", "padding_free", "micro_batch_size", "seq_len")
+    switched = [form.fields[key] for key in keys]
+    read = [form.fields[key] for key in ("grad_accum", "grpo_num_generations",
+                                         "grpo_max_completion_length")]
 
-    def objective_picked(objective, dataset, packing, padding_free):
-        switch = option_visibility.objective_picked(objective, dataset, packing, padding_free)
+    def objective_picked(objective, dataset, packing, padding_free, micro_batch_size, seq_len,
+                         grad_accum, generations, completion):
+        switch = option_visibility.objective_picked(
+            objective, dataset, packing, padding_free,
+            form={"micro_batch_size": micro_batch_size, "seq_len": seq_len,
+                  "grad_accum": grad_accum, "grpo_num_generations": generations,
+                  "grpo_max_completion_length": completion})
         return tuple(gr.skip() if value is None else value
-                     for value in (switch.dataset, switch.packing, switch.padding_free))
+                     for value in (switch.dataset, switch.packing, switch.padding_free,
+                                   switch.micro_batch_size, switch.seq_len))
 
-    form.fields["objective"].input(objective_picked, [form.fields["objective"], *switched],
+    form.fields["objective"].input(objective_picked,
+                                   [form.fields["objective"], *switched, *read],
                                    switched, show_progress="hidden")
 
 

@@ -62,6 +62,14 @@ def test_the_preference_charts_draw_each_dpo_step_figure_once_with_no_column():
     charted = [figure.field for chart in figures.PREFERENCE_CHARTS for figure in chart.figures]
     assert charted == list(events.PREFERENCE_FIELDS)
     assert set(events.PREFERENCE_FIELDS) <= set(events.STEP_FIELDS)
+    # Every RL figure the trainer sends is declared (a chart draws most: clipped_ratio and
+    # entropy are rows of the API and the trackers only).
+    declared = {figure.field for figure in figures.FIGURES if figure.kind == events.STEP}
+    charted_rl = {figure.field for chart in figures.RL_CHARTS
+                  for figure in (*chart.figures, *([chart.keyed] if chart.keyed else []))}
+    assert charted_rl <= declared and charted_rl <= set(events.RL_FIELDS)
+    assert set(events.RL_FIELDS) - charted_rl == {"reward_std", "frac_reward_zero_std",
+                                                  "entropy", "clipped_ratio"}
     for chart in figures.PREFERENCE_CHARTS:
         assert all(figure in figures.FIGURES and figure.kind == events.STEP
                    and figure.column is None and not figure.live_chart

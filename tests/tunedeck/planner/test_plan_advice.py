@@ -120,6 +120,12 @@ def test_each_example_fits_the_cards_its_header_names(path):
     match = CARDS_LINE.search(text)
     assert match, f"{path.name}: no '# Planned against: N x M GB' line"
     spec = JobSpec.model_validate(yaml.safe_load(text))
+    if spec.model.startswith("job:"):
+        # Another job's weights have the shape of the model its chain started from, which
+        # the header names (the server plans it so: tunedeck/jobs/lineage.py's base_model).
+        started = re.search(r"^# Started from: (\S+)$", text, re.MULTILINE)
+        assert started, f"{path.name}: a job:ID model needs a '# Started from: MODEL' line"
+        spec = spec.model_copy(update={"model": started.group(1)})
     shape = resolve_model_shape(spec.model)
     count = int(match.group(1))
     assert count == spec.num_gpus, f"{path.name}: the header's GPUs are the spec's num_gpus"
