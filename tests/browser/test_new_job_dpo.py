@@ -51,7 +51,7 @@ def test_objective_dpo_shows_its_settings_swaps_the_dataset_and_submits_a_dpo_sp
         assert 0 < gap < 200, gap
         tops = objective.locator("label").evaluate_all(
             "labels => labels.map(label => Math.round(label.getBoundingClientRect().top))")
-        assert len(tops) == 2 and len(set(tops)) == 1, tops
+        assert len(tops) == 3 and len(set(tops)) == 1, tops  # SFT, DPO, GRPO on one row
         objective.get_by_label("DPO", exact=True).check()
 
         expect(options).to_be_visible()

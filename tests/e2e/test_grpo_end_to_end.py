@@ -52,6 +52,12 @@ def test_sft_then_grpo_from_its_weights_raises_the_reward(server):
     assert config["trainer"]["objective"] == "grpo"
     assert config["trainer"]["grpo"]["num_generations"] == 4
     assert job["spec"]["model"] == f"job:{sft}"
+    # The kept rollouts, newest first: a prompt with all 4 of its completions and rewards.
+    rollouts = server.http.get(f"/api/jobs/{grpo}/rollouts").json()["rollouts"]
+    assert [rollout["step"] for rollout in rollouts] == [30, 20, 10, 1]
+    completions = rollouts[0]["samples"][0]["completions"]
+    assert len(completions) == 4 and set(completions[0]["rewards"]) == {"contains",
+                                                                       "numeric_match"}
 
 
 def test_bad_grpo_specs_are_refused_by_field_before_anything_is_stored(server):

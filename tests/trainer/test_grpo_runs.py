@@ -49,9 +49,12 @@ def grpo_run(tmp_path_factory, tunedeck_home, sft_model):
             result = launch_trainer(folder, tunedeck_home)
             assert result.returncode == 0, result.output
             steps[key] = result.events_of_kind(0, "step")
+            run.rollouts[key] = result.events_of_kind(0, "rollout")
             assert len(steps[key]) == spec["max_steps"]
+            assert not result.events_of_kind(1, "rollout")  # rank 0 keeps them
         return steps[key]
 
+    run.rollouts = {}
     return run
 
 
@@ -77,6 +80,18 @@ def test_grpo_raises_the_mean_reward_on_both_backends(grpo_run, backend):
         assert 0 <= step["frac_reward_zero_std"] <= 1 and 0 <= step["clipped_ratio"] <= 1
         assert step["sampling_seconds"] > 0 and step["training_seconds"] > 0
         assert "kl" not in step  # beta 0: no reference is held
+    # Kept every 10 steps (and at step 1): 2 prompts, each with its 4 completions.
+    rollouts = grpo_run.rollouts[repr(sorted({"backend": backend, "max_steps": 30}.items()))]
+    assert [rollout["step"] for rollout in rollouts] == [1, 10, 20, 30]
+    for rollout in rollouts:
+        assert len(rollout["samples"]) == 2
+        for sample in rollout["samples"]:
+            assert sample["prompt"].startswith("What is ") and len(sample["completions"]) == 4
+            for completion in sample["completions"]:
+                expected = completion["rewards"]["contains"] \
+                    + 0.5 * completion["rewards"]["numeric_match"]
+                assert abs(completion["reward"] - expected) < 1e-9
+                assert completion["rewards"]["contains"] == float("7" in completion["text"])
 
 
 def test_zero2_and_fsdp_sample_and_train_the_same_curve(grpo_run):

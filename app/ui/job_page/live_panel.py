@@ -94,7 +94,9 @@ def rollouts_html(rollouts: list[dict]) -> str:
     for rollout in rollouts:
         for sample in rollout["samples"]:
             completions = sample["completions"]
-            best = max((completion["reward"] for completion in completions), default=None)
+            rewards = [completion["reward"] for completion in completions]
+            # The group's best, where the group told its completions apart at all.
+            best = max(rewards) if rewards and max(rewards) > min(rewards) else None
             rows.append(f'<tr class="rollout-prompt"><td>{rollout["step"]}</td>'
                         f'<td colspan="{2 + len(labels)}"><b>Prompt:</b> '
                         f'{html.escape(sample["prompt"])}</td></tr>')
