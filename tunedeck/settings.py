@@ -73,6 +73,10 @@ class Settings(BaseSettings):
                           "so a job's ranks start in a second instead of importing for "
                           "seconds (LoRA and full jobs on one node; QLoRA starts cold)")
     poll_seconds: float = Field(0.5, gt=0, le=10, description="how often the worker tails metrics")
+    python_rewards: bool = Field(
+        False, description="let GRPO jobs name a Python reward (a file of the user's own code, "
+                           "run on the worker's ranks); off, such a spec is refused by name. "
+                           "Set it on the web and the workers alike")
     trainer_module: str = Field(
         "trainer", pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$",
         description="the module a local worker's ranks run (`torchrun -m`); benches set a "

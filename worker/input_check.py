@@ -45,6 +45,12 @@ class TrainerInputs:
 
 def trainer_inputs(spec: JobSpec, *, database, settings: Settings) -> TrainerInputs:
     from tunedeck.jobs.lineage import parent_weights
+    from tunedeck.rewards.scorers import python_reward_problems
+
+    if spec.objective == "grpo":
+        refused = python_reward_problems(spec.grpo.rewards, allowed=settings.python_rewards)
+        if refused:
+            return TrainerInputs(spec, problem="; ".join(message for _field, message in refused))
 
     with database.transaction() as session:
         folder, problem = parent_weights(session, spec.model, runs_dir_for=settings.run_dir_for)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from app.auth.principal import Principal
 from tunedeck.data.input_paths import spec_path_problems
+from tunedeck.rewards.scorers import python_reward_problems
 from tunedeck.spec.job_spec import JobSpec
 from tunedeck.settings import Settings
 
@@ -30,6 +31,8 @@ def spec_access_problems(spec: JobSpec, *, principal: Principal,
     problems = spec_path_problems(spec, allowed_roots_for(principal, settings))
     if spec.trust_remote_code and not principal.is_admin:
         problems.append(("trust_remote_code", TRUST_REMOTE_CODE_REFUSED))
+    if spec.objective == "grpo":
+        problems += python_reward_problems(spec.grpo.rewards, allowed=settings.python_rewards)
     return problems
 
 

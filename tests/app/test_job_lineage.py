@@ -118,6 +118,13 @@ def test_the_worker_hands_the_trainer_the_parents_merged_folder(database, tmp_pa
     assert "is failed" in gone.problem
     plain = JobSpec.model_validate(SFT)
     assert trainer_inputs(plain, database=database, settings=settings).spec is plain
+    # A Python reward on a worker whose administrator has not turned them on.
+    python = JobSpec.model_validate({**GRPO, "grpo": {"rewards": [
+        {"name": "python", "path": str(tmp_path / "r.py")}]}})
+    refused_here = trainer_inputs(python, database=database, settings=settings)
+    assert "grpo.rewards[0] (python" in refused_here.problem
+    assert trainer_inputs(python, database=database, settings=Settings(
+        home=tmp_path, python_rewards=True)).problem is None
     with database.transaction() as session:
         assert [job.id for job in lineage(session, job_store.create_job(
             session=session, spec=spec))][:1] == [parent]
@@ -139,3 +146,28 @@ def test_grpo_data_without_a_rewarded_column_is_a_422_naming_the_dataset(client,
     mapped = client.post("/api/jobs", json={**GRPO, "dataset": str(data), "grpo": {
         "rewards": [{"name": "numeric_match", "column": "solution"}]}})
     assert mapped.status_code == 201, mapped.text
+
+
+def test_a_python_reward_is_a_422_naming_it_until_an_administrator_turns_them_on(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+    from tunedeck.db.migrate import upgrade_database
+
+    reward_file = tmp_path / "data" / "my_reward.py"
+    reward_file.parent.mkdir()
+    reward_file.write_text("def reward(prompts, completions):\n    return [0.0] * len(completions)\n")
+    spec = {**GRPO, "grpo": {"rewards": [{"name": "contains", "text": "7"},
+                                         {"name": "python", "path": str(reward_file)}]}}
+    for allowed in (False, True):
+        settings = Settings(home=tmp_path, python_rewards=allowed)
+        upgrade_database(settings.resolved_database_url)
+        with TestClient(create_app(settings, with_ui=False, with_sweeper=False)) as client:
+            response = client.post("/api/jobs", json=spec)
+            if not allowed:
+                assert "TUNEDECK_PYTHON_REWARDS=1" in refused(response)["grpo.rewards[1]"]
+                outside = client.post("/api/jobs", json={**spec, "grpo": {"rewards": [
+                    {"name": "python", "path": "/etc/reward.py"}]}})
+                assert "outside the allowed folders" in refused(outside)["grpo.rewards[0].path"]
+            else:
+                assert response.status_code == 201, response.text

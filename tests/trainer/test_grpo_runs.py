@@ -113,3 +113,19 @@ def test_a_kl_term_on_a_frozen_copy_and_a_round_trained_on_twice(grpo_run, backe
     # to the sampling policy no longer 1, and the round's rewards reported with them.
     assert [step["sampling_seconds"] > 0 for step in steps] == [True, False, True, False]
     assert steps[1]["reward"] == steps[0]["reward"] and steps[3]["reward"] == steps[2]["reward"]
+
+
+def test_a_python_reward_runs_on_the_ranks_as_the_scorer_it_stands_for(grpo_run, tmp_path_factory):
+    """The user's function, imported by each rank, gives the rewards `contains` "7" gives:
+    the same completions, the same rewards, the same steps."""
+    path = tmp_path_factory.mktemp("rewards") / "sevens.py"
+    path.write_text("def reward(prompts, completions, answer):\n"
+                    "    assert len(answer) == len(completions)\n"
+                    "    return [float('7' in completion) for completion in completions]\n")
+    options = {"max_steps": 4, "precision": "fp32", "lora": {"dropout": 0.0}}
+    python = grpo_run(**options, grpo={**GRPO["grpo"], "rewards": [
+        {"name": "python", "path": str(path), "reads": ["answer"]}]})
+    builtin = grpo_run(**options, grpo={**GRPO["grpo"], "rewards": [REWARDS[0]]})
+    assert [step["reward"] for step in python] == [step["reward"] for step in builtin]
+    assert [step["loss"] for step in python] == [step["loss"] for step in builtin]
+    assert set(python[0]["reward_means"]) == {"python"}

@@ -35,6 +35,15 @@ def spec_path_problems(spec, allowed_roots: Sequence[Path]) -> list[tuple[str, s
         problem = reference_problem(field, reference, allowed_roots) if reference else None
         if problem:
             problems.append((field, problem))
+    if spec.objective == "grpo":  # a Python reward's file, a reward model's folder
+        from tunedeck.rewards.scorers import reward_paths
+
+        for field, path in reward_paths(spec.grpo.rewards):
+            problem = (reference_problem(field, path, allowed_roots) if Path(path).is_absolute()
+                       else f"{field} {path}: not an absolute path. "
+                            f"{_where_allowed(allowed_roots, field)}")
+            if problem:
+                problems.append((field, problem))
     return problems
 
 

@@ -85,7 +85,9 @@ class GrpoSettings(StrictModel):
         max_length=16, title="Rewards",
         description="The scorers whose weighted sum rewards a completion, each "
                     "`{name, weight, ...options}`: numeric_match, exact_match, regex_match, "
-                    "contains, length (the reference lists their options).")
+                    "contains, length, reward_model (a local sequence-classification folder), "
+                    "python (your own function; off unless an administrator turns Python "
+                    "rewards on). The reference lists their options.")
 
     @property
     def upper_clip(self) -> float:

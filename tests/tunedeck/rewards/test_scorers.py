@@ -88,5 +88,72 @@ def test_the_total_is_the_weighted_sum_and_each_reward_keeps_its_own_scores():
 
 
 def test_every_scorer_is_named_and_described():
-    assert set(SCORER_NAMES) == {"numeric_match", "exact_match", "regex_match", "contains", "length"}
+    assert set(SCORER_NAMES) == {"numeric_match", "exact_match", "regex_match", "contains", "length",
+                                 "python", "reward_model"}
     assert parse_number("1,000.") == 1000.0 and parse_number("inf") is None
+
+
+USER_REWARD = '''
+def reward(prompts, completions, answer):
+    return [float(completion.strip() == expected) for completion, expected
+            in zip(completions, answer)]
+
+
+def broken(prompts, completions):
+    return [1.0]
+
+
+def not_numbers(prompts, completions):
+    return ["high" for _ in completions]
+'''
+
+
+def test_a_python_reward_calls_the_users_function_with_the_columns_it_reads(tmp_path):
+    path = tmp_path / "my_reward.py"
+    path.write_text(USER_REWARD)
+    reward = one(name="python", path=str(path), reads=["answer"])
+    assert reward.columns == frozenset({"answer"})
+    totals, each = total_rewards([reward], ["q1", "q2"], ["4", " 5 "], {"answer": ["4", "6"]})
+    assert totals == [1.0, 0.0] and each == {"python": [1.0, 0.0]}
+    with pytest.raises(ValueError, match="returned list of 1; expected a list of 2 numbers"):
+        one(name="python", path=str(path), function="broken").score_all(["a", "b"], ["x", "y"], {})
+    with pytest.raises(ValueError, match="returned 'high' for a completion"):
+        one(name="python", path=str(path), function="not_numbers").score_all(["a"], ["x"], {})
+    with pytest.raises(ValueError, match="no function 'missing'"):
+        one(name="python", path=str(path), function="missing").score_all(["a"], ["x"], {})
+    with pytest.raises(ValidationError, match="path"):
+        one(name="python", path=str(tmp_path / "reward.txt"))
+
+
+def test_python_rewards_are_refused_until_an_administrator_turns_them_on(tmp_path):
+    from tunedeck.rewards.scorers import python_reward_problems, reward_paths
+
+    rewards = REWARDS.validate_python([{"name": "contains", "text": "x"},
+                                       {"name": "python", "path": "/data/r.py"}])
+    (problem,) = python_reward_problems(rewards, allowed=False)
+    assert problem[0] == "grpo.rewards[1]" and "TUNEDECK_PYTHON_REWARDS=1" in problem[1]
+    assert python_reward_problems(rewards, allowed=True) == []
+    assert reward_paths(rewards) == [("grpo.rewards[1].path", "/data/r.py")]
+
+
+def test_a_reward_model_scores_the_prompt_and_completion_in_batches(tmp_path):
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
+
+    from trainer.model.builtin_model import ensure_builtin_model
+
+    builtin_tokenizer = AutoTokenizer.from_pretrained(ensure_builtin_model(tmp_path / "home"))
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(builtin_tokenizer), hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                         num_labels=1, initializer_range=0.2,
+                         pad_token_id=builtin_tokenizer.pad_token_id)
+    LlamaForSequenceClassification(config).save_pretrained(tmp_path / "rm")
+    builtin_tokenizer.save_pretrained(tmp_path / "rm")
+    batched = one(name="reward_model", path=str(tmp_path / "rm"), batch_size=4)
+    alone = one(name="reward_model", path=str(tmp_path / "rm"), batch_size=1)
+    prompts, completions = ["What is 2 + 2?"] * 3, ["4", "five", "4, surely"]
+    scores = batched.score_all(prompts, completions, {})
+    assert len(scores) == 3 and len(set(scores)) == 3
+    assert scores == pytest.approx(alone.score_all(prompts, completions, {}), abs=1e-5)
