@@ -230,6 +230,9 @@ def logits_bytes(spec: JobSpec, shape: ModelShape) -> float:
     log-softmax, of its two rows a pair (Liger's fused loss is not used there)."""
     if uses_fused_loss(spec, shape):
         return fused_loss_bytes(spec, shape)
+    if spec.objective == "grpo":  # the completion's logits only (and the one before it)
+        tokens = rows_per_micro_batch(spec) * (spec.grpo.max_completion_length + 1)
+        return tokens * shape.vocab_size * 3 * FP32_BYTES
     return micro_batch_tokens(spec) * shape.vocab_size * 3 * FP32_BYTES
 
 

@@ -173,6 +173,8 @@ def plan_strategies(spec: JobSpec, gpus: GpuSet, shape: ModelShape, *,
             plans[plan.name] = plan
     if spec.objective == "dpo":
         plans = _with_objective_noted(plans, spec)
+    if spec.objective == "grpo":
+        plans = _with_sampling(plans, spec, shape, activations)
     if spec.kernels == "auto" and uses_liger(spec, shape):
         plans = _with_plain_kernels_noted(plans, spec, gpus, shape, full_rows=full_rows)
     return plans
@@ -226,6 +228,24 @@ def _with_objective_noted(plans: dict[str, StrategyPlan],
                       "weights: counted in host memory",)
         noted[name] = replace(plan, notes=(*plan.notes, *notes)) if plan.supported else plan
     return noted
+
+
+def _with_sampling(plans: dict[str, StrategyPlan], spec: JobSpec, shape: ModelShape,
+                   activations: float) -> dict[str, StrategyPlan]:
+    """Objective grpo: a round's sampling (tunedeck/planner/sampling_memory.py) happens
+    between training steps, so what it needs beyond the step's activations is counted
+    among the other bytes, and said."""
+    from tunedeck.planner.sampling_memory import sampling_bytes, sampling_note
+
+    sampled = {}
+    for name, plan in plans.items():
+        sampling = sampling_bytes(spec, shape, sharded=name.startswith("fsdp"))
+        extra = max(0.0, sampling - activations)
+        breakdown = replace(plan.breakdown, other=plan.breakdown.other + extra)
+        note = sampling_note(spec, shape, sampling=sampling, activations=activations)
+        sampled[name] = replace(plan, breakdown=breakdown,
+                                notes=(*plan.notes, note) if plan.supported else plan.notes)
+    return sampled
 
 
 def _with_plain_kernels_noted(plans: dict[str, StrategyPlan], spec: JobSpec, gpus: GpuSet,
