@@ -6,9 +6,12 @@ order of a whole matrix.
 A speed value is "none" (the plain path: kernels none, whatever the spec's default) or
 options joined by "+": liger (kernels liger), auto (kernels auto, the spec's default),
 fused (fused_optimizer), flash (attention flash, which needs flash-attn), padding-free,
-ckpt (activation checkpointing, in the cell backend's own section of the spec), and dpo
+ckpt (activation checkpointing, in the cell backend's own section of the spec), dpo
 (objective dpo on the same rows as pairs: a micro-batch of N pairs is 2N rows; its tokens/s
-against the same cell without it is DPO's cost).
+against the same cell without it is DPO's cost), and grpo (objective grpo on the rows'
+prompts: a micro-batch of completions, half of seq_len each at most, in groups of up to 8;
+the table's tokens/s is trained tokens over the whole step, and a line under the row gives
+the tokens sampled a second, the trained tokens a second and the step's time split).
 """
 from __future__ import annotations
 
@@ -28,7 +31,20 @@ PLAIN = {"kernels": "none"}
 SPEED_OPTIONS = {"liger": {"kernels": "liger"}, "auto": {"kernels": "auto"},
                  "fused": {"fused_optimizer": True},
                  "flash": {"attention": "flash"}, "padding-free": {"padding_free": True},
-                 "ckpt": {"activation_checkpointing": True}, "dpo": {"objective": "dpo"}}
+                 "ckpt": {"activation_checkpointing": True}, "dpo": {"objective": "dpo"},
+                 "grpo": {"objective": "grpo"}}
+# GRPO's cell: groups of up to this many completions; a completion is at most half the row.
+GRPO_GENERATIONS = 8
+
+
+def grpo_fields(micro_batch: int, seq_len: int) -> dict:
+    """The grpo section of a GRPO cell: G the largest divisor of the micro-batch up to
+    GRPO_GENERATIONS, completions of half a row, a reward that reads no column (the rows
+    file's prompts have none to read), no rollouts kept."""
+    generations = max(value for value in range(2, GRPO_GENERATIONS + 1)
+                      if micro_batch % value == 0) if micro_batch > 1 else 2
+    return {"grpo": {"num_generations": generations, "max_completion_length": seq_len // 2,
+                     "rewards": [{"name": "length", "target": 64}], "rollouts_every": 0}}
 # The options set in the backend's own section of the spec (`zero2:` or `fsdp:`).
 BACKEND_SECTION_OPTIONS = frozenset({"ckpt"})
 

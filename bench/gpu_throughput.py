@@ -45,8 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trainer_runs import TrainerFailed, run_plain_torchrun  # noqa: E402  (first: it finds the repo)
 
 from cell_budget import Budget  # noqa: E402
-from gpu_cells import (CELL_FORM, SPEED_OPTIONS, Cell, ordered_cells, parse_cells,  # noqa: E402
-                       read_cells_file, speed_fields, unknown_speed_parts)
+from gpu_cells import (CELL_FORM, SPEED_OPTIONS, Cell, grpo_fields, ordered_cells,  # noqa: E402
+                       parse_cells, read_cells_file, speed_fields, unknown_speed_parts)
 from markdown_table import MarkdownTable  # noqa: E402
 from random_llama import SHAPES, build_random_llama, write_long_rows, write_model_config  # noqa: E402
 from throughput_rows import (COLUMNS, GIB, HEADER, NOTE, CellResult, markdown_row,  # noqa: E402
@@ -77,11 +77,14 @@ def micro_batch_of(cell: Cell, override: int | None) -> int:
 
 
 def cell_spec(cell: Cell, folder: Path, *, steps: int, micro_batch: int) -> JobSpec:
+    fields = speed_fields(cell.speed, cell.backend)
+    if fields.get("objective") == "grpo":
+        fields.update(grpo_fields(micro_batch, cell.seq_len))
     return JobSpec(name=f"gpu-{cell.name}", model=str(folder / cell.size),
                    dataset=str(folder / f"rows-{cell.seq_len}.jsonl"), method=cell.method,
                    backend=cell.backend, num_gpus=1, max_steps=steps, learning_rate=1e-5,
                    micro_batch_size=micro_batch, seq_len=cell.seq_len, precision="bf16",
-                   **speed_fields(cell.speed, cell.backend))
+                   **fields)
 
 
 def predicted_peak_bytes(spec: JobSpec, shape, card_bytes: float) -> float:
@@ -104,9 +107,40 @@ def measure(spec: JobSpec, folder: Path, *, timeout_seconds: float) -> dict:
     def peak_bytes(field: str) -> float | None:
         values = [event[field] for event in memory if event.get(field) is not None]
         return max(values) * MIB if values else None
-    return {"tokens_per_second": run.summary.tokens_per_second, "mfu": median_of("mfu"),
-            "mfu_6n": median_of("mfu_6n"), "peak_allocated_bytes": peak_bytes("peak_mb"),
-            "peak_reserved_bytes": peak_bytes("peak_reserved_mb")}
+    measured = {"tokens_per_second": run.summary.tokens_per_second, "mfu": median_of("mfu"),
+                "mfu_6n": median_of("mfu_6n"), "peak_allocated_bytes": peak_bytes("peak_mb"),
+                "peak_reserved_bytes": peak_bytes("peak_reserved_mb")}
+    if spec.objective == "grpo":
+        measured["grpo"] = grpo_split(steps, rows=spec.micro_batch_size * spec.grad_accum)
+    return measured
+
+
+def grpo_split(steps: list[dict], *, rows: int) -> dict:
+    """A GRPO cell's medians: completion tokens sampled a second, trained tokens a second
+    (over the training part of the step), and the step's sampling/scoring/training seconds."""
+    def median(field: str) -> float:
+        return statistics.median(step[field] for step in steps)
+
+    return {"sampled_tokens_per_second": statistics.median(
+                step["completion_length"] * rows / step["sampling_seconds"] for step in steps),
+            "trained_tokens_per_second": statistics.median(
+                step["tokens"] / step["training_seconds"] for step in steps),
+            "sampling_seconds": median("sampling_seconds"),
+            "scoring_seconds": median("scoring_seconds"),
+            "training_seconds": median("training_seconds"),
+            "completion_length": median("completion_length")}
+
+
+def grpo_line(cell: Cell, result: CellResult) -> str | None:
+    """The line under a GRPO cell's row."""
+    split = (result.measured or {}).get("grpo")
+    if split is None:
+        return None
+    return (f"  {cell.text} grpo: {split['sampled_tokens_per_second']:,.0f} tokens sampled/s, "
+            f"{split['trained_tokens_per_second']:,.0f} trained tokens/s; a step "
+            f"{split['sampling_seconds']:.2f} s sampling + {split['scoring_seconds']:.3f} s "
+            f"scoring + {split['training_seconds']:.2f} s training (completions "
+            f"{split['completion_length']:.0f} tokens, median)")
 
 
 class CellFolder:
@@ -160,8 +194,10 @@ def run_cell(spec: JobSpec, cells: CellFolder, *, predicted_bytes: float, card_b
 
 
 def run_matrix(cells: list[Cell], folder: Path, *, arguments: argparse.Namespace,
-               card_bytes: float, table: MarkdownTable | None = None) -> None:
+               card_bytes: float, table: MarkdownTable | None = None) -> list[str]:
+    """Each cell's row; returns the lines a GRPO cell adds under the table."""
     table = table or MarkdownTable(None, COLUMNS)
+    notes: list[str] = []
     budget = Budget(arguments.budget_seconds)
     cell_folder = CellFolder(folder)
     for cell in cells:
@@ -178,6 +214,11 @@ def run_matrix(cells: list[Cell], folder: Path, *, arguments: argparse.Namespace
                                  run_unplanned=arguments.run_unplanned)
         print(text_row(cell, micro_batch, result), flush=True)
         table.add(markdown_row(cell, micro_batch, result))
+        split_line = grpo_line(cell, result)
+        if split_line:
+            print(split_line, flush=True)
+            notes.append(split_line.strip())
+    return notes
 
 
 def spec_refusal(error: ValueError) -> str:
@@ -284,9 +325,10 @@ def main(argv: list[str] | None = None) -> int:
     table = MarkdownTable(arguments.markdown, COLUMNS)
     table.start("Throughput (bench/gpu_throughput.py)", (device,))
     with tempfile.TemporaryDirectory(prefix="tunedeck-gpu-") as directory:
-        run_matrix(cells, Path(directory), arguments=arguments, card_bytes=card_bytes, table=table)
+        notes = run_matrix(cells, Path(directory), arguments=arguments, card_bytes=card_bytes,
+                           table=table)
     print(NOTE)
-    table.end((NOTE,))
+    table.end((NOTE, *notes))
     return 0
 
 

@@ -18,7 +18,7 @@ Cell = gpu_cells.Cell
 GPU_CHECK_CELLS = [
     "1b/lora/zero2/2048/none", "1b/lora/fsdp/2048/none", "1b/full/zero2/2048/none",
     "1b/full/fsdp/2048/none", "1b/lora/zero2/2048/liger", "1b/lora/fsdp/2048/liger",
-    "1b/lora/zero2/2048/dpo",
+    "1b/lora/zero2/2048/dpo", "1b/lora/zero2/512/grpo@16",
     "8b/lora/zero2/2048/none", "8b/lora/fsdp/2048/none", "8b/lora/fsdp/4096/liger@2",
     "8b/full/fsdp/4096/liger+ckpt+fused@2", "8b/full/zero2/4096/liger+ckpt+fused@2",
     "8b/full/fsdp/4096/liger+ckpt@2"]
@@ -202,3 +202,21 @@ def test_a_cell_the_plan_refuses_runs_with_run_unplanned_and_says_so(tmp_path, c
     row = capsys.readouterr().out.strip()
     assert float(row.split()[6].replace(",", "")) > 0  # it ran: tokens/s
     assert row.endswith("(plan says 0.0 GiB > card (0.0 GiB); run anyway)")
+
+
+def test_a_grpo_cell_samples_half_rows_in_groups_and_reports_its_split(tmp_path):
+    spec = gpu_throughput.cell_spec(Cell("1b", "lora", "zero2", 512, "grpo"), tmp_path, steps=5,
+                                    micro_batch=16)
+    assert spec.objective == "grpo" and spec.grpo.num_generations == 8
+    assert spec.grpo.max_completion_length == 256 and spec.grpo.reward_columns == ()
+    assert gpu_throughput.cell_spec(Cell("1b", "lora", "zero2", 512, "grpo"), tmp_path, steps=5,
+                                    micro_batch=6).grpo.num_generations == 6
+    steps = [{"completion_length": 100.0, "sampling_seconds": 2.0, "scoring_seconds": 0.01,
+              "training_seconds": 0.5, "tokens": 4000}] * 3
+    split = gpu_throughput.grpo_split(steps, rows=16)
+    assert split["sampled_tokens_per_second"] == 800.0
+    assert split["trained_tokens_per_second"] == 8000.0
+    line = gpu_throughput.grpo_line(Cell("1b", "lora", "zero2", 512, "grpo", 16),
+                                    gpu_throughput.CellResult(1.0, 2.0, measured={"grpo": split}))
+    assert line.startswith("  1b/lora/zero2/512/grpo@16 grpo: 800 tokens sampled/s, 8,000 "
+                           "trained tokens/s; a step 2.00 s sampling")
