@@ -26,6 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 SEVEN = "7"
@@ -92,20 +93,25 @@ def run_trl(model_dir: Path, *, steps: int, generations: int, completion: int, b
 
 def run_tunedeck(home: Path, *, steps: int, generations: int, completion: int, batch: int,
                  work: Path) -> dict[str, float]:
-    from tests.trainer.conftest import launch_trainer, write_run
+    from trainer_runs import TrainerFailed, run_plain_torchrun
 
-    spec = {"objective": "grpo", "dataset": "builtin:arithmetic-rl", "num_gpus": 1,
+    from tunedeck.spec.job_spec import JobSpec
+
+    spec = {"model": "builtin:tiny-llama", "objective": "grpo",
+            "dataset": "builtin:arithmetic-rl", "num_gpus": 1,
             "max_steps": steps, "micro_batch_size": batch, "seq_len": 64 + completion,
             "precision": "fp32", "learning_rate": LEARNING_RATE, "lr_schedule": "constant",
             "seed": SEED, "lora": {"r": 16, "alpha": 32, "dropout": 0.05},
             "grpo": {"num_generations": generations, "max_completion_length": completion,
                      "loss_type": "dapo", "rewards": [{"name": "contains", "text": SEVEN}],
                      "rollouts_every": 0}}
-    run = write_run(work / "tunedeck", **spec)
-    result = launch_trainer(run, home, ranks=1, cold=True, timeout_seconds=1200)
-    if result.returncode:
-        raise SystemExit(f"the TuneDeck run failed:\n{result.output}")
-    rows = result.events_of_kind(0, "step")[1:]
+    os.environ["OMP_NUM_THREADS"] = "1"  # one thread, as TRL's side runs
+    try:
+        run = run_plain_torchrun(home, JobSpec.model_validate(spec), work / "tunedeck",
+                                 metrics=True, timeout_seconds=1200)
+    except TrainerFailed as failure:
+        raise SystemExit(f"the TuneDeck run failed: {failure}") from None
+    rows = run.events(0, "step")[1:]
     return {"step": statistics.median(row["step_seconds"] for row in rows),
             "sampling": statistics.median(row["sampling_seconds"] + row["scoring_seconds"]
                                           for row in rows),

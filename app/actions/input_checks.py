@@ -19,7 +19,7 @@ from app.auth.spec_access import allowed_roots_for, spec_access_problems
 from tunedeck.data.columns import peek_columns
 from tunedeck.data.input_paths import PATH_FIELDS, is_local_reference, reference_problem
 from tunedeck.data.records import builtin_dataset_problem, columns_problem
-from tunedeck.data.sources import reward_readers
+from tunedeck.data.prompt_records import reward_readers
 from tunedeck.spec.job_spec import JobSpec
 from tunedeck.settings import Settings
 

@@ -4,6 +4,7 @@ name, a first GRPO click that makes a valid spec; the job page's RL charts and r
 the kept rollouts through GET /api/jobs/{id}/rollouts."""
 from __future__ import annotations
 
+import html
 import json
 
 import gradio as gr
@@ -84,7 +85,7 @@ def test_the_grpo_groups_show_for_grpo_only_labelled_in_the_specs_words(database
     scorers = by_id["new-job-grpo-scorers"].value
     for scorer in SCORERS:
         name = scorer.model_fields["name"].annotation.__args__[0]
-        assert f"<code>{name}</code>: {scorer.description}" in scorers
+        assert f"<code>{name}</code>: {html.escape(scorer.description)}" in scorers
 
 
 STEP = {"loss": 0.0, "learning_rate": 1e-3, "grad_norm": 0.1, "tokens_per_second": 100.0,

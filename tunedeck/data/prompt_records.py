@@ -39,6 +39,17 @@ class PromptRecord:
                      if message["role"] == "user"), self.prompt_messages[-1]["content"])
 
 
+def reward_readers(spec) -> tuple[tuple[str, str], ...]:
+    """objective grpo: (column, "grpo.rewards[i] (name)") for each column a reward reads."""
+    if spec.objective != "grpo":
+        return ()
+    readers: dict[str, str] = {}
+    for index, reward in enumerate(spec.grpo.rewards):
+        for column in sorted(reward.columns):
+            readers.setdefault(column, f"grpo.rewards[{index}] ({reward.name})")
+    return tuple(readers.items())
+
+
 def prompt_columns_problem(column_names: Iterable[str], columns: ColumnMapping | None, *,
                            reward_columns: Mapping[str, str] | None = None) -> str | None:
     """Why rows with these columns cannot become prompts (a mapped column missing, no

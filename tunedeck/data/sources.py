@@ -26,7 +26,7 @@ from tunedeck.data.input_paths import HUB_ID_PATTERN, is_local_reference
 from tunedeck.data.preference_records import (PREFERENCE_COLUMNS, PreferencePair, mapped_pairs,
                                               preference_columns_problem)
 from tunedeck.data.prompt_records import (PROMPT_COLUMNS, PromptRecord, prompt_columns_problem,
-                                          prompts_from_records)
+                                          prompts_from_records, reward_readers)
 from tunedeck.data.records import (NO_COLUMNS, Example, columns_problem, count_file_records,
                                    examples_from_records, is_record_file, load_file_examples,
                                    read_file_records)
@@ -71,15 +71,6 @@ def spec_source(spec, field: str = "dataset", *, cache_dir: Path | None = None) 
                          reward_columns=reward_readers(spec))
 
 
-def reward_readers(spec) -> tuple[tuple[str, str], ...]:
-    """objective grpo: (column, "grpo.rewards[i] (name)") for each column a reward reads."""
-    if spec.objective != "grpo":
-        return ()
-    readers: dict[str, str] = {}
-    for index, reward in enumerate(spec.grpo.rewards):
-        for column in sorted(reward.columns):
-            readers.setdefault(column, f"grpo.rewards[{index}] ({reward.name})")
-    return tuple(readers.items())
 
 
 def load_source_examples(source: DatasetSource, *, limit: int | None = None) -> list[Example]:

@@ -237,9 +237,12 @@ def _with_sampling(plans: dict[str, StrategyPlan], spec: JobSpec, shape: ModelSh
     among the other bytes, and said."""
     from tunedeck.planner.sampling_memory import sampling_bytes, sampling_note
 
+    # A backend that shards the decoder layers gathers its root's parameters for the call.
+    sharded = {backend.strategy(offloaded): backend.shards_decoder_layers
+               for backend in BACKENDS.values() for offloaded in (False, True)}
     sampled = {}
     for name, plan in plans.items():
-        sampling = sampling_bytes(spec, shape, sharded=name.startswith("fsdp"))
+        sampling = sampling_bytes(spec, shape, sharded=sharded.get(name, False))
         extra = max(0.0, sampling - activations)
         breakdown = replace(plan.breakdown, other=plan.breakdown.other + extra)
         note = sampling_note(spec, shape, sampling=sampling, activations=activations)
