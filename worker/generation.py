@@ -18,6 +18,7 @@ from tunedeck.db.engine import Database
 from tunedeck.generation.request import GenerationRequest
 from tunedeck.generation.store import GENERATIONS
 from tunedeck.generation.weights import missing_weights, variant_weights
+from tunedeck.jobs.lineage import parent_weights
 from tunedeck.jobs.states import SUCCEEDED
 from tunedeck.services.line_server import LineServer, LineServerError, installed_module
 from tunedeck.run_folder import RunFolder
@@ -128,7 +129,8 @@ def run_generation(generation_id: int, *, settings: Settings, database: Database
             return "not pending"
         job_id, stored_request = claimed.job_id, claimed.request
     try:
-        question, visible_devices = _question(database, identity, job_id, stored_request)
+        question, visible_devices = _question(database, identity, job_id, stored_request,
+                                              settings=settings)
         answer = generator.ask(question, visible_devices=visible_devices)
     except CannotAnswer as refusal:
         return _fail(database, generation_id, str(refusal))
@@ -150,13 +152,18 @@ class CannotAnswer(Exception):
 
 
 def _question(database: Database, identity: WorkerIdentity, job_id: int,
-              stored_request: dict) -> tuple[dict, str]:
+              stored_request: dict, *, settings: Settings) -> tuple[dict, str]:
     """(what to ask the generation process, its CUDA_VISIBLE_DEVICES), read from the job row
-    and its run folder; CannotAnswer naming why not."""
+    and its run folder; CannotAnswer naming why not. A job that started from another job's
+    weights (`model: job:ID`) has those weights as its base."""
     request = GenerationRequest.model_validate(stored_request)
     with database.transaction() as session:
         job = job_queries.get_job(session=session, job_id=job_id)
         status, spec, run_dir = job.status, job.spec_model, job.run_dir
+        parent_folder, _problem = parent_weights(session, spec.model,
+                                                 runs_dir_for=settings.run_dir_for)
+        if parent_folder is not None:
+            spec = spec.model_copy(update={"model": str(parent_folder)})
         visible_devices, device = _device(session, identity) or ("", "cpu")
     if status != SUCCEEDED or not run_dir:
         raise CannotAnswer(f"job {job_id} is {status}: only a succeeded job's model answers")

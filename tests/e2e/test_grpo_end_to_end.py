@@ -31,12 +31,19 @@ def refused(response) -> dict[str, str]:
     return {".".join(map(str, item["loc"][1:])): item["msg"] for item in response.json()["detail"]}
 
 
-def test_sft_then_grpo_from_its_weights_raises_the_reward(server):
+@pytest.fixture(scope="module")
+def chain(server):
+    """(the SFT job's id, the GRPO job's id, the GRPO job's row): SFT, then GRPO from it."""
     sft = server.submit(SFT_JOB)
     assert server.wait_for(sft, {"succeeded", "failed", "cancelled"})["status"] == "succeeded"
     grpo = server.submit({**GRPO_JOB, "model": f"job:{sft}"})
     job = server.wait_for(grpo, {"succeeded", "failed", "cancelled"})
     assert job["status"] == "succeeded", job["error"]
+    return sft, grpo, job
+
+
+def test_sft_then_grpo_from_its_weights_raises_the_reward(server, chain):
+    sft, grpo, job = chain
     assert [(item["id"], item["objective"]) for item in job["lineage"]] == [(sft, "sft"),
                                                                           (grpo, "grpo")]
     train = server.http.get(f"/api/jobs/{grpo}/metrics").json()["train"]
@@ -74,3 +81,14 @@ def test_bad_grpo_specs_are_refused_by_field_before_anything_is_stored(server):
     assert "no column 'answer', which grpo.rewards[1] (numeric_match) reads" in \
         missing_column["dataset"]
     assert len(server.http.get("/api/jobs").json()) == before
+
+
+def test_try_it_answers_from_a_grpo_job_and_from_the_weights_it_started_from(server, chain):
+    """The base of a job started from another job's weights is that job's merged model."""
+    _sft, grpo, _job = chain
+    for variant in ("merged", "base"):
+        response = server.http.post(f"/api/jobs/{grpo}/generate", json={
+            "messages": [{"role": "user", "content": "What is 12 + 7?"}],
+            "max_new_tokens": 8, "temperature": 0.0, "variant": variant})
+        assert response.status_code == 200, response.text
+        assert response.json()["status"] == "done", response.json()
