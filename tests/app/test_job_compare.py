@@ -309,3 +309,35 @@ def test_each_jobs_lines_have_its_dash_pattern_on_every_compare_chart():
     assert rules[0].endswith("{ stroke-dasharray: none; }")  # the first job solid
     assert rules[1].endswith("{ stroke-dasharray: 9 5; }")
     assert len(rules) == len(compare_handlers.JOB_COLOURS)
+
+
+def test_a_grpo_jobs_rl_figures_are_overlaid_beside_a_dpo_jobs(database):
+    from tunedeck.metrics.figures import PREFERENCE_CHARTS, RL_CHARTS
+
+    grpo = create_job(database, objective="grpo", dataset="builtin:arithmetic-rl",
+                      micro_batch_size=8, seq_len=512)
+    dpo = create_job(database, objective="dpo", dataset="builtin:arithmetic-preference")
+    events = [(index, {"kind": "step", "rank": 0, "time": float(step), "step": step,
+                       "loss": 0.01, "tokens_per_second": 100.0, "reward": 0.25 * step,
+                       "reward_means": {"contains": 0.25 * step}, "completion_length": 5.0,
+                       "completion_length_min": 2.0, "completion_length_max": 8.0,
+                       "clip_ratio_low": 0.0, "clip_ratio_high": 0.0,
+                       "sampling_seconds": 0.2, "scoring_seconds": 0.01,
+                       "training_seconds": 0.1})
+              for index, step in enumerate(range(1, 5))]
+    with database.transaction() as session:
+        metric_store.add_metric_points(session=session, job_id=grpo, events=events)
+    seed_points(database, dpo, steps=4, start_time=0.0, preference=True)
+    comparison = compare_handlers.load_comparison(f"{grpo}, {dpo}", database=database,
+                                                  principal=OPEN_PRINCIPAL)
+    label = f"job {grpo} (grpo · zero2)"
+    assert comparison.lines["reward"] == [label]  # one line a job: the job's own name
+    assert comparison.lines["completion_length"] == [f"{label} mean", f"{label} min",
+                                                     f"{label} max"]
+    assert comparison.lines["kl"] == []  # beta 0: no reference, no KL chart
+    assert all(f"job {dpo}" not in line for chart in RL_CHARTS
+               for line in comparison.lines[chart.name])
+    assert all(label not in line for chart in PREFERENCE_CHARTS
+               for line in comparison.lines[chart.name])
+    rows = {row[0]: row[1:] for row in comparison.summary.values.tolist()}
+    assert rows["mean reward (last 20 steps)"] == ["0.6250", ""]  # mean of 0.25 .. 1.0

@@ -107,6 +107,8 @@ class FigureChart:
     # A figure holding {label: value}: a line each label, beside `lines` (grpo's each
     # reward). Drawn on the job page; Compare draws the fixed lines only.
     keyed: Figure | None = None
+    # Drawn only for a job that holds a reference model (grpo's KL: beta above 0).
+    reference_only: bool = False
 
     @property
     def figures(self) -> tuple[Figure, ...]:
@@ -130,7 +132,7 @@ PREFERENCE_CHARTS: tuple[FigureChart, ...] = (REWARDS_CHART, REWARD_MARGIN_CHART
 RL_CHARTS: tuple[FigureChart, ...] = (
     FigureChart("reward", REWARD.title, REWARD.unit, (("reward", REWARD),), objective="grpo",
                 keyed=REWARD_MEANS),
-    FigureChart("kl", KL.title, KL.unit, (("kl", KL),), objective="grpo"),
+    FigureChart("kl", KL.title, KL.unit, (("kl", KL),), objective="grpo", reference_only=True),
     FigureChart("completion_length", COMPLETION_LENGTH.title, COMPLETION_LENGTH.unit,
                 (("mean", COMPLETION_LENGTH), ("min", COMPLETION_LENGTH_MIN),
                  ("max", COMPLETION_LENGTH_MAX)), objective="grpo"),

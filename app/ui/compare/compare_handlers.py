@@ -207,9 +207,15 @@ def _every_line(labels: dict[int, str], specs: dict[int, JobSpec],
         reporting = {row["job_id"] for figure in chart.figures for row in series[figure.field]}
         lines[chart.name] = [_preference_line(chart, label, name)
                              for job_id, label in labels.items()
-                             if specs[job_id].objective == chart.objective or job_id in reporting
+                             if _drawn_for(chart, specs[job_id]) or job_id in reporting
                              for name, _figure in chart.lines]
     return lines
+
+
+def _drawn_for(chart: FigureChart, spec) -> bool:
+    """Whether a job of this spec has the chart's lines before its steps report them."""
+    return spec.objective == chart.objective and (not chart.reference_only
+                                                  or spec.uses_reference_model)
 
 
 def preference_frame(chart: FigureChart, series: dict[str, list[dict[str, Any]]],
