@@ -136,3 +136,25 @@ def test_kept_rollouts_are_served_newest_first_a_step_once(client):
     assert client.get(f"/api/jobs/{job_id}/rollouts", params={"limit": 1}).json()[
         "rollouts"][0]["step"] == 10
     assert client.get("/api/jobs/999/rollouts").status_code == 404
+
+
+def test_check_data_of_grpo_prompts_reads_as_prompts_against_their_room():
+    from app.ui.new_job.preflight_handlers import preflight_html
+
+    report = {"objective": "grpo", "records": 3, "seq_len": 64, "prompt_room": 48,
+              "max_completion_length": 16,
+              "sample": {"sampled": False, "tokenized": 3, "seed": 0},
+              "lengths": {"min": 10, "p50": 12, "p90": 50, "p99": 50, "max": 50, "mean": 24.0},
+              "histogram": [{"low": 0, "high": 48, "count": 2, "over_seq_len": False},
+                            {"low": 49, "high": None, "count": 1, "over_seq_len": True}],
+              "over_seq_len": {"count": 1, "share": 1 / 3},
+              "prompt_tokens_cut": {"total": 72, "cut": 2},
+              "duplicates": {"records": 0, "groups": 0, "largest": []},
+              "reward_columns": ["answer"], "examples": [], "packing": None,
+              "eval_held_out": 0, "warnings": ["1 prompts are longer than the 48 tokens"],
+              "seconds": {"read": 0.1, "total": 0.2}}
+    page = preflight_html({"status": "done", "id": 5, "worker_name": "w", "report": report})
+    assert "3 prompts; all tokenized" in page
+    assert "room for a prompt: 48 tokens (seq_len 64 less max_completion_length 16)" in page
+    assert "rewards read the columns: answer" in page
+    assert "prompt tokens (red: past the room seq_len leaves beside max_completion_length)" in page

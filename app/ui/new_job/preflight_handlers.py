@@ -78,12 +78,20 @@ def preflight_html(answer: dict[str, Any]) -> str:
              _list(summary_lines(report))]
     if report["warnings"]:
         parts.append(_list([f"⚠ {warning}" for warning in report["warnings"]]))
-    parts.append(histogram_html(report["histogram"]))
+    parts.append(histogram_html(report["histogram"], caption=HISTOGRAM_CAPTIONS.get(
+        report.get("objective"), HISTOGRAM_CAPTIONS["sft"])))
     parts += [example_html(example) for example in report["examples"]]
     return f'<div id="preflight-report">{"".join(parts)}</div>'
 
 
-def histogram_html(histogram: list[dict[str, Any]]) -> str:
+HISTOGRAM_CAPTIONS = {
+    "sft": "prompt + answer tokens (red: over seq_len)",
+    "dpo": "prompt + answer tokens of each side (red: over seq_len)",
+    "grpo": "prompt tokens (red: past the room seq_len leaves beside max_completion_length)"}
+
+
+def histogram_html(histogram: list[dict[str, Any]], *,
+                   caption: str = HISTOGRAM_CAPTIONS["sft"]) -> str:
     """Every bin up to seq_len, and those over it up to the last that holds an example (a
     dataset well inside seq_len is not followed by a column of empty rows)."""
     largest = max((bin_["count"] for bin_ in histogram), default=0) or 1
@@ -96,8 +104,8 @@ def histogram_html(histogram: list[dict[str, Any]]) -> str:
         f"{200 * bin_['count'] // largest}px;height:0.8em;background:"
         f"{'#d9534f' if bin_['over_seq_len'] else '#5b8def'}\"></div></td></tr>"
         for bin_ in histogram)
-    return ("<table><caption>prompt + answer tokens (red: over seq_len)</caption>"
-            f"<tr><th>tokens</th><th>examples</th><th></th></tr>{rows}</table>")
+    return (f"<table><caption>{html.escape(caption)}</caption>"
+            f"<tr><th>tokens</th><th>records</th><th></th></tr>{rows}</table>")
 
 
 def example_html(example: dict[str, Any]) -> str:
