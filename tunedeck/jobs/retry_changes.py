@@ -77,8 +77,20 @@ def memory_retry(spec: JobSpec) -> RetryChange:
     for setup in sorted(setups, key=lambda setup: setup["strategy"] != own):
         changes = setup["spec_changes"]
         if changes and not RETRY_NEVER_CHANGES & set(changes):
-            return RetryChange(setup["label"], apply_spec_changes(spec, changes))
+            changed = apply_spec_changes(spec, changes)
+            if _valid(changed):  # a batch GRPO's groups no longer divide is no retry
+                return RetryChange(setup["label"], changed)
     return fallback_memory_retry(spec)
+
+
+def _valid(spec: JobSpec) -> bool:
+    from pydantic import ValidationError
+
+    try:
+        JobSpec.model_validate(spec.model_dump(mode="json"))
+    except ValidationError:
+        return False
+    return True
 
 
 def planner_setups(spec: JobSpec) -> list[dict]:
@@ -112,6 +124,8 @@ def fallback_memory_retry(spec: JobSpec) -> RetryChange:
     examples per step through twice the accumulation), then offload."""
     if not spec.activation_checkpointing:
         return RetryChange("activation checkpointing", with_activation_checkpointing(spec))
+    if spec.objective == "grpo" and (retry := _smaller_round(spec)) is not None:
+        return retry
     if spec.micro_batch_size > 1:
         half = spec.micro_batch_size // 2
         return RetryChange(f"micro-batch {half}, grad_accum {spec.grad_accum * 2}",
@@ -119,6 +133,22 @@ def fallback_memory_retry(spec: JobSpec) -> RetryChange:
                                                    "grad_accum": spec.grad_accum * 2}))
     backend = backend_of(spec)
     return RetryChange(backend.offload_words, backend.with_offload(spec))
+
+
+def _smaller_round(spec: JobSpec) -> RetryChange | None:
+    """GRPO's sampling holds its whole round at once (micro_batch_size × grad_accum rows),
+    so halving the micro-batch through more accumulation saves it nothing: half the round
+    where the groups still divide it, else half the completion length."""
+    half = spec.micro_batch_size // 2
+    generations = spec.grpo.num_generations
+    if half >= 1 and (half * spec.grad_accum) % generations == 0:
+        return RetryChange(f"micro-batch {half} (a round of {half * spec.grad_accum} "
+                           "completions)", spec.model_copy(update={"micro_batch_size": half}))
+    completion = spec.grpo.max_completion_length // 2
+    if completion >= 16:
+        return RetryChange(f"grpo.max_completion_length {completion}", spec.model_copy(update={
+            "grpo": spec.grpo.model_copy(update={"max_completion_length": completion})}))
+    return None
 
 
 def retry_name(name: str, label: str) -> str:

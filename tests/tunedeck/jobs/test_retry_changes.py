@@ -111,3 +111,17 @@ def test_a_dpo_jobs_retry_keeps_its_objective_and_preference_settings(failure_ki
     retried = retried_spec(spec, retry_change(spec, failure_kind))
     assert retried.objective == "dpo" and retried.dpo == spec.dpo
     assert retried.dataset == spec.dataset
+
+
+def test_a_grpo_job_out_of_memory_retries_with_a_smaller_round():
+    grpo = JobSpec.model_validate({"objective": "grpo", "dataset": "builtin:arithmetic-rl",
+                                   "max_steps": 5, "micro_batch_size": 16, "seq_len": 512,
+                                   "zero2": {"activation_checkpointing": True},
+                                   "fsdp": {"activation_checkpointing": True}})
+    first = fallback_memory_retry(grpo)
+    assert first.label == "micro-batch 8 (a round of 8 completions)"
+    assert (first.spec.micro_batch_size, first.spec.grad_accum) == (8, 1)
+    second = fallback_memory_retry(first.spec)  # 4 completions cannot hold a group of 8
+    assert second.label == "grpo.max_completion_length 128"
+    assert second.spec.grpo.max_completion_length == 128 and second.spec.micro_batch_size == 8
+    retried_spec(grpo, second)  # a valid spec
