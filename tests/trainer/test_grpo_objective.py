@@ -79,3 +79,27 @@ def test_check_data_reports_prompt_lengths_against_the_room_left_for_a_completio
     assert "room for a prompt: 12 tokens (seq_len 268 less max_completion_length 256)" in lines
     roomy = preflight_report(spec.model_copy(update={"seq_len": 512}), tokenizer=builtin_tokenizer)
     assert roomy["over_seq_len"]["count"] == 0 and not roomy["warnings"][:1] == report["warnings"][:1]
+
+
+def test_sampling_ignores_a_checkpoints_own_generation_settings(builtin_model_dir,
+                                                                 builtin_tokenizer):
+    """A model whose generation_config narrows sampling (top_k 1: greedy, a repetition
+    penalty) still samples its whole distribution under GRPO's settings."""
+    from transformers import AutoModelForCausalLM
+
+    from trainer.objectives.grpo import GrpoObjective
+    from tunedeck.spec.job_spec import JobSpec
+
+    model = AutoModelForCausalLM.from_pretrained(builtin_model_dir)
+    model.generation_config.top_k, model.generation_config.repetition_penalty = 1, 5.0
+    spec = JobSpec.model_validate({"objective": "grpo", "dataset": "builtin:arithmetic-rl",
+                                   "max_steps": 1, "micro_batch_size": 8, "seq_len": 64,
+                                   "grpo": {"max_completion_length": 6}})
+    objective = GrpoObjective(spec, tokenizer=builtin_tokenizer, adapter=False)
+    config = objective._generation_config(builtin_tokenizer.pad_token_id)
+    ids = torch.tensor([[5, 6, 7]] * 8)
+    torch.manual_seed(0)
+    samples = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                             generation_config=config)
+    assert len({tuple(row) for row in samples[:, 3:].tolist()}) > 1  # not greedy
+    assert config.top_k == 0 and config.repetition_penalty == 1.0

@@ -180,9 +180,15 @@ class GrpoObjective:
         from transformers import GenerationConfig
 
         grpo = self._grpo
+        # Every setting that shapes the distribution is given: a value left unset is taken
+        # from the model's own generation_config (a checkpoint's top_k 20, a repetition
+        # penalty), and the completions would no longer be the policy's samples the loss
+        # takes them for. top_k 0 and min_p 0 keep every token.
         return GenerationConfig(max_new_tokens=grpo.max_completion_length, do_sample=True,
                                 temperature=grpo.temperature, top_p=grpo.top_p,
-                                top_k=grpo.top_k or None, pad_token_id=pad_token_id,
+                                top_k=grpo.top_k, min_p=0.0, typical_p=1.0,
+                                repetition_penalty=1.0, no_repeat_ngram_size=0,
+                                min_new_tokens=0, pad_token_id=pad_token_id,
                                 eos_token_id=self._stop_ids(), use_cache=True)
 
     def _stop_ids(self) -> list[int]:
