@@ -50,11 +50,12 @@ def grpo_run(tmp_path_factory, tunedeck_home, sft_model):
             assert result.returncode == 0, result.output
             steps[key] = result.events_of_kind(0, "step")
             run.rollouts[key] = result.events_of_kind(0, "rollout")
+            run.notices[key] = [event["message"] for event in result.events_of_kind(0, "notice")]
             assert len(steps[key]) == spec["max_steps"]
             assert not result.events_of_kind(1, "rollout")  # rank 0 keeps them
         return steps[key]
 
-    run.rollouts = {}
+    run.rollouts, run.notices = {}, {}
     return run
 
 
@@ -80,8 +81,12 @@ def test_grpo_raises_the_mean_reward_on_both_backends(grpo_run, backend):
         assert 0 <= step["frac_reward_zero_std"] <= 1 and 0 <= step["clipped_ratio"] <= 1
         assert step["sampling_seconds"] > 0 and step["training_seconds"] > 0
         assert "kl" not in step  # beta 0: no reference is held
+    key = repr(sorted({"backend": backend, "max_steps": 30}.items()))
+    # lora.dropout 0.05 by default: GRPO trains without it, and says so.
+    assert any(message.startswith("objective grpo trains without dropout")
+               for message in grpo_run.notices[key])
     # Kept every 10 steps (and at step 1): 2 prompts, each with its 4 completions.
-    rollouts = grpo_run.rollouts[repr(sorted({"backend": backend, "max_steps": 30}.items()))]
+    rollouts = grpo_run.rollouts[key]
     assert [rollout["step"] for rollout in rollouts] == [1, 10, 20, 30]
     for rollout in rollouts:
         assert len(rollout["samples"]) == 2
@@ -129,3 +134,10 @@ def test_a_python_reward_runs_on_the_ranks_as_the_scorer_it_stands_for(grpo_run,
     assert [step["reward"] for step in python] == [step["reward"] for step in builtin]
     assert [step["loss"] for step in python] == [step["loss"] for step in builtin]
     assert set(python[0]["reward_means"]) == {"python"}
+
+
+def test_a_lora_round_trained_twice_starts_at_ratio_one_with_default_dropout(grpo_run):
+    """Dropout is off under GRPO: the first pass over a round has nothing to clip, and the
+    KL to the reference (the adapter switched off) is 0 before the first update."""
+    steps = grpo_run(max_steps=2, grpo={**GRPO["grpo"], "beta": 0.1, "num_iterations": 2})
+    assert steps[0]["kl"] == 0 and steps[0]["clip_ratio_low"] == steps[0]["clip_ratio_high"] == 0

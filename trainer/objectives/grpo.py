@@ -74,6 +74,7 @@ class GrpoObjective:
         self._telemetry = None
         self._records: list[PromptRecord] = []
         self._labels = [reward_label(reward, grpo.rewards) for reward in grpo.rewards]
+        self.dropout_turned_off = 0  # dropout layers `for_spec` set to 0
 
     @classmethod
     def for_spec(cls, spec: JobSpec, model, *, reference_model=None, loss_in_model: bool = False,
@@ -81,8 +82,10 @@ class GrpoObjective:
         # loss_in_model is not taken: the log-probabilities need the logits themselves.
         from trainer.model.method import uses_adapter
 
-        return cls(spec, tokenizer=tokenizer, adapter=uses_adapter(spec),
-                   reference_model=reference_model)
+        objective = cls(spec, tokenizer=tokenizer, adapter=uses_adapter(spec),
+                        reference_model=reference_model)
+        objective.dropout_turned_off = without_dropout(model)
+        return objective
 
     # The data: prompts, tokenized under the training template, a prompt's start cut so that
     # it and its longest completion fit seq_len.
@@ -106,15 +109,21 @@ class GrpoObjective:
 
         self._forward_only, self._sample = backend.forward_only, backend.sample
         self._telemetry = telemetry  # where the kept rollouts go
+        if self.dropout_turned_off and context.is_main:
+            telemetry.notice(f"objective grpo trains without dropout ({self.dropout_turned_off} "
+                             "dropout layers set to 0, lora.dropout among them): a round's "
+                             "ratio to the policy that sampled it, and its KL to the reference, "
+                             "are 1 and 0 until the policy moves")
         self._records = load_spec_prompts(spec)
         if len(self._records) != len(rows):
             raise ValueError(f"dataset {spec.dataset}: {len(self._records)} prompts read, "
                              f"{len(rows)} tokenized: the data changed while the job started")
-        cut = sum(1 for row in rows if len(row.input_ids) >= prompt_room(spec))
-        if cut and context.is_main:
-            telemetry.notice(f"{cut:,} of {len(rows):,} prompts fill the "
+        full = sum(1 for row in rows if len(row.input_ids) >= prompt_room(spec))
+        if full and context.is_main:
+            telemetry.notice(f"{full:,} of {len(rows):,} prompts fill the "
                              f"{prompt_room(spec)} tokens seq_len leaves beside "
-                             f"max_completion_length and lost their start")
+                             "max_completion_length (a longer one lost its start: Check data "
+                             "counts them)")
 
     def micro_batches(self, rows: Sequence[TokenizedExample], *, spec: JobSpec,
                       pad_token_id: int, context: RankContext) -> "RolloutStream":
@@ -143,8 +152,8 @@ class GrpoObjective:
         input_ids, attention_mask = input_ids.to(context.device), attention_mask.to(context.device)
         with torch.random.fork_rng(devices=[context.device] if context.uses_cuda else []):
             torch.manual_seed(round_seed(self._spec.seed, round_index, context.rank))
-            sequences = self._sample(lambda model: model.generate(
-                input_ids=input_ids, attention_mask=attention_mask,
+            sequences = self._sample(lambda model: generate_plainly(
+                model, input_ids=input_ids, attention_mask=attention_mask,
                 generation_config=self._generation_config(pad_token_id),
                 synced_gpus=context.world_size > 1))
         completion_ids = sequences[:, input_ids.shape[1]:]
@@ -161,7 +170,9 @@ class GrpoObjective:
             list(grpo.rewards), [record.prompt_text for record in records], texts,
             {name: [record.columns[name] for record in records] for name in grpo.reward_columns})
         rewards = torch.tensor(totals, dtype=torch.float32)
-        advantages = group_advantages(rewards, grpo.num_generations, grpo.scale_rewards)
+        advantages = group_advantages(
+            rewards, grpo.num_generations, grpo.scale_rewards,
+            batch_std=step_reward_std(rewards, context) if grpo.scale_rewards == "batch" else None)
         scored = time.perf_counter()
         if grpo.mask_truncated_completions:
             completion_mask = completion_mask * (~truncated).unsqueeze(1).long()
@@ -478,6 +489,52 @@ def rollout_samples(records: list[PromptRecord], texts: list[str], totals: list[
              "rewards": {label: scores[index] for label, scores in each.items()}}
             for index in group]})
     return samples
+
+
+def generate_plainly(model, **arguments):
+    """`model.generate(**arguments)` with the checkpoint's own generation_config set aside
+    for the call: transformers fills what `arguments` leave unset from it (suppressed or
+    forced tokens, beams, more sequences a prompt), and the completions must be the policy's
+    plain samples, one a row."""
+    from transformers import GenerationConfig
+
+    owner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    kept = owner.generation_config
+    owner.generation_config = GenerationConfig()
+    try:
+        return model.generate(**arguments)
+    finally:
+        owner.generation_config = kept
+
+
+def without_dropout(model) -> int:
+    """Every dropout layer of the model set to 0 (LoRA's among them); how many were not.
+    The sampling policy's log-probs, the reference's and the loss's must be one function of
+    the weights: with dropout in training mode only, a round's first ratio would not be 1
+    and the KL at step 1 not 0 (TRL's `disable_dropout`)."""
+    import torch
+
+    changed = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout) and module.p > 0:
+            module.p = 0.0
+            changed += 1
+    return changed
+
+
+def step_reward_std(rewards, context: RankContext) -> float:
+    """The standard deviation of the step's rewards over every rank (a collective: every
+    rank samples every round)."""
+    import torch
+    import torch.distributed as dist
+
+    sums = torch.tensor([float(rewards.double().sum()), float(rewards.double().square().sum()),
+                         float(len(rewards))], dtype=torch.float64, device=context.device)
+    if dist.is_initialized():
+        dist.all_reduce(sums)
+    total, squares, count = sums.tolist()
+    mean = total / count
+    return math.sqrt(max(0.0, squares - count * mean * mean) / max(count - 1, 1))
 
 
 def round_seed(seed: int, round_index: int, rank: int) -> int:

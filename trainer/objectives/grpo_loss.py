@@ -37,14 +37,17 @@ class Advantages:
     std_is_zero: torch.Tensor  # [completions] bool: its group's rewards all agreed
 
 
-def group_advantages(rewards: torch.Tensor, num_generations: int, scale: ScaleRewards) -> Advantages:
+def group_advantages(rewards: torch.Tensor, num_generations: int, scale: ScaleRewards, *,
+                     batch_std: float | None = None) -> Advantages:
     """`rewards`: [prompts × G], each prompt's G completions side by side. The advantage is
     the reward less its group's mean, divided by the group's standard deviation (`group`),
-    the whole batch's (`batch`, less noisy for small G), or not at all (`none`: Dr. GRPO)."""
+    the whole batch's (`batch`, less noisy for small G: `batch_std`, the step's over every
+    rank, else these rewards'), or not at all (`none`: Dr. GRPO)."""
     grouped = rewards.view(-1, num_generations)
     mean = grouped.mean(dim=1).repeat_interleave(num_generations)
     if scale == "batch":
-        std = rewards.std().expand_as(rewards)
+        std = (rewards.std() if batch_std is None
+               else torch.tensor(batch_std, dtype=rewards.dtype)).expand_as(rewards)
     else:  # "group", and "none" only to tell a flat group
         std = grouped.std(dim=1).repeat_interleave(num_generations)
     advantages = rewards - mean

@@ -158,6 +158,15 @@ class PythonReward(Scorer):
     reads: list[str] = Field(default_factory=list, max_length=32, title="Columns it reads",
                              description="dataset columns passed to the function by name")
 
+    @field_validator("reads")
+    @classmethod
+    def _not_the_functions_own_arguments(cls, reads: list[str]) -> list[str]:
+        taken = sorted({"prompts", "completions"} & set(reads))
+        if taken:
+            raise ValueError(f"{', '.join(taken)}: the function gets these itself; name only "
+                             "dataset columns")
+        return reads
+
     @property
     def columns(self) -> frozenset[str]:
         return frozenset(self.reads)
@@ -206,11 +215,14 @@ class RewardModel(Scorer):
         model, tokenizer = _reward_model(self.path)
         texts = [_reward_text(tokenizer, prompt, completion)
                  for prompt, completion in zip(prompts, completions)]
+        # A chat template writes the special tokens itself (BOS would be there twice).
+        templated = bool(getattr(tokenizer, "chat_template", None))
         scores: list[float] = []
         device = next(model.parameters()).device
         for start in range(0, len(texts), self.batch_size):
             batch = tokenizer(texts[start:start + self.batch_size], return_tensors="pt",
-                              padding=True, truncation=True).to(device)
+                              padding=True, truncation=True,
+                              add_special_tokens=not templated).to(device)
             with torch.no_grad():
                 logits = model(**batch).logits
             scores += logits[:, 0].float().tolist()
